@@ -1,0 +1,141 @@
+#include "common/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace coppelius {
+
+absl::Status ErrnoStatus(int errno_value, absl::string_view what,
+                         absl::string_view path) {
+  std::string message =
+      absl::StrCat(what, " ", path, ": ", std::strerror(errno_value));
+  switch (errno_value) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    case EISDIR:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  int fd = path == "-" ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "opening", path);
+  std::string out;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (fd != STDIN_FILENO) close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, expected a file"));
+  }
+  if (fd != STDIN_FILENO && S_ISREG(st.st_mode)) out.reserve(st.st_size);
+  char buffer[1 << 16];
+  for (;;) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      if (fd != STDIN_FILENO) close(fd);
+      return ErrnoStatus(e, "reading", path);
+    }
+    if (n == 0) break;
+    out.append(buffer, n);
+  }
+  if (fd != STDIN_FILENO) close(fd);
+  return out;
+}
+
+absl::Status WriteAll(int fd, const void* data, size_t size,
+                      absl::string_view path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "writing", path);
+    }
+    if (n == 0) return ErrnoStatus(ENOSPC, "writing", path);
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
+                      absl::string_view path) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "reading", path);
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: file ends at offset %d, expected %d more bytes", path, offset,
+          size));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+absl::Status FsyncDirectory(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "opening directory", dir);
+  if (fsync(fd) != 0) {
+    int e = errno;
+    close(fd);
+    return ErrnoStatus(e, "fsync of directory", dir);
+  }
+  close(fd);
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents) {
+  if (path == "-") return WriteAll(STDOUT_FILENO, contents.data(),
+                                   contents.size(), "<stdout>");
+  std::random_device rd;
+  std::string tmp = absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "creating", tmp);
+  absl::Status status = WriteAll(fd, contents.data(), contents.size(), tmp);
+  if (status.ok() && fsync(fd) != 0) status = ErrnoStatus(errno, "fsync", tmp);
+  if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", tmp);
+  if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    status = ErrnoStatus(errno, "renaming to", path);
+  }
+  if (!status.ok()) {
+    unlink(tmp.c_str());
+    return status;
+  }
+  return FsyncDirectory(DirName(path));
+}
+
+}  // namespace coppelius

@@ -1,0 +1,54 @@
+// File: common/file_io.h
+//
+// Small POSIX file helpers returning absl::Status with the path and offset in
+// every message. `-` names stdin (ReadFile) or stdout (WriteFileAtomically
+// writes straight to stdout, which has no atomicity).
+//
+// Errors: NotFound (missing path), InvalidArgument (directory given where a
+// file is expected), DataLoss (short read), Internal/ResourceExhausted from
+// errno otherwise (message includes strerror).
+#ifndef COPPELIUS_COMMON_FILE_IO_H_
+#define COPPELIUS_COMMON_FILE_IO_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace coppelius {
+
+// Returns an absl::Status for `errno_value` with "`what` `path`: strerror".
+// ENOENT -> NotFound, ENOSPC/EDQUOT -> ResourceExhausted, EACCES/EPERM ->
+// PermissionDenied, else Internal.
+absl::Status ErrnoStatus(int errno_value, absl::string_view what,
+                         absl::string_view path);
+
+// Reads the whole file (or stdin for "-") into a string.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// write(2) loop: retries EINTR and short writes. `path` only names errors.
+absl::Status WriteAll(int fd, const void* data, size_t size,
+                      absl::string_view path);
+
+// pread(2) loop: retries EINTR; DataLoss if the file ends early.
+absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
+                      absl::string_view path);
+
+// Writes `contents` to `path` through a temporary in the same directory,
+// fsync, rename, fsync(directory); "-" writes to stdout. On error the
+// temporary is removed and any previous file at `path` is untouched.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents);
+
+// The directory part of `path` ("." when it has none).
+std::string DirName(const std::string& path);
+
+// fsync(2) on the directory `dir`.
+absl::Status FsyncDirectory(const std::string& dir);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_COMMON_FILE_IO_H_

@@ -1,0 +1,60 @@
+// File: common/status_macros.h
+//
+// RETURN_IF_ERROR / ASSIGN_OR_RETURN for absl::Status and absl::StatusOr,
+// until the pinned Abseil (LTS 2022-06-23) ships its own. Also Annotate(),
+// which prefixes a status message with what was being done ("reading
+// corpus.tok at offset 16"), keeping the code (riegeli / tensorstore style).
+#ifndef COPPELIUS_COMMON_STATUS_MACROS_H_
+#define COPPELIUS_COMMON_STATUS_MACROS_H_
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace coppelius {
+
+// Returns `status` with "`context`: " prefixed to its message; OK stays OK.
+inline absl::Status Annotate(const absl::Status& status,
+                             absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(context, ": ", status.message()));
+}
+
+namespace status_macros_internal {
+inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
+template <typename T>
+inline const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+}  // namespace status_macros_internal
+
+}  // namespace coppelius
+
+#define COPPELIUS_CONCAT_INNER_(a, b) a##b
+#define COPPELIUS_CONCAT_(a, b) COPPELIUS_CONCAT_INNER_(a, b)
+
+// Evaluates `expr` (a Status or StatusOr); returns its status if not OK.
+#define RETURN_IF_ERROR(expr)                                              \
+  do {                                                                     \
+    const auto& _coppelius_status_or = (expr);                             \
+    if (!::coppelius::status_macros_internal::GetStatus(_coppelius_status_or) \
+             .ok())                                                        \
+      return ::coppelius::status_macros_internal::GetStatus(               \
+          _coppelius_status_or);                                           \
+  } while (0)
+
+// ASSIGN_OR_RETURN(lhs, expr): evaluates the StatusOr `expr`; on error
+// returns its status, else moves its value into `lhs` (which may declare).
+#define ASSIGN_OR_RETURN(lhs, expr)                                      \
+  ASSIGN_OR_RETURN_IMPL_(COPPELIUS_CONCAT_(_coppelius_statusor_, __LINE__), \
+                         lhs, expr)
+#define ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
+  auto statusor = (expr);                           \
+  if (!statusor.ok()) return statusor.status();     \
+  lhs = std::move(statusor).value()
+
+#endif  // COPPELIUS_COMMON_STATUS_MACROS_H_
