@@ -18,10 +18,15 @@
 //                                       number update_count + s + 1
 //   PollStep(s, losses)                blocks until step s has finished and
 //                                       copies its T per-row cross-entropies
-//   Snapshot(pmv)                      after the last enqueued step finishes
-//                                       (ordered after it), copies P/M/V out
-//   Final(out)                         forward of the current parameters on
-//                                       the last step's context: row T-1 logits
+//   BeginSnapshot() / FinishSnapshot(pmv)
+//                                      a snapshot of P/M/V ordered after the
+//                                       last enqueued step: Begin returns at
+//                                       once (the CUDA backend enqueues a
+//                                       device-side copy), more steps may be
+//                                       enqueued, Finish waits and copies out
+//   Final(context, out)                forward of the current parameters on
+//                                       the last step's context: logits of
+//                                       rows T/4-1, T/2-1, T-1 (3 * V)
 //   Telemetry()                        the loss-block windows etc.
 // A backend may run ahead: EnqueueStep need not wait for earlier steps
 // (the CUDA backend launches a graph and returns). Every method returns a
@@ -92,11 +97,22 @@ class Backend {
   // forward before the update) to `row_losses`.
   virtual absl::Status PollStep(int64_t step, float* row_losses) = 0;
 
-  // Copies the current P/M/V image (after every enqueued step) to `pmv`.
+  // Copies the current P/M/V image (after every enqueued step) to `pmv`
+  // (3 * num_parameters floats), waiting for those steps.
   virtual absl::Status Snapshot(float* pmv) = 0;
 
-  // Forward of the current parameters on `context`: row T-1's logits
-  // (V floats) to `logits`.
+  // Split form of Snapshot, so publication need not stall the device:
+  // BeginSnapshot() captures P/M/V as of the last enqueued step and returns
+  // without waiting; steps enqueued afterwards do not affect it;
+  // FinishSnapshot(pmv) waits for the capture and copies it to `pmv`.
+  // Default: the capture happens in FinishSnapshot (correct only when no
+  // step is enqueued in between, as with a synchronous backend).
+  virtual absl::Status BeginSnapshot() { return absl::OkStatus(); }
+  virtual absl::Status FinishSnapshot(float* pmv) { return Snapshot(pmv); }
+
+  // Forward of the current parameters on `context`: logits of rows T/4-1,
+  // T/2-1, T-1 (3 * V floats, as ForwardRecord) to `logits`. The result
+  // file keeps row T-1; the argmax of each row gives the predictions.
   virtual absl::Status Final(uint64_t context, float* logits) = 0;
 
   virtual absl::StatusOr<BackendTelemetry> Telemetry() = 0;
