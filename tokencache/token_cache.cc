@@ -1,0 +1,346 @@
+#include "tokencache/token_cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+
+namespace coppelius {
+namespace {
+
+constexpr size_t kWriteBufferBytes = 1 << 20;
+
+uint64_t LoadLe64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void StoreLe64(uint64_t v, char* p) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+std::string BaseName(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+absl::StatusOr<SourceStat> StatSource(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "stat of", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file, expected a text file"));
+  }
+  SourceStat s;
+  s.mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL +
+               static_cast<uint64_t>(st.st_mtim.tv_nsec);
+  s.size_bytes = static_cast<uint64_t>(st.st_size);
+  return s;
+}
+
+absl::string_view StalenessName(Staleness staleness) {
+  switch (staleness) {
+    case Staleness::kFresh:
+      return "fresh";
+    case Staleness::kMtimeDiffers:
+      return "stale: source modification time differs";
+    case Staleness::kSizeDiffers:
+      return "stale: source size differs";
+    case Staleness::kSourceMissing:
+      return "stale: source missing";
+  }
+  return "unknown";
+}
+
+uint64_t NumContexts(uint64_t num_tokens, uint64_t context_tokens) {
+  if (num_tokens == 0) return 0;
+  return (num_tokens - 1) / context_tokens;
+}
+
+// ---------------------------------------------------------------------------
+// TokenCache
+
+absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "opening token cache", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return ErrnoStatus(e, "stat of token cache", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a regular file, expected a token cache"));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < kTokenCacheHeaderBytes) {
+    close(fd);
+    return absl::DataLossError(absl::StrFormat(
+        "%s: %d bytes, shorter than the 16-byte token cache header "
+        "(expected 16 + 4*N bytes)",
+        path, size));
+  }
+  if ((size - kTokenCacheHeaderBytes) % kTokenBytes != 0) {
+    close(fd);
+    return absl::DataLossError(absl::StrFormat(
+        "%s: size %d bytes is not 16 + 4*N (%d bytes after the header, %d "
+        "past the last whole u32 id at offset %d): truncated or corrupt",
+        path, size, size - kTokenCacheHeaderBytes,
+        (size - kTokenCacheHeaderBytes) % kTokenBytes,
+        size - (size - kTokenCacheHeaderBytes) % kTokenBytes));
+  }
+  TokenCache cache;
+  cache.path_ = path;
+  cache.file_size_ = size;
+  cache.num_tokens_ = (size - kTokenCacheHeaderBytes) / kTokenBytes;
+  void* mapping = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (mapping == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return ErrnoStatus(e, "mmap of token cache", path);
+  }
+  close(fd);  // the mapping keeps the file
+  cache.mapping_ = mapping;
+  const auto* bytes = static_cast<const unsigned char*>(mapping);
+  cache.header_.mtime_ns = LoadLe64(bytes);
+  cache.header_.size_bytes = LoadLe64(bytes + 8);
+  if (cache.num_tokens_ > 0) {
+    cache.tokens_ =
+        reinterpret_cast<const uint32_t*>(bytes + kTokenCacheHeaderBytes);
+  }
+  return cache;
+}
+
+TokenCache::TokenCache(TokenCache&& other) noexcept { *this = std::move(other); }
+
+TokenCache& TokenCache::operator=(TokenCache&& other) noexcept {
+  if (this != &other) {
+    Release();
+    path_ = std::move(other.path_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    file_size_ = std::exchange(other.file_size_, 0);
+    header_ = std::exchange(other.header_, SourceStat{});
+    num_tokens_ = std::exchange(other.num_tokens_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+  }
+  return *this;
+}
+
+TokenCache::~TokenCache() { Release(); }
+
+void TokenCache::Release() {
+  if (mapping_ != nullptr) munmap(mapping_, file_size_);
+  mapping_ = nullptr;
+  tokens_ = nullptr;
+}
+
+absl::Status TokenCache::CheckIdRange(uint32_t vocab_size) const {
+  constexpr uint64_t kBlock = 4096;
+  for (uint64_t begin = 0; begin < num_tokens_; begin += kBlock) {
+    const uint64_t end = std::min(num_tokens_, begin + kBlock);
+    uint32_t block_max = 0;
+    for (uint64_t i = begin; i < end; ++i) {
+      block_max = std::max(block_max, tokens_[i]);
+    }
+    if (block_max < vocab_size) continue;
+    for (uint64_t i = begin; i < end; ++i) {
+      if (tokens_[i] >= vocab_size) {
+        return absl::DataLossError(absl::StrFormat(
+            "%s: token %d (byte offset %d) has id %d, expected < %d (the "
+            "vocabulary size)",
+            path_, i, kTokenCacheHeaderBytes + kTokenBytes * i, tokens_[i],
+            vocab_size));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StalenessReport> TokenCache::Staleness(
+    const std::string& source_path) const {
+  StalenessReport report;
+  report.header = header_;
+  absl::StatusOr<SourceStat> source = StatSource(source_path);
+  if (absl::IsNotFound(source.status())) {
+    report.staleness = ::coppelius::Staleness::kSourceMissing;
+    return report;
+  }
+  if (!source.ok()) {
+    return Annotate(source.status(),
+                    absl::StrCat("checking the source of ", path_));
+  }
+  report.source = *source;
+  if (source->size_bytes != header_.size_bytes) {
+    report.staleness = ::coppelius::Staleness::kSizeDiffers;
+  } else if (source->mtime_ns != header_.mtime_ns) {
+    report.staleness = ::coppelius::Staleness::kMtimeDiffers;
+  } else {
+    report.staleness = ::coppelius::Staleness::kFresh;
+  }
+  return report;
+}
+
+// ---------------------------------------------------------------------------
+// TokenCacheWriter
+
+int RemoveStaleTemporaries(const std::string& path) {
+  const std::string dir = DirName(path);
+  const std::string prefix = BaseName(path) + ".tmp-";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  int removed = 0;
+  std::vector<std::string> victims;
+  while (struct dirent* e = readdir(d)) {
+    absl::string_view name(e->d_name);
+    if (!absl::StartsWith(name, prefix)) continue;
+    absl::string_view rest = name.substr(prefix.size());
+    size_t dash = rest.find('-');
+    if (dash == absl::string_view::npos) continue;
+    int pid = 0;
+    if (!absl::SimpleAtoi(rest.substr(0, dash), &pid) || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or unknown)
+    victims.push_back(dir + "/" + std::string(name));
+  }
+  closedir(d);
+  for (const std::string& v : victims) {
+    if (unlink(v.c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
+absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
+    const std::string& path, const SourceStat& header) {
+  TokenCacheWriter w;
+  w.path_ = path;
+  w.buffer_.reserve(kWriteBufferBytes);
+  if (path == "-") {
+    w.to_stdout_ = true;
+    w.fd_ = STDOUT_FILENO;
+  } else {
+    RemoveStaleTemporaries(path);
+    std::random_device rd;
+    w.tmp_path_ = absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
+    w.fd_ = open(w.tmp_path_.c_str(),
+                 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w.fd_ < 0) {
+      return ErrnoStatus(errno, "creating temporary token cache", w.tmp_path_);
+    }
+  }
+  char h[kTokenCacheHeaderBytes];
+  StoreLe64(header.mtime_ns, h);
+  StoreLe64(header.size_bytes, h + 8);
+  w.buffer_.insert(w.buffer_.end(), h, h + sizeof(h));
+  return w;
+}
+
+TokenCacheWriter::TokenCacheWriter(TokenCacheWriter&& other) noexcept {
+  *this = std::move(other);
+}
+
+TokenCacheWriter& TokenCacheWriter::operator=(
+    TokenCacheWriter&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    path_ = std::move(other.path_);
+    tmp_path_ = std::move(other.tmp_path_);
+    fd_ = std::exchange(other.fd_, -1);
+    to_stdout_ = std::exchange(other.to_stdout_, false);
+    buffer_ = std::move(other.buffer_);
+    written_bytes_ = std::exchange(other.written_bytes_, 0);
+    num_tokens_ = std::exchange(other.num_tokens_, 0);
+  }
+  return *this;
+}
+
+TokenCacheWriter::~TokenCacheWriter() { Abandon(); }
+
+void TokenCacheWriter::Abandon() {
+  if (fd_ >= 0 && !to_stdout_) {
+    close(fd_);
+    unlink(tmp_path_.c_str());
+  }
+  fd_ = -1;
+}
+
+absl::Status TokenCacheWriter::Flush() {
+  if (buffer_.empty()) return absl::OkStatus();
+  const std::string& name = to_stdout_ ? std::string("<stdout>") : tmp_path_;
+  RETURN_IF_ERROR(Annotate(
+      WriteAll(fd_, buffer_.data(), buffer_.size(), name),
+      absl::StrFormat("writing token cache at offset %d", written_bytes_)));
+  written_bytes_ += buffer_.size();
+  buffer_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status TokenCacheWriter::Append(absl::Span<const uint32_t> ids) {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": token cache writer already closed"));
+  }
+  const char* p = reinterpret_cast<const char*>(ids.data());
+  size_t left = ids.size() * kTokenBytes;
+  while (left > 0) {
+    size_t room = kWriteBufferBytes - buffer_.size();
+    if (room == 0) {
+      RETURN_IF_ERROR(Flush());
+      continue;
+    }
+    size_t n = std::min(room, left);
+    buffer_.insert(buffer_.end(), p, p + n);
+    p += n;
+    left -= n;
+  }
+  num_tokens_ += ids.size();
+  return absl::OkStatus();
+}
+
+absl::Status TokenCacheWriter::Commit() {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": token cache writer already closed"));
+  }
+  absl::Status status = Flush();
+  if (to_stdout_) {
+    fd_ = -1;
+    return status;
+  }
+  if (status.ok() && fsync(fd_) != 0) {
+    status = ErrnoStatus(errno, "fsync of", tmp_path_);
+  }
+  if (close(fd_) != 0 && status.ok()) {
+    status = ErrnoStatus(errno, "closing", tmp_path_);
+  }
+  fd_ = -1;
+  if (status.ok() && rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    status = ErrnoStatus(errno, absl::StrCat("renaming ", tmp_path_, " to"),
+                         path_);
+  }
+  if (!status.ok()) {
+    unlink(tmp_path_.c_str());
+    return status;
+  }
+  return FsyncDirectory(DirName(path_));
+}
+
+}  // namespace coppelius
