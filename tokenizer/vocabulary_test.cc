@@ -1,0 +1,170 @@
+#include "tokenizer/vocabulary.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace coppelius {
+namespace {
+
+using ::testing::HasSubstr;
+
+// RFC 4648 §10 test vectors.
+TEST(Base64, Rfc4648Vectors) {
+  const std::pair<std::string, std::string> kVectors[] = {
+      {"", ""},         {"f", "Zg=="},     {"fo", "Zm8="},
+      {"foo", "Zm9v"},  {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, encoded] : kVectors) {
+    EXPECT_EQ(Base64Encode(plain), encoded);
+    std::string decoded;
+    size_t bad = 0;
+    ASSERT_TRUE(Base64Decode(encoded, &decoded, &bad)) << encoded;
+    EXPECT_EQ(decoded, plain);
+  }
+  // Bytes 0xFB 0xFF use the last two alphabet characters.
+  EXPECT_EQ(Base64Encode("\xFB\xFF"), "+/8=");
+}
+
+TEST(Base64, RejectsNonCanonical) {
+  std::string out;
+  size_t bad = 0;
+  EXPECT_FALSE(Base64Decode("Zg=", &out, &bad));    // length
+  EXPECT_FALSE(Base64Decode("Zh==", &out, &bad));   // nonzero pad bits
+  EXPECT_EQ(bad, 1u);
+  EXPECT_FALSE(Base64Decode("Zm9=Zm9v", &out, &bad));  // '=' inside
+  EXPECT_EQ(bad, 3u);
+  EXPECT_FALSE(Base64Decode("Z=9v", &out, &bad));
+  EXPECT_FALSE(Base64Decode("Zm=v", &out, &bad));
+  EXPECT_FALSE(Base64Decode("Zm9-", &out, &bad));  // urlsafe alphabet
+  EXPECT_EQ(bad, 3u);
+  EXPECT_FALSE(Base64Decode("Zm 9", &out, &bad));
+}
+
+// The 256 single-byte lines, then `extra` merged tokens.
+std::string RankFile(const std::vector<std::string>& extra) {
+  std::string s;
+  for (int b = 0; b < 256; ++b) {
+    absl::StrAppend(&s, Base64Encode(std::string(1, static_cast<char>(b))),
+                    " ", b, "\n");
+  }
+  for (size_t i = 0; i < extra.size(); ++i) {
+    absl::StrAppend(&s, Base64Encode(extra[i]), " ", 256 + i, "\n");
+  }
+  return s;
+}
+
+TEST(Vocabulary, ParsesAndRoundTrips) {
+  std::string text = RankFile({"ab", "abc", " the"});
+  auto v = Vocabulary::Parse(text, "v.tiktoken", 260);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->num_ranks(), 259u);
+  EXPECT_EQ(v->vocab_size(), 260u);
+  EXPECT_EQ(v->end_of_text_id(), 259u);
+  EXPECT_EQ(v->Rank("abc"), 257u);
+  EXPECT_EQ(v->Rank(" the"), 258u);
+  EXPECT_EQ(v->Rank("A"), 65u);
+  EXPECT_EQ(v->Rank("zz"), Vocabulary::kNoRank);
+  EXPECT_EQ(v->token(256), "ab");
+  EXPECT_EQ(v->Serialize(), text);
+  // A known line from tiktoken's own files: " the" is "IHRoZQ==".
+  EXPECT_THAT(text, HasSubstr("IHRoZQ== 258\n"));
+  Vocabulary copy = *v;
+  EXPECT_EQ(copy.Rank("ab"), 256u);
+}
+
+absl::Status ParseError(const std::string& text, int expected = 0) {
+  return Vocabulary::Parse(text, "v.tiktoken", expected).status();
+}
+
+void ExpectDataLoss(const std::string& text, const std::string& needle) {
+  absl::Status s = ParseError(text);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(needle));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("v.tiktoken"));
+  EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+}
+
+TEST(Vocabulary, HostileInputs) {
+  const std::string good = RankFile({"ab"});
+  ExpectDataLoss("", "empty file");
+  ExpectDataLoss(good.substr(0, good.size() - 1), ":257 (byte");
+  ExpectDataLoss(good.substr(0, good.size() - 1), "no newline");
+  {
+    std::string head = RankFile({});
+    size_t pos = 0;
+    for (int i = 0; i < 20; ++i) pos = head.find('\n', pos) + 1;
+    ExpectDataLoss(head.substr(0, pos), "20 ranks; expected at least");
+  }
+  // Bad base64: '!' at the first byte of line 257.
+  const size_t line257 = RankFile({}).size();
+  ExpectDataLoss(RankFile({}) + "Y!== 256\n",
+                 absl::StrCat(":257 (byte ", line257, "): bad base64 at byte ",
+                              line257 + 1));
+  ExpectDataLoss(RankFile({}) + "YWI 256\n", "not a multiple of 4");
+  ExpectDataLoss(RankFile({}) + "YWJ= 256\n", "bad base64");  // pad bits
+  ExpectDataLoss(RankFile({}) + "YWI=256\n", "no space");
+  ExpectDataLoss(RankFile({}) + " 256\n", "empty token");
+  ExpectDataLoss(RankFile({}) + "YWI= 256 \n", "not a decimal");
+  ExpectDataLoss(RankFile({}) + "YWI= 0256\n", "leading zeros");
+  ExpectDataLoss(RankFile({}) + "YWI= -1\n", "not a decimal");
+  ExpectDataLoss(RankFile({}) + "\n", "no space");  // empty line
+  ExpectDataLoss(RankFile({"ab"}) + "YWI= 257\n",
+                 "token \"ab\" duplicates rank 256");
+  ExpectDataLoss(RankFile({"ab"}) + "YWJj 256\n",
+                 "rank 256 (duplicate or out of order); expected rank 257");
+  ExpectDataLoss(RankFile({}) + "YWI= 258\n", "ranks missing");
+  ExpectDataLoss(RankFile({}) + "YWI= 99999999999\n", "not a decimal");
+  // Single-byte ranks must be the bytes themselves, in order.
+  std::string swapped = RankFile({});
+  swapped.replace(swapped.find("QQ== 65"), 7, "Qg== 65");
+  ExpectDataLoss(swapped, "rank 65 is \"B\"; expected the single byte 0x41");
+  // CRLF line ends are not the format.
+  std::string crlf = RankFile({});
+  crlf.insert(crlf.find('\n'), "\r");
+  ExpectDataLoss(crlf, ":1 (byte 0)");
+
+  absl::Status s = ParseError(RankFile({"ab"}), 12288);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("258 ids; expected vocabulary size 12288"));
+}
+
+TEST(Vocabulary, LoadMissingFile) {
+  auto v = Vocabulary::Load("/nonexistent/v.tiktoken");
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("/nonexistent/v"));
+}
+
+TEST(Vocabulary, SaveAndLoad) {
+  auto v = Vocabulary::FromTokens([] {
+    std::vector<std::string> t;
+    for (int b = 0; b < 256; ++b) t.push_back(std::string(1, char(b)));
+    t.push_back("xy");
+    return t;
+  }());
+  ASSERT_TRUE(v.ok()) << v.status();
+  const std::string path = absl::StrCat(getenv("TEST_TMPDIR"), "/v.tiktoken");
+  ASSERT_TRUE(v->Save(path).ok());
+  auto w = Vocabulary::Load(path, 258);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->tokens(), v->tokens());
+}
+
+TEST(Vocabulary, FromTokensRejectsBadTokens) {
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(std::string(1, char(b)));
+  auto few = Vocabulary::FromTokens({"a"});
+  EXPECT_EQ(few.status().code(), absl::StatusCode::kInvalidArgument);
+  t.push_back("a");
+  auto dup = Vocabulary::FromTokens(t);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(dup.status().message()), HasSubstr("duplicates"));
+}
+
+}  // namespace
+}  // namespace coppelius
