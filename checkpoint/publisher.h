@@ -1,0 +1,123 @@
+// File: checkpoint/publisher.h
+//
+// Durable, atomic publication of a checkpoint envelope (SPEC §5, §6):
+//
+//   1. CleanStaleTemporaries(path): temporaries left by a killed writer go.
+//   2. SHA-256 of every chunk of the payload, from memory, on
+//      `options.threads` threads; the header is built.
+//   3. A unique temporary "<path>.tmp.<pid>.<16 hex>" is created beside
+//      `path` (O_CREAT|O_EXCL|O_CLOEXEC, mode 0644) and posix_fallocate'd to
+//      the full size, so ENOSPC shows before any byte is written.
+//   4. The envelope is written whole (short writes and EINTR retried),
+//      fsynced, and closed (close checked).
+//   5. With options.history_dir: DIR/update-NNNNNNNN.ckpt (the update count,
+//      at least 8 digits) is made a hard link of the temporary (via a
+//      temporary link renamed into place), and DIR is fsynced.
+//   6. The temporary is renamed over `path`; the directory is fsynced.
+//
+// On any error the temporary is removed, `path` still holds whatever it held
+// before (the previous checkpoint, untouched), and the status names the
+// operation, the file and the errno text (ENOSPC -> ResourceExhausted). A
+// process killed at any point leaves `path` holding either the previous or
+// the new complete checkpoint, plus possibly a temporary that the next
+// CleanStaleTemporaries removes.
+//
+// A path has a single writer: CleanStaleTemporaries removes every temporary
+// of `path`, whoever made it.
+#ifndef COPPELIUS_CHECKPOINT_PUBLISHER_H_
+#define COPPELIUS_CHECKPOINT_PUBLISHER_H_
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/envelope.h"
+
+namespace coppelius {
+
+// The file operations the publisher uses, each with the POSIX signature and
+// errno convention (-1 and errno set; fallocate returns the error number as
+// posix_fallocate does). Tests replace members to inject ENOSPC/EIO at a
+// byte offset, or failures of fsync, close, rename or link.
+struct FileOps {
+  std::function<int(const char* path, int flags, mode_t mode)> open;
+  std::function<int(int fd, off_t offset, off_t length)> fallocate;
+  std::function<ssize_t(int fd, const void* data, size_t size, off_t offset)>
+      pwrite;
+  std::function<int(int fd)> fsync;
+  std::function<int(int fd)> close;
+  std::function<int(const char* from, const char* to)> rename;
+  std::function<int(const char* from, const char* to)> link;
+  std::function<int(const char* path)> unlink;
+};
+
+// FileOps calling open(2), posix_fallocate(3), pwrite(2), fsync(2),
+// close(2), rename(2), link(2), unlink(2).
+FileOps PosixFileOps();
+
+// Points of a publication, in order, reported to PublishOptions::stage_hook
+// (crash tests raise SIGKILL there).
+enum class PublishStage {
+  kTemporaryCreated,   // temporary exists, empty
+  kAllocated,          // posix_fallocate done
+  kPrefixWritten,      // preamble + header + padding written
+  kPayloadWritten,     // whole file written, not yet synced
+  kSynced,             // fsync of the temporary done
+  kClosed,             // temporary closed
+  kHistoryLinked,      // history link in place and its directory synced
+  kRenamed,            // temporary renamed over path, directory not synced
+  kDirectorySynced,    // directory fsynced: publication complete
+};
+
+struct PublishOptions {
+  // If non-empty, also keep DIR/update-NNNNNNNN.ckpt as a hard link (same
+  // filesystem as `path`; EXDEV is an error).
+  std::string history_dir;
+  // Threads digesting chunks (>= 1).
+  int threads = 2;
+  // Provenance recorded in the header (see EnvelopeProvenance).
+  std::string writer;
+  std::string backend;
+  std::string parent_header_sha256;  // 32 bytes or empty
+  // 0 = now.
+  uint64_t created_unix_nanos = 0;
+  // Test hooks: file operations (null = PosixFileOps()) and a callback at
+  // each stage.
+  const FileOps* file_ops = nullptr;
+  std::function<void(PublishStage)> stage_hook;
+};
+
+// Publishes `payload` (payload_bytes bytes of P, M, V fp32 LE) wrapped in an
+// envelope with `identity` and `update_count` at `path`, as described above.
+// InvalidArgument if payload_bytes != identity.payload_bytes, or the identity
+// is unusable (see MakeHeader); errno-derived statuses otherwise.
+absl::Status PublishCheckpoint(const std::string& path,
+                               const CheckpointIdentity& identity,
+                               uint64_t update_count, const void* payload,
+                               size_t payload_bytes,
+                               const PublishOptions& options);
+
+// Removes the temporaries of `path` ("<basename>.tmp.<digits>.<16 hex>" in
+// its directory) and, given `history_dir`, the temporary history links there
+// ("update-<digits>.ckpt.tmp.<digits>.<16 hex>"); returns how many were
+// removed. Called by PublishCheckpoint first; call it at the start of a run.
+// A missing directory is NotFound.
+absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
+                                          const std::string& history_dir = "",
+                                          const FileOps* file_ops = nullptr);
+
+// "<dir>/update-NNNNNNNN.ckpt" for `update_count` (zero-padded to 8 digits).
+std::string HistoryPath(const std::string& history_dir, uint64_t update_count);
+
+// True if `basename` is "<target>.tmp.<digits>.<16 lower-case hex>", the
+// name of a temporary of a file named `target`.
+bool IsTemporaryName(absl::string_view basename, absl::string_view target);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_CHECKPOINT_PUBLISHER_H_
