@@ -1,0 +1,265 @@
+#include "tokenizer/encoder.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <queue>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+namespace {
+
+// Pieces shorter than this use the linear-scan merge (fast for the short
+// pieces of ordinary text); longer ones the heap.
+constexpr size_t kLongPiece = 128;
+// Pieces are pre-tokenized this many bytes at a time.
+constexpr size_t kWindowBytes = 1 << 16;
+// The piece cache is cleared when it holds more ids than this.
+constexpr size_t kMaxCachedIds = 1 << 22;
+// Pieces longer than this are not cached.
+constexpr size_t kMaxCachedPieceBytes = 256;
+
+}  // namespace
+
+Encoder::Encoder(Vocabulary vocabulary) : vocabulary_(std::move(vocabulary)) {
+  const uint32_t n = vocabulary_.num_ranks();
+  for (uint32_t rank = 256; rank < n; ++rank) {
+    absl::string_view t = vocabulary_.token(rank);
+    for (size_t k = 1; k < t.size(); ++k) {
+      const uint32_t left = vocabulary_.Rank(t.substr(0, k));
+      if (left == kNoRank) continue;
+      const uint32_t right = vocabulary_.Rank(t.substr(k));
+      if (right == kNoRank) continue;
+      pair_ranks_.emplace(PairKey(left, right), rank);
+    }
+  }
+}
+
+void Encoder::BytePairMergeShort(absl::string_view piece,
+                                 std::vector<uint32_t>* ids) const {
+  uint32_t id[kLongPiece];
+  uint32_t rank[kLongPiece];  // rank[i]: rank of (id[i], id[i+1]).
+  size_t m = piece.size();
+  for (size_t i = 0; i < m; ++i) id[i] = static_cast<unsigned char>(piece[i]);
+  for (size_t i = 0; i + 1 < m; ++i) rank[i] = PairRank(id[i], id[i + 1]);
+  while (m > 1) {
+    size_t best = 0;
+    uint32_t best_rank = kNoRank;
+    for (size_t i = 0; i + 1 < m; ++i) {
+      if (rank[i] < best_rank) {  // strict: leftmost wins ties
+        best_rank = rank[i];
+        best = i;
+      }
+    }
+    if (best_rank == kNoRank) break;
+    id[best] = best_rank;
+    for (size_t i = best + 1; i + 1 < m; ++i) id[i] = id[i + 1];
+    for (size_t i = best + 1; i + 2 < m; ++i) rank[i] = rank[i + 1];
+    --m;
+    if (best + 1 < m) rank[best] = PairRank(id[best], id[best + 1]);
+    if (best > 0) rank[best - 1] = PairRank(id[best - 1], id[best]);
+  }
+  ids->insert(ids->end(), id, id + m);
+}
+
+void Encoder::BytePairMergeLong(absl::string_view piece,
+                                std::vector<uint32_t>* ids) const {
+  // Doubly linked list of parts in text order; part i starts at byte i.
+  // A heap of (rank, part) candidates ordered by rank, then position (the
+  // leftmost pair wins ties, as tiktoken); an entry is stale unless its
+  // version matches the part's.
+  const uint32_t n = static_cast<uint32_t>(piece.size());
+  std::vector<uint32_t> id(n), next(n), prev(n), version(n, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    id[i] = static_cast<unsigned char>(piece[i]);
+    next[i] = i + 1;  // n = none
+    prev[i] = i == 0 ? n : i - 1;
+  }
+  struct Candidate {
+    uint32_t rank;
+    uint32_t part;
+    uint32_t version;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : part > o.part;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto push = [&](uint32_t part) {
+    ++version[part];
+    if (next[part] >= n) return;
+    uint32_t r = PairRank(id[part], id[next[part]]);
+    if (r != kNoRank) heap.push({r, part, version[part]});
+  };
+  for (uint32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    Candidate c = heap.top();
+    heap.pop();
+    if (c.version != version[c.part]) continue;
+    const uint32_t right = next[c.part];
+    id[c.part] = c.rank;
+    next[c.part] = next[right];
+    if (next[right] < n) prev[next[right]] = c.part;
+    ++version[right];  // `right` is gone: its candidate is stale.
+    push(c.part);
+    if (prev[c.part] < n) push(prev[c.part]);
+  }
+  for (uint32_t i = 0; i < n; i = next[i]) ids->push_back(id[i]);
+}
+
+void Encoder::EncodePiece(absl::string_view piece, std::vector<uint32_t>* ids,
+                          PieceCache* cache) const {
+  const uint32_t whole = vocabulary_.Rank(piece);
+  if (whole != kNoRank) {
+    ids->push_back(whole);
+    return;
+  }
+  const bool cacheable = cache != nullptr && piece.size() <= kMaxCachedPieceBytes;
+  if (cacheable) {
+    auto it = cache->index_.find(piece);
+    if (it != cache->index_.end()) {
+      const uint32_t* p = cache->ids_.data() + it->second.first;
+      ids->insert(ids->end(), p, p + it->second.second);
+      return;
+    }
+  }
+  const size_t before = ids->size();
+  if (piece.size() < kLongPiece) {
+    BytePairMergeShort(piece, ids);
+  } else {
+    BytePairMergeLong(piece, ids);
+  }
+  if (cacheable) {
+    if (cache->ids_.size() > kMaxCachedIds) {
+      cache->index_.clear();
+      cache->ids_.clear();
+    }
+    const uint32_t offset = static_cast<uint32_t>(cache->ids_.size());
+    const uint32_t count = static_cast<uint32_t>(ids->size() - before);
+    cache->ids_.insert(cache->ids_.end(), ids->begin() + before, ids->end());
+    cache->index_.emplace(std::string(piece), std::make_pair(offset, count));
+  }
+}
+
+void Encoder::EncodeSegmentRange(absl::string_view segment, size_t begin,
+                                 size_t end, std::vector<uint32_t>* ids,
+                                 PieceCache* cache) const {
+  std::vector<absl::string_view> pieces;
+  pieces.reserve(kWindowBytes / 4);
+  while (begin < end) {
+    pieces.clear();
+    begin = PretokenizeRange(segment, begin,
+                             std::min(end, begin + kWindowBytes), &pieces);
+    for (absl::string_view piece : pieces) EncodePiece(piece, ids, cache);
+  }
+}
+
+void Encoder::Encode(absl::string_view text, bool allow_special,
+                     std::vector<uint32_t>* ids, PieceCache* cache) const {
+  PieceCache local;
+  if (cache == nullptr) cache = &local;
+  if (!allow_special) {
+    EncodeSegmentRange(text, 0, text.size(), ids, cache);
+    return;
+  }
+  std::vector<absl::string_view> segments;
+  SplitOnSpecial(text, Vocabulary::kEndOfText, &segments);
+  for (size_t s = 0; s < segments.size(); ++s) {
+    if (s > 0) ids->push_back(end_of_text_id());
+    EncodeSegmentRange(segments[s], 0, segments[s].size(), ids, cache);
+  }
+}
+
+void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
+                             int threads, std::vector<uint32_t>* ids) const {
+  if (threads <= 0) {
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+  if (threads == 1 || text.size() < (1u << 20)) {
+    Encode(text, allow_special, ids);
+    return;
+  }
+  std::vector<absl::string_view> segments;
+  if (allow_special) {
+    SplitOnSpecial(text, Vocabulary::kEndOfText, &segments);
+  } else {
+    segments.push_back(text);
+  }
+  // Work items: byte ranges of one segment, cut at safe positions; an item
+  // with `special_before` emits the special id first.
+  struct Item {
+    size_t segment;
+    size_t begin;
+    size_t end;
+    bool special_before;
+  };
+  const size_t target =
+      std::max<size_t>(1 << 18, text.size() / (static_cast<size_t>(threads) * 8));
+  std::vector<Item> items;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    absl::string_view seg = segments[s];
+    size_t begin = 0;
+    bool special = s > 0;
+    do {
+      size_t cut = begin + target < seg.size()
+                       ? NextSafeCut(seg, begin + target)
+                       : absl::string_view::npos;
+      if (cut == absl::string_view::npos) cut = seg.size();
+      items.push_back({s, begin, cut, special});
+      special = false;
+      begin = cut;
+    } while (begin < seg.size());
+  }
+  std::vector<std::vector<uint32_t>> outputs(items.size());
+  std::atomic<size_t> next_item{0};
+  auto worker = [&] {
+    PieceCache cache;
+    for (size_t i; (i = next_item.fetch_add(1)) < items.size();) {
+      const Item& item = items[i];
+      std::vector<uint32_t>& out = outputs[i];
+      out.reserve((item.end - item.begin) / 3 + 1);
+      if (item.special_before) out.push_back(end_of_text_id());
+      EncodeSegmentRange(segments[item.segment], item.begin, item.end, &out,
+                         &cache);
+    }
+  };
+  const int n_threads =
+      static_cast<int>(std::min<size_t>(threads, items.size()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n_threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  size_t total = 0;
+  for (const auto& out : outputs) total += out.size();
+  ids->reserve(ids->size() + total);
+  for (const auto& out : outputs) ids->insert(ids->end(), out.begin(), out.end());
+}
+
+absl::Status Encoder::Decode(absl::Span<const uint32_t> ids,
+                             std::string* bytes) const {
+  const uint32_t n = vocabulary_.num_ranks();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t id = ids[i];
+    if (id < n) {
+      bytes->append(vocabulary_.token(id).data(), vocabulary_.token(id).size());
+    } else if (id == n) {
+      bytes->append(Vocabulary::kEndOfText.data(),
+                    Vocabulary::kEndOfText.size());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "id ", id, " at position ", i, " is out of range [0, ", n + 1, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace coppelius

@@ -1,0 +1,103 @@
+// File: tokenizer/encoder.h
+//
+// Byte-level BPE encoder/decoder with tiktoken 0.14 semantics (SPEC §3):
+//   1. With `allow_special`, each "<|endoftext|>" in the text emits the
+//      special id V - 1 and cuts the text into segments that are
+//      pre-tokenized independently; otherwise it is ordinary text.
+//   2. Each segment is split into pieces by Pretokenize (pretokenizer.h).
+//   3. A piece whose bytes are a token is emitted whole (tiktoken's
+//      whole-piece shortcut).
+//   4. Otherwise tiktoken's `byte_pair_merge`: start from single bytes and
+//      repeatedly merge the adjacent pair whose concatenated bytes have the
+//      lowest rank, leftmost first on ties, until no pair is a token.
+//      Implemented over ids with a (left id, right id) -> rank map built from
+//      every split of every token into two tokens; pieces of 128+ bytes use a
+//      heap over a linked list (O(n log n)), shorter ones a linear scan.
+// Ids are u32: 0..N-1 the ranks, N = V - 1 the special token.
+//
+// Thread safety: an Encoder is immutable after construction; all methods are
+// const and may be called concurrently.
+#ifndef COPPELIUS_TOKENIZER_ENCODER_H_
+#define COPPELIUS_TOKENIZER_ENCODER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+
+// Memo of BPE results for pieces that are not whole tokens. One per thread;
+// bounded (cleared when it grows past a few million ids).
+class PieceCache {
+ public:
+  PieceCache() = default;
+  PieceCache(const PieceCache&) = delete;
+  PieceCache& operator=(const PieceCache&) = delete;
+
+ private:
+  friend class Encoder;
+  absl::flat_hash_map<std::string, std::pair<uint32_t, uint32_t>> index_;
+  std::vector<uint32_t> ids_;
+};
+
+class Encoder {
+ public:
+  explicit Encoder(Vocabulary vocabulary);
+
+  const Vocabulary& vocabulary() const { return vocabulary_; }
+  // V (ranks + the special token).
+  uint32_t vocab_size() const { return vocabulary_.vocab_size(); }
+  uint32_t end_of_text_id() const { return vocabulary_.end_of_text_id(); }
+
+  // Appends the ids of `text` (arbitrary bytes) to `ids`. `cache` may be null
+  // (a call-local cache is used).
+  void Encode(absl::string_view text, bool allow_special,
+              std::vector<uint32_t>* ids, PieceCache* cache = nullptr) const;
+
+  // As Encode, using up to `threads` threads (<= 0: hardware concurrency).
+  // The output is identical to Encode's for every thread count: the text is
+  // cut only at special tokens and at positions that are piece boundaries
+  // whatever precedes them (NextSafeCut in pretokenizer.h).
+  void EncodeParallel(absl::string_view text, bool allow_special, int threads,
+                      std::vector<uint32_t>* ids) const;
+
+  // Appends the ids of one piece (steps 3 and 4). Precondition: non-empty.
+  void EncodePiece(absl::string_view piece, std::vector<uint32_t>* ids,
+                   PieceCache* cache = nullptr) const;
+
+  // Appends the bytes of `ids` to `bytes`; the special id decodes to
+  // "<|endoftext|>". InvalidArgument "id X at position I is out of range
+  // [0, V)" for an id >= V. Decode(Encode(b)) == b for every byte string b.
+  absl::Status Decode(absl::Span<const uint32_t> ids, std::string* bytes) const;
+
+ private:
+  static constexpr uint32_t kNoRank = Vocabulary::kNoRank;
+  static uint64_t PairKey(uint32_t left, uint32_t right) {
+    return (static_cast<uint64_t>(left) << 32) | right;
+  }
+  uint32_t PairRank(uint32_t left, uint32_t right) const {
+    auto it = pair_ranks_.find(PairKey(left, right));
+    return it == pair_ranks_.end() ? kNoRank : it->second;
+  }
+  void EncodeSegmentRange(absl::string_view segment, size_t begin, size_t end,
+                          std::vector<uint32_t>* ids, PieceCache* cache) const;
+  void BytePairMergeShort(absl::string_view piece,
+                          std::vector<uint32_t>* ids) const;
+  void BytePairMergeLong(absl::string_view piece,
+                         std::vector<uint32_t>* ids) const;
+
+  Vocabulary vocabulary_;
+  // (left id, right id) -> rank of the concatenated bytes, for every token
+  // that splits into two tokens.
+  absl::flat_hash_map<uint64_t, uint32_t> pair_ranks_;
+};
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_TOKENIZER_ENCODER_H_

@@ -1,0 +1,205 @@
+#include "tokenizer/encoder.h"
+
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+Vocabulary MakeVocabulary(const std::vector<std::string>& merged) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+  tokens.insert(tokens.end(), merged.begin(), merged.end());
+  auto v = Vocabulary::FromTokens(tokens);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return *std::move(v);
+}
+
+// Reference: tiktoken's byte_pair_merge written directly over byte ranges
+// (src/lib.rs): merge the adjacent parts whose concatenated bytes have the
+// lowest rank, leftmost on ties; quadratic, for testing only.
+std::vector<uint32_t> ReferenceBpe(const Vocabulary& v,
+                                   const std::string& piece) {
+  if (v.Rank(piece) != Vocabulary::kNoRank) return {v.Rank(piece)};
+  std::vector<size_t> starts;
+  for (size_t i = 0; i <= piece.size(); ++i) starts.push_back(i);
+  while (starts.size() > 2) {
+    uint32_t best = Vocabulary::kNoRank;
+    size_t best_i = 0;
+    for (size_t i = 0; i + 2 < starts.size(); ++i) {
+      uint32_t r = v.Rank(piece.substr(starts[i], starts[i + 2] - starts[i]));
+      if (r < best) {
+        best = r;
+        best_i = i;
+      }
+    }
+    if (best == Vocabulary::kNoRank) break;
+    starts.erase(starts.begin() + best_i + 1);
+  }
+  std::vector<uint32_t> ids;
+  for (size_t i = 0; i + 1 < starts.size(); ++i) {
+    ids.push_back(v.Rank(piece.substr(starts[i], starts[i + 1] - starts[i])));
+  }
+  return ids;
+}
+
+std::vector<uint32_t> EncodePiece(const Encoder& e, const std::string& piece) {
+  std::vector<uint32_t> ids;
+  e.EncodePiece(piece, &ids);
+  return ids;
+}
+
+TEST(Encoder, KnownMerges) {
+  // 256 "ab", 257 "bc", 258 "abc", 259 "aa".
+  Encoder e(MakeVocabulary({"ab", "bc", "abc", "aa"}));
+  EXPECT_THAT(EncodePiece(e, "abc"), ElementsAre(258));  // whole piece
+  // ab (256) beats bc (257); then "ab"+"c" = "abc" (258).
+  EXPECT_THAT(EncodePiece(e, "abcb"), ElementsAre(258, 'b'));
+  // Leftmost on ties.
+  EXPECT_THAT(EncodePiece(e, "aaa"), ElementsAre(259, 'a'));
+  EXPECT_THAT(EncodePiece(e, "aaaa"), ElementsAre(259, 259));
+  EXPECT_THAT(EncodePiece(e, "xbc"), ElementsAre('x', 257));
+}
+
+TEST(Encoder, WholePieceShortcutBeatsMergeOrder) {
+  // "abc" is a token but unreachable by merges ("ab", "bc" absent): tiktoken
+  // still emits it whole when the piece is exactly "abc".
+  Encoder e(MakeVocabulary({"abc"}));
+  EXPECT_THAT(EncodePiece(e, "abc"), ElementsAre(256));
+  EXPECT_THAT(EncodePiece(e, "abcd"), ElementsAre('a', 'b', 'c', 'd'));
+}
+
+TEST(Encoder, MatchesReferenceOnRandomPiecesShortAndLong) {
+  std::vector<std::string> merged = {"ab", "ba", "aa", "bb", "aab", "abab",
+                                     "bba", "aaaa", "abba", "ca", "cab",
+                                     "aaaaaaaa", "babab", "cc", "ccc"};
+  Vocabulary v = MakeVocabulary(merged);
+  Encoder e(v);
+  std::mt19937 rng(3);
+  for (int iter = 0; iter < 3000; ++iter) {
+    size_t n = 1 + rng() % (iter % 10 == 0 ? 600 : 150);
+    std::string piece;
+    for (size_t i = 0; i < n; ++i) piece += "abc"[rng() % 3];
+    ASSERT_EQ(EncodePiece(e, piece), ReferenceBpe(v, piece)) << piece;
+  }
+}
+
+TEST(Encoder, SpecialTokens) {
+  Encoder e(MakeVocabulary({"ab"}));
+  const uint32_t eot = e.end_of_text_id();
+  EXPECT_EQ(eot, 257u);
+  std::vector<uint32_t> ids;
+  e.Encode("ab<|endoftext|>ab", true, &ids);
+  EXPECT_THAT(ids, ElementsAre(256, 257, 256));
+  ids.clear();
+  e.Encode("ab<|endoftext|>ab", false, &ids);
+  // Pieces "ab" "<|" "endoftext" "|>" "ab": 1 + 2 + 9 + 2 + 1 ids.
+  EXPECT_EQ(ids.size(), 15u);
+  EXPECT_EQ(ids.front(), 256u);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), eot), 0);
+  // Whitespace right before the special ends its segment: "\s++$".
+  ids.clear();
+  e.Encode("a  <|endoftext|>", true, &ids);
+  std::vector<absl::string_view> pieces;
+  Pretokenize("a  ", &pieces);
+  EXPECT_THAT(pieces, ElementsAre("a", "  "));
+  EXPECT_THAT(ids, ElementsAre('a', ' ', ' ', eot));
+}
+
+TEST(Encoder, DecodeRoundTripsRandomBytes) {
+  Encoder e(MakeVocabulary({"ab", " t", "he", " the", "\xFF\xFE", "\n\n"}));
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string text;
+    size_t n = rng() % 100;
+    for (size_t i = 0; i < n; ++i) {
+      text += (rng() % 2) ? static_cast<char>(rng()) : " the\nab"[rng() % 7];
+    }
+    if (iter % 7 == 0) text += "<|endoftext|>";
+    for (bool allow : {false, true}) {
+      std::vector<uint32_t> ids;
+      e.Encode(text, allow, &ids);
+      std::string back;
+      ASSERT_TRUE(e.Decode(ids, &back).ok());
+      ASSERT_EQ(back, text);
+    }
+  }
+}
+
+TEST(Encoder, DecodeRejectsOutOfRangeIds) {
+  Encoder e(MakeVocabulary({}));
+  std::string out;
+  absl::Status s = e.Decode({1, 256, 257}, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("id 257 at position 2 is out of range [0, 257)"));
+  out.clear();
+  EXPECT_TRUE(e.Decode({256}, &out).ok());
+  EXPECT_EQ(out, "<|endoftext|>");
+}
+
+TEST(Encoder, ParallelOutputIndependentOfThreadCount) {
+  Encoder e(MakeVocabulary({"th", "the", " the", "e ", "\n\n", "ca", "cat"}));
+  std::mt19937 rng(9);
+  const char* words[] = {"the", " cat", "\n", "\n\n", "  ", "<|endoftext|>",
+                         "x", "\xE3\x80\x80", "'s", " 42"};
+  std::string text;
+  while (text.size() < (3u << 20)) text += words[rng() % 10];
+  for (bool allow : {false, true}) {
+    std::vector<uint32_t> serial;
+    e.Encode(text, allow, &serial);
+    for (int threads : {1, 2, 3, 8}) {
+      std::vector<uint32_t> parallel;
+      e.EncodeParallel(text, allow, threads, &parallel);
+      ASSERT_EQ(parallel, serial) << threads;
+    }
+  }
+}
+
+double SecondsToEncode(const Encoder& e, const std::string& text) {
+  double best = 1e9;
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<uint32_t> ids;
+    auto t0 = std::chrono::steady_clock::now();
+    e.Encode(text, false, &ids);
+    auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
+// Long runs of one character must not be quadratic: 4x the input may take
+// at most ~8x the time (linear: 4x, n log n: ~4.4x, quadratic: 16x).
+TEST(Encoder, LongRunsAreNotQuadratic) {
+  std::vector<std::string> merged;
+  for (const char* c : {"a", " ", "^"}) {
+    for (int len = 2; len <= 64; len *= 2) merged.push_back(std::string(len, *c));
+  }
+  Encoder e(MakeVocabulary(merged));
+  for (char c : {'a', ' ', '^', '\n'}) {
+    const std::string small(1 << 18, c), large(1 << 20, c);
+    const std::string text_small = "x" + small + "x";
+    const std::string text_large = "x" + large + "x";
+    double t_small = SecondsToEncode(e, text_small);
+    double t_large = SecondsToEncode(e, text_large);
+    EXPECT_LT(t_large, 8 * t_small + 0.05)
+        << "char " << int(c) << ": 256 KiB " << t_small << " s, 1 MiB "
+        << t_large << " s";
+  }
+}
+
+}  // namespace
+}  // namespace coppelius
