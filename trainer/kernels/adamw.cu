@@ -1,0 +1,66 @@
+// File: trainer/kernels/adamw.cu (see adamw.h for the math).
+#include "trainer/kernels/adamw.h"
+
+namespace coppelius {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads)
+    AdamWKernel(const AdamWChunk* __restrict__ chunks,
+                const AdamWDeviceScalars* __restrict__ table,
+                const int64_t* __restrict__ step, int64_t fixed_step,
+                float* __restrict__ p, float* __restrict__ m,
+                float* __restrict__ v, const float* __restrict__ g,
+                __nv_bfloat16* __restrict__ p_bf16) {
+  const AdamWChunk chunk = chunks[blockIdx.x];
+  const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
+  for (int i = threadIdx.x; i < chunk.count; i += kThreads) {
+    const int64_t k = chunk.begin + i;
+    float pi = p[k];
+    const float gi = g[k];
+    if (chunk.decayed) pi = __fmul_rn(pi, s.decay_factor);
+    const float mi =
+        __fadd_rn(__fmul_rn(s.beta1, m[k]), __fmul_rn(s.one_minus_beta1, gi));
+    const float gg = __fmul_rn(gi, gi);
+    const float vi =
+        __fadd_rn(__fmul_rn(s.beta2, v[k]), __fmul_rn(s.one_minus_beta2, gg));
+    const float denom =
+        __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt),
+                  s.epsilon);
+    const float ratio = __fdiv_rn(mi, denom);
+    pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
+    p[k] = pi;
+    m[k] = mi;
+    v[k] = vi;
+    if (chunk.decayed) p_bf16[k] = __float2bfloat16_rn(pi);
+  }
+}
+
+__global__ void CastKernel(const float* __restrict__ in, int64_t n,
+                           __nv_bfloat16* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+}  // namespace
+
+cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
+                              const AdamWDeviceScalars* scalars_table,
+                              const int64_t* step, int64_t fixed_step,
+                              float* p, float* m, float* v, const float* g,
+                              __nv_bfloat16* p_bf16, cudaStream_t stream) {
+  AdamWKernel<<<num_chunks, kThreads, 0, stream>>>(
+      chunks, scalars_table, step, fixed_step, p, m, v, g, p_bf16);
+  return cudaGetLastError();
+}
+
+cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,
+                       cudaStream_t stream) {
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
+  CastKernel<<<blocks, threads, 0, stream>>>(in, n, out);
+  return cudaGetLastError();
+}
+
+}  // namespace coppelius

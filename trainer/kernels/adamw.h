@@ -1,0 +1,63 @@
+// File: trainer/kernels/adamw.h
+//
+// AdamW update on flat planes (SPEC §4), mirroring trainer/adamw.h's exact
+// fp32 operation order bitwise (single IEEE operations, round to nearest,
+// no FMA: __fmul_rn / __fadd_rn / __fsqrt_rn / __fdiv_rn):
+//
+//   if decayed: p = p * decay_factor
+//   m = (beta1 * m) + (one_minus_beta1 * g)
+//   v = (beta2 * v) + (one_minus_beta2 * (g * g))
+//   denom = (sqrt(v) / bias_correction2_sqrt) + epsilon
+//   p = p − (step_size * (m / denom))
+//
+// The per-update scalars are computed on the host by trainer/adamw.h's
+// ComputeAdamWStepScalars for every update of the run and uploaded as a table
+// indexed by the step; the kernel reads entry `*step` (a device counter, so
+// one captured graph serves every step) or `fixed_step` when `step` is null.
+//
+// Planes: P, M, V, G fp32 [num_parameters] (the P plane's layout); work is a
+// list of chunks {begin, count ≤ kAdamWChunk, decayed} covering the plane
+// tensor by tensor (decay mask per tensor: the 2-D tensors). For decayed
+// chunks the updated p is also written rounded to bf16 into `p_bf16` (same
+// index): the operand copy of the weight matrices. One block per chunk.
+#ifndef COPPELIUS_TRAINER_KERNELS_ADAMW_H_
+#define COPPELIUS_TRAINER_KERNELS_ADAMW_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace coppelius {
+
+constexpr int kAdamWChunk = 4096;
+
+// Same fields and order as trainer/adamw.h's AdamWStepScalars.
+struct AdamWDeviceScalars {
+  float decay_factor;
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float step_size;
+  float bias_correction2_sqrt;
+  float epsilon;
+};
+
+struct AdamWChunk {
+  int64_t begin;
+  int32_t count;
+  int32_t decayed;
+};
+
+cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
+                              const AdamWDeviceScalars* scalars_table,
+                              const int64_t* step, int64_t fixed_step,
+                              float* p, float* m, float* v, const float* g,
+                              __nv_bfloat16* p_bf16, cudaStream_t stream);
+
+// out[i] = bf16(in[i]) for i < n.
+cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,
+                       cudaStream_t stream);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_TRAINER_KERNELS_ADAMW_H_

@@ -1,0 +1,173 @@
+// File: trainer/kernels/matmul.cc
+//
+// Row-major to column-major: a row-major [R, S] matrix with leading dimension
+// ld is the column-major [S, R] matrix with the same ld. So the row-major
+// D = op(A) · op(B) is the column-major Dᵀ = op(B)ᵀ · op(A)ᵀ: cuBLASLt's
+// first operand is our B (transposed iff trans_b), its second our A
+// (transposed iff trans_a), m = N, n = M.
+#include "trainer/kernels/matmul.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/kernels/cuda_status.h"
+
+namespace coppelius {
+namespace {
+
+absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols,
+                        int64_t ld, int batch, int64_t stride,
+                        cublasLtMatrixLayout_t* layout,
+                        const std::string& what) {
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(layout, type, rows, cols, ld),
+      absl::StrCat(what, ": cublasLtMatrixLayoutCreate"));
+  if (batch > 1) {
+    int32_t count = batch;
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatrixLayoutSetAttribute(*layout,
+                                         CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                         &count, sizeof(count)),
+        absl::StrCat(what, ": cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)"));
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatrixLayoutSetAttribute(
+            *layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+            sizeof(stride)),
+        absl::StrCat(what,
+                     ": cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+MatmulPlan::~MatmulPlan() {
+  if (layout_c_ != nullptr) cublasLtMatrixLayoutDestroy(layout_c_);
+  if (layout_b_ != nullptr) cublasLtMatrixLayoutDestroy(layout_b_);
+  if (layout_a_ != nullptr) cublasLtMatrixLayoutDestroy(layout_a_);
+  if (op_desc_ != nullptr) cublasLtMatmulDescDestroy(op_desc_);
+}
+
+absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
+    cublasLtHandle_t handle, const MatmulShape& s, size_t workspace_bytes) {
+  const std::string what = absl::StrCat("matmul ", s.name);
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": sizes must be positive (m=", s.m, " n=", s.n,
+                     " k=", s.k, " batch=", s.batch, ")"));
+  }
+  const int64_t a_cols = s.trans_a ? s.m : s.k;
+  const int64_t b_cols = s.trans_b ? s.k : s.n;
+  if (s.lda < a_cols || s.ldb < b_cols || s.ldc < s.n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": leading dimensions too small (lda=", s.lda, " needs ", a_cols,
+        ", ldb=", s.ldb, " needs ", b_cols, ", ldc=", s.ldc, " needs ", s.n,
+        ")"));
+  }
+  if (s.alignment_bytes < 4 || (s.alignment_bytes & (s.alignment_bytes - 1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": alignment_bytes must be a power of two >= 4"));
+  }
+  std::unique_ptr<MatmulPlan> plan(new MatmulPlan());
+  plan->shape_ = s;
+  plan->handle_ = handle;
+  plan->workspace_bytes_ = workspace_bytes;
+
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescCreate(&plan->op_desc_, CUBLAS_COMPUTE_32F,
+                               CUDA_R_32F),
+      absl::StrCat(what, ": cublasLtMatmulDescCreate"));
+  // cuBLASLt's A is our B, its B our A.
+  const cublasOperation_t op_a = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(plan->op_desc_, CUBLASLT_MATMUL_DESC_TRANSA,
+                                     &op_a, sizeof(op_a)),
+      absl::StrCat(what, ": cublasLtMatmulDescSetAttribute(TRANSA)"));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(plan->op_desc_, CUBLASLT_MATMUL_DESC_TRANSB,
+                                     &op_b, sizeof(op_b)),
+      absl::StrCat(what, ": cublasLtMatmulDescSetAttribute(TRANSB)"));
+
+  // Column-major shapes of the stored matrices.
+  // Our B stored row-major: [K, N] (plain) or [N, K] (trans_b), i.e.
+  // column-major [N, K] or [K, N].
+  const int64_t la_rows = s.trans_b ? s.k : s.n;
+  const int64_t la_cols = s.trans_b ? s.n : s.k;
+  // Our A stored row-major: [M, K] (plain) or [K, M] (trans_a).
+  const int64_t lb_rows = s.trans_a ? s.m : s.k;
+  const int64_t lb_cols = s.trans_a ? s.k : s.m;
+  {
+    absl::Status st = MakeLayout(CUDA_R_16BF, la_rows, la_cols, s.ldb, s.batch,
+                                 s.stride_b, &plan->layout_a_, what);
+    if (!st.ok()) return st;
+    st = MakeLayout(CUDA_R_16BF, lb_rows, lb_cols, s.lda, s.batch, s.stride_a,
+                    &plan->layout_b_, what);
+    if (!st.ok()) return st;
+    st = MakeLayout(CUDA_R_32F, s.n, s.m, s.ldc, s.batch, s.stride_c,
+                    &plan->layout_c_, what);
+    if (!st.ok()) return st;
+  }
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref),
+                         absl::StrCat(what, ": cublasLtMatmulPreferenceCreate"));
+  uint64_t ws = workspace_bytes;
+  uint32_t align = static_cast<uint32_t>(s.alignment_bytes);
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  const cublasLtMatmulPreferenceAttributes_t align_attrs[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (auto attr : align_attrs) {
+    if (st != CUBLAS_STATUS_SUCCESS) break;
+    st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
+                                              sizeof(align));
+  }
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(handle, plan->op_desc_,
+                                        plan->layout_a_, plan->layout_b_,
+                                        plan->layout_c_, plan->layout_c_, pref,
+                                        1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  CUBLAS_RETURN_IF_ERROR(
+      st, absl::StrCat(what, ": cublasLtMatmulAlgoGetHeuristic"));
+  if (found < 1) {
+    return absl::InternalError(absl::StrCat(
+        what, ": cublasLtMatmulAlgoGetHeuristic found no algorithm (m=", s.m,
+        " n=", s.n, " k=", s.k, " batch=", s.batch, ")"));
+  }
+  plan->algo_ = result.algo;
+  return plan;
+}
+
+absl::Status MatmulPlan::Run(const __nv_bfloat16* a, const __nv_bfloat16* b,
+                             const float* c, float* d, void* workspace,
+                             cudaStream_t stream) const {
+  const uintptr_t mask = static_cast<uintptr_t>(shape_.alignment_bytes) - 1;
+  if ((reinterpret_cast<uintptr_t>(a) & mask) ||
+      (reinterpret_cast<uintptr_t>(b) & mask) ||
+      (reinterpret_cast<uintptr_t>(d) & mask) ||
+      (c != nullptr && (reinterpret_cast<uintptr_t>(c) & mask))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul ", shape_.name, ": a pointer is not aligned to ",
+                     shape_.alignment_bytes, " bytes"));
+  }
+  if (c == nullptr) c = d;
+  const float alpha = shape_.alpha;
+  const float beta = shape_.beta;
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmul(handle_, op_desc_, &alpha, b, layout_a_, a, layout_b_,
+                     &beta, c, layout_c_, d, layout_c_, &algo_, workspace,
+                     workspace_bytes_, stream),
+      absl::StrCat("matmul ", shape_.name, ": cublasLtMatmul"));
+  return absl::OkStatus();
+}
+
+}  // namespace coppelius

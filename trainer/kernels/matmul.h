@@ -1,0 +1,94 @@
+// File: trainer/kernels/matmul.h
+//
+// Row-major bf16 matrix products over cuBLASLt, fp32 accumulation and fp32
+// results (SPEC §4 "halves": every operand of every product is bf16, the
+// product accumulates and returns fp32):
+//
+//   D[M, N] = alpha · op(A)[M, K] · op(B)[K, N] + beta · C[M, N]
+//
+// op(X) is X or Xᵀ (trans_a / trans_b). A, B are bf16, C and D fp32, all
+// row-major with leading dimensions lda, ldb, ldc (elements between rows of
+// the STORED matrix: a non-transposed A is stored [M, K], a transposed one
+// [K, M]). C and D share ldc; C may be D (in-place accumulation) or another
+// buffer (e.g. the residual stream: x_out = x_in + h · Wᵀ). `batch` > 1 gives
+// a strided batch (attention heads), strides in elements.
+//
+// Usage in the model (T rows, a Linear W [out, in]):
+//   forward  Y[T, out] = X[T, in] · Wᵀ           (trans_b)
+//   dX       dX[T, in] = dY[T, out] · W            (plain)
+//   dW       dW[out, in] = dY[T, out]ᵀ · X[T, in]  (trans_a)
+//
+// A MatmulPlan holds the cuBLASLt descriptors and the algorithm chosen by the
+// heuristic; it is built ONCE (outside graph capture) and Run() only enqueues
+// cublasLtMatmul, which is graph-capturable. The algorithm is fixed, so the
+// same inputs give bitwise identical results on the same GPU model.
+#ifndef COPPELIUS_TRAINER_KERNELS_MATMUL_H_
+#define COPPELIUS_TRAINER_KERNELS_MATMUL_H_
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace coppelius {
+
+struct MatmulShape {
+  std::string name;  // names errors, e.g. "blocks.3.qkv forward"
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  // Every pointer given to Run() must be aligned to this many bytes.
+  int alignment_bytes = 16;
+};
+
+class MatmulPlan {
+ public:
+  ~MatmulPlan();
+  MatmulPlan(const MatmulPlan&) = delete;
+  MatmulPlan& operator=(const MatmulPlan&) = delete;
+
+  // Builds descriptors and picks the algorithm. `workspace_bytes` is the size
+  // of the workspace every Run() will be given. Errors: InvalidArgument for
+  // inconsistent shapes; Internal (naming the cuBLASLt call) otherwise, incl.
+  // when the heuristic finds no algorithm.
+  static absl::StatusOr<std::unique_ptr<MatmulPlan>> Create(
+      cublasLtHandle_t handle, const MatmulShape& shape,
+      size_t workspace_bytes);
+
+  // Enqueues the product on `stream`. `c` may be nullptr when beta == 0 (then
+  // d is used). Checks pointer alignment (InvalidArgument).
+  absl::Status Run(const __nv_bfloat16* a, const __nv_bfloat16* b,
+                   const float* c, float* d, void* workspace,
+                   cudaStream_t stream) const;
+
+  const MatmulShape& shape() const { return shape_; }
+
+ private:
+  MatmulPlan() = default;
+
+  MatmulShape shape_;
+  cublasLtHandle_t handle_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  cublasLtMatmulDesc_t op_desc_ = nullptr;
+  // cuBLASLt's column-major A is our B, its B our A (see matmul.cc).
+  cublasLtMatrixLayout_t layout_a_ = nullptr;
+  cublasLtMatrixLayout_t layout_b_ = nullptr;
+  cublasLtMatrixLayout_t layout_c_ = nullptr;
+  cublasLtMatmulAlgo_t algo_;
+};
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_TRAINER_KERNELS_MATMUL_H_
