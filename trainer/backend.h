@@ -116,6 +116,21 @@ class Backend {
   virtual absl::Status Final(uint64_t context, float* logits) = 0;
 
   virtual absl::StatusOr<BackendTelemetry> Telemetry() = 0;
+
+  // How many steps may be enqueued beyond the last polled one (and beyond a
+  // BeginSnapshot before its FinishSnapshot). 0 for a synchronous backend:
+  // the run loop then polls each step and finishes each snapshot at once.
+  virtual int max_steps_in_flight() const { return 0; }
+
+  // Device timestamps (ns, the device's global timer) of step `step`'s
+  // start and end; valid after PollStep(step). Zeros where there is no
+  // device clock (the reference backend).
+  virtual void StepDeviceTimes(int64_t step, uint64_t* start_ns,
+                               uint64_t* end_ns) {
+    (void)step;
+    *start_ns = 0;
+    *end_ns = 0;
+  }
 };
 
 }  // namespace coppelius
