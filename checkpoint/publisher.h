@@ -54,10 +54,13 @@ struct FileOps {
   std::function<int(const char* from, const char* to)> rename;
   std::function<int(const char* from, const char* to)> link;
   std::function<int(const char* path)> unlink;
+  // Opens directory `dir`, fsyncs and closes it.
+  std::function<int(const char* dir)> fsync_directory;
 };
 
 // FileOps calling open(2), posix_fallocate(3), pwrite(2), fsync(2),
-// close(2), rename(2), link(2), unlink(2).
+// close(2), rename(2), link(2), unlink(2), and open+fsync+close of a
+// directory.
 FileOps PosixFileOps();
 
 // Points of a publication, in order, reported to PublishOptions::stage_hook

@@ -1,0 +1,297 @@
+#include "checkpoint/publisher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <random>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+
+namespace coppelius {
+namespace {
+
+// Largest single pwrite; keeps injected faults and progress granular.
+constexpr size_t kMaxWriteBytes = size_t{64} << 20;
+
+std::string BaseName(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string TemporaryName(const std::string& path) {
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), r);
+}
+
+int PosixFsyncDirectory(const char* dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (fsync(fd) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return close(fd);
+}
+
+absl::Status WriteAt(const FileOps& ops, int fd, const void* data, size_t size,
+                     uint64_t offset, const std::string& file) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const size_t n_try = std::min(size, kMaxWriteBytes);
+    ssize_t n = ops.pwrite(fd, p, n_try, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Annotate(ErrnoStatus(errno, "writing", file),
+                      absl::StrCat("at offset ", offset));
+    }
+    if (n == 0) {
+      return Annotate(ErrnoStatus(ENOSPC, "writing", file),
+                      absl::StrCat("at offset ", offset, " (wrote 0 bytes)"));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+bool AllDigits(absl::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!absl::ascii_isdigit(c)) return false;
+  return true;
+}
+
+// "update-<8+ digits>.ckpt"
+bool IsHistoryName(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, "update-")) return false;
+  if (!absl::ConsumeSuffix(&name, ".ckpt")) return false;
+  return name.size() >= 8 && AllDigits(name);
+}
+
+absl::StatusOr<int> CleanDirectory(
+    const std::string& dir, const std::function<bool(absl::string_view)>& match,
+    const FileOps& ops) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus(errno, "opening directory", dir);
+  std::vector<std::string> victims;
+  errno = 0;
+  while (struct dirent* e = readdir(d)) {
+    if (match(e->d_name)) victims.push_back(e->d_name);
+  }
+  int read_errno = errno;
+  closedir(d);
+  if (read_errno != 0) return ErrnoStatus(read_errno, "reading directory", dir);
+  int removed = 0;
+  for (const std::string& name : victims) {
+    const std::string full = absl::StrCat(dir, "/", name);
+    if (ops.unlink(full.c_str()) != 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoStatus(errno, "removing stale temporary", full);
+    }
+    ++removed;
+  }
+  return removed;
+}
+
+}  // namespace
+
+FileOps PosixFileOps() {
+  FileOps ops;
+  ops.open = [](const char* path, int flags, mode_t mode) {
+    return ::open(path, flags, mode);
+  };
+  ops.fallocate = [](int fd, off_t offset, off_t length) {
+    return ::posix_fallocate(fd, offset, length);
+  };
+  ops.pwrite = [](int fd, const void* data, size_t size, off_t offset) {
+    return ::pwrite(fd, data, size, offset);
+  };
+  ops.fsync = [](int fd) { return ::fsync(fd); };
+  ops.close = [](int fd) { return ::close(fd); };
+  ops.rename = [](const char* from, const char* to) {
+    return ::rename(from, to);
+  };
+  ops.link = [](const char* from, const char* to) { return ::link(from, to); };
+  ops.unlink = [](const char* path) { return ::unlink(path); };
+  ops.fsync_directory = &PosixFsyncDirectory;
+  return ops;
+}
+
+std::string HistoryPath(const std::string& history_dir, uint64_t update_count) {
+  return absl::StrFormat("%s/update-%08d.ckpt", history_dir, update_count);
+}
+
+bool IsTemporaryName(absl::string_view basename, absl::string_view target) {
+  if (target.empty()) return false;
+  if (!absl::ConsumePrefix(&basename, target)) return false;
+  if (!absl::ConsumePrefix(&basename, ".tmp.")) return false;
+  const size_t dot = basename.find('.');
+  if (dot == absl::string_view::npos) return false;
+  if (!AllDigits(basename.substr(0, dot))) return false;
+  absl::string_view hex = basename.substr(dot + 1);
+  if (hex.size() != 16) return false;
+  for (char c : hex) {
+    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
+                                          const std::string& history_dir,
+                                          const FileOps* file_ops) {
+  const FileOps ops = file_ops != nullptr ? *file_ops : PosixFileOps();
+  const std::string target = BaseName(path);
+  ASSIGN_OR_RETURN(
+      int removed,
+      CleanDirectory(
+          DirName(path),
+          [&](absl::string_view name) { return IsTemporaryName(name, target); },
+          ops));
+  if (!history_dir.empty()) {
+    ASSIGN_OR_RETURN(
+        int history_removed,
+        CleanDirectory(
+            history_dir,
+            [](absl::string_view name) {
+              const size_t pos = name.find(".ckpt.tmp.");
+              if (pos == absl::string_view::npos) return false;
+              absl::string_view target = name.substr(0, pos + 5);
+              return IsHistoryName(target) && IsTemporaryName(name, target);
+            },
+            ops));
+    removed += history_removed;
+  }
+  return removed;
+}
+
+absl::Status PublishCheckpoint(const std::string& path,
+                               const CheckpointIdentity& identity,
+                               uint64_t update_count, const void* payload,
+                               size_t payload_bytes,
+                               const PublishOptions& options) {
+  if (payload_bytes != identity.payload_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "publishing %s: payload is %d bytes, the identity says %d", path,
+        payload_bytes, identity.payload_bytes));
+  }
+  if (payload == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("publishing ", path, ": payload is null"));
+  }
+  if (identity.chunk_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("publishing ", path, ": chunk_bytes is 0, expected > 0"));
+  }
+  const FileOps ops =
+      options.file_ops != nullptr ? *options.file_ops : PosixFileOps();
+  auto stage = [&](PublishStage s) {
+    if (options.stage_hook) options.stage_hook(s);
+  };
+
+  RETURN_IF_ERROR(Annotate(
+      CleanStaleTemporaries(path, options.history_dir, &ops).status(),
+      absl::StrCat("publishing ", path)));
+
+  const std::vector<Sha256Digest> digests = ChunkDigests(
+      payload, payload_bytes, identity.chunk_bytes, options.threads);
+  EnvelopeProvenance provenance;
+  provenance.writer = options.writer;
+  provenance.backend = options.backend;
+  provenance.created_unix_nanos = options.created_unix_nanos;
+  provenance.parent_header_sha256 = options.parent_header_sha256;
+  absl::StatusOr<CheckpointHeader> header =
+      MakeHeader(identity, update_count, digests, provenance);
+  if (!header.ok()) {
+    return Annotate(header.status(), absl::StrCat("publishing ", path));
+  }
+  ASSIGN_OR_RETURN(std::string prefix, EncodeEnvelopePrefix(*header));
+  const uint64_t total = prefix.size() + payload_bytes;
+
+  const std::string tmp = TemporaryName(path);
+  int fd = ops.open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "creating temporary", tmp);
+  bool tmp_exists = true;
+  auto fail = [&](absl::Status status) {
+    if (fd >= 0) ops.close(fd);
+    if (tmp_exists) ops.unlink(tmp.c_str());
+    return Annotate(status, absl::StrCat("publishing ", path,
+                                         " (previous checkpoint untouched)"));
+  };
+  stage(PublishStage::kTemporaryCreated);
+
+  int err = ops.fallocate(fd, 0, static_cast<off_t>(total));
+  if (err != 0 && err != EOPNOTSUPP && err != EINVAL && err != ENOSYS) {
+    return fail(Annotate(ErrnoStatus(err, "allocating", tmp),
+                         absl::StrCat(total, " bytes")));
+  }
+  stage(PublishStage::kAllocated);
+
+  absl::Status status = WriteAt(ops, fd, prefix.data(), prefix.size(), 0, tmp);
+  if (!status.ok()) return fail(status);
+  stage(PublishStage::kPrefixWritten);
+  status = WriteAt(ops, fd, payload, payload_bytes, prefix.size(), tmp);
+  if (!status.ok()) return fail(status);
+  stage(PublishStage::kPayloadWritten);
+
+  if (ops.fsync(fd) != 0) {
+    // Never retry a failed fsync: the kernel may have dropped the pages.
+    return fail(ErrnoStatus(errno, "fsync of", tmp));
+  }
+  stage(PublishStage::kSynced);
+  const int close_result = ops.close(fd);
+  fd = -1;
+  if (close_result != 0) return fail(ErrnoStatus(errno, "closing", tmp));
+  stage(PublishStage::kClosed);
+
+  if (!options.history_dir.empty()) {
+    const std::string history = HistoryPath(options.history_dir, update_count);
+    const std::string history_tmp = TemporaryName(history);
+    if (ops.link(tmp.c_str(), history_tmp.c_str()) != 0) {
+      return fail(Annotate(ErrnoStatus(errno, "hard-linking", history_tmp),
+                           absl::StrCat("history link of ", tmp,
+                                        " (history_dir must be on the same "
+                                        "filesystem)")));
+    }
+    if (ops.rename(history_tmp.c_str(), history.c_str()) != 0) {
+      const int e = errno;
+      ops.unlink(history_tmp.c_str());
+      return fail(ErrnoStatus(e, "renaming history link to", history));
+    }
+    if (ops.fsync_directory(options.history_dir.c_str()) != 0) {
+      return fail(ErrnoStatus(errno, "fsync of directory", options.history_dir));
+    }
+    stage(PublishStage::kHistoryLinked);
+  }
+
+  if (ops.rename(tmp.c_str(), path.c_str()) != 0) {
+    return fail(ErrnoStatus(errno, "renaming temporary to", path));
+  }
+  tmp_exists = false;
+  stage(PublishStage::kRenamed);
+  const std::string dir = DirName(path);
+  if (ops.fsync_directory(dir.c_str()) != 0) {
+    return Annotate(ErrnoStatus(errno, "fsync of directory", dir),
+                    absl::StrCat("publishing ", path,
+                                 " (renamed into place, rename not yet "
+                                 "durable)"));
+  }
+  stage(PublishStage::kDirectorySynced);
+  return absl::OkStatus();
+}
+
+}  // namespace coppelius
