@@ -1,0 +1,130 @@
+#include "tokenizer/tokenize.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/internal/endian.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "tokenizer/encoder.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+
+absl::StatusOr<IdFormat> ParseIdFormat(absl::string_view name) {
+  if (name == "u32") return IdFormat::kU32;
+  if (name == "text") return IdFormat::kText;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format=", name, ": expected u32 or text"));
+}
+
+std::string FormatIds(absl::Span<const uint32_t> ids, IdFormat format) {
+  std::string out;
+  if (format == IdFormat::kU32) {
+    out.resize(ids.size() * 4);
+    char* p = &out[0];
+    for (uint32_t id : ids) {
+      const uint32_t le = absl::little_endian::FromHost32(id);
+      std::memcpy(p, &le, 4);
+      p += 4;
+    }
+    return out;
+  }
+  out.reserve(ids.size() * 6);
+  char buf[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ' ';
+    char* end = buf + sizeof(buf);
+    char* p = end;
+    uint32_t v = ids[i];
+    do {
+      *--p = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0);
+    out.append(p, end);
+  }
+  if (!ids.empty()) out += '\n';
+  return out;
+}
+
+absl::StatusOr<std::vector<uint32_t>> ParseIds(absl::string_view data,
+                                               IdFormat format,
+                                               absl::string_view name) {
+  std::vector<uint32_t> ids;
+  if (format == IdFormat::kU32) {
+    if (data.size() % 4 != 0) {
+      return absl::DataLossError(absl::StrCat(
+          name, ": size ", data.size(),
+          " bytes is not a multiple of 4 (u32 ids); truncated at byte ",
+          data.size() / 4 * 4));
+    }
+    ids.resize(data.size() / 4);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      uint32_t le;
+      std::memcpy(&le, data.data() + 4 * i, 4);
+      ids[i] = absl::little_endian::ToHost32(le);
+    }
+    return ids;
+  }
+  size_t i = 0;
+  while (i < data.size()) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(data[i]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < data.size() &&
+           !absl::ascii_isspace(static_cast<unsigned char>(data[j]))) {
+      ++j;
+    }
+    absl::string_view word = data.substr(i, j - i);
+    uint32_t id;
+    bool digits = true;
+    for (char c : word) digits = digits && absl::ascii_isdigit(c);
+    if (!digits || !absl::SimpleAtoi(word, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": byte ", i, ": \"", absl::CHexEscape(word.substr(0, 20)),
+          "\" is not a decimal id (expected 0..4294967295)"));
+    }
+    ids.push_back(id);
+    i = j;
+  }
+  return ids;
+}
+
+absl::Status RunEncode(const EncodeOptions& options) {
+  ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
+  Encoder encoder(std::move(vocabulary));
+  ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
+  std::vector<uint32_t> ids;
+  encoder.EncodeParallel(text, options.allow_special, options.threads, &ids);
+  text.clear();
+  text.shrink_to_fit();
+  return Annotate(
+      WriteFileAtomically(options.output_path, FormatIds(ids, options.format)),
+      absl::StrCat("writing ids to ", options.output_path));
+}
+
+absl::Status RunDecode(const DecodeOptions& options) {
+  ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
+  Encoder encoder(std::move(vocabulary));
+  ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
+  ASSIGN_OR_RETURN(std::vector<uint32_t> ids,
+                   ParseIds(data, options.format, options.input_path));
+  std::string bytes;
+  RETURN_IF_ERROR(Annotate(encoder.Decode(ids, &bytes), options.input_path));
+  return Annotate(WriteFileAtomically(options.output_path, bytes),
+                  absl::StrCat("writing bytes to ", options.output_path));
+}
+
+}  // namespace coppelius

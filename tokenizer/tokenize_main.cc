@@ -1,0 +1,116 @@
+// tokenize: byte-level BPE with tiktoken semantics (SPEC §3).
+//
+//   tokenize encode --vocab=FILE [--allow-special] [--format=u32|text]
+//                   [--threads=N] IN|- -o OUT|-
+//   tokenize decode --vocab=FILE [--format=u32|text] IN|- -o OUT|-
+//   tokenize train CORPUS -o vocab.tiktoken [--vocab-size=12288] [--threads=N]
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tokenizer/tokenize.h"
+
+ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (encode, decode)");
+ABSL_FLAG(bool, allow_special, false,
+          "encode: <|endoftext|> becomes the special id V-1 (also "
+          "--allow-special)");
+ABSL_FLAG(std::string, format, "u32", "ids: u32 (little-endian) or text");
+ABSL_FLAG(int, threads, 0, "worker threads; 0 = all cores");
+ABSL_FLAG(std::string, o, "", "output path; - = stdout");
+ABSL_FLAG(int, vocab_size, 12288,
+          "train: ids including <|endoftext|> (also --vocab-size)");
+ABSL_FLAG(bool, progress, true, "train: progress on stderr");
+
+namespace {
+
+constexpr char kUsage[] =
+    "tokenize encode --vocab=FILE [--allow-special] [--format=u32|text] "
+    "[--threads=N] IN|- -o OUT|-\n"
+    "tokenize decode --vocab=FILE [--format=u32|text] IN|- -o OUT|-\n"
+    "tokenize train CORPUS -o vocab.tiktoken [--vocab-size=12288] "
+    "[--threads=N]";
+
+absl::Status Run(const std::vector<char*>& args) {
+  if (args.size() != 3) {
+    return absl::InvalidArgumentError(
+        "expected a subcommand (encode, decode, train) and one input path; "
+        "see --help");
+  }
+  const std::string command = args[1], input = args[2];
+  const std::string output = absl::GetFlag(FLAGS_o);
+  if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
+  auto format = coppelius::ParseIdFormat(absl::GetFlag(FLAGS_format));
+  if (!format.ok()) return format.status();
+  if (command == "encode" || command == "decode") {
+    if (absl::GetFlag(FLAGS_vocab).empty()) {
+      return absl::InvalidArgumentError("--vocab=FILE is required");
+    }
+  }
+  if (command == "encode") {
+    coppelius::EncodeOptions options;
+    options.vocab_path = absl::GetFlag(FLAGS_vocab);
+    options.input_path = input;
+    options.output_path = output;
+    options.allow_special = absl::GetFlag(FLAGS_allow_special);
+    options.format = *format;
+    options.threads = absl::GetFlag(FLAGS_threads);
+    return coppelius::RunEncode(options);
+  }
+  if (command == "decode") {
+    coppelius::DecodeOptions options;
+    options.vocab_path = absl::GetFlag(FLAGS_vocab);
+    options.input_path = input;
+    options.output_path = output;
+    options.format = *format;
+    return coppelius::RunDecode(options);
+  }
+  if (command == "train") {
+    // TODO: dispatch to RunTrainVocabulary (tokenizer/bpe_trainer.h) once
+    // it lands.
+    return absl::UnimplementedError(
+        "train: the BPE trainer (tokenizer/bpe_trainer.h) is not built yet");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown subcommand \"", command, "\"; expected encode, decode or train"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  // Accept --flag-name spellings for --flag_name (before any '=').
+  // Also join "-o VALUE" into "--o=VALUE" (absl warns on a value "-").
+  std::vector<std::string> storage;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "-o" || a == "--o") && i + 1 < argc) {
+      storage.push_back(absl::StrCat("--o=", argv[++i]));
+    } else {
+      storage.push_back(a);
+    }
+  }
+  std::vector<char*> fixed;
+  for (std::string& a : storage) {
+    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+      size_t eq = a.find('=');
+      std::string name = a.substr(0, eq == std::string::npos ? a.size() : eq);
+      a = absl::StrCat("--", absl::StrReplaceAll(name.substr(2), {{"-", "_"}}),
+                       eq == std::string::npos ? "" : a.substr(eq));
+    }
+    fixed.push_back(&a[0]);
+  }
+  std::vector<char*> args =
+      absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
+  absl::Status status = Run(args);
+  if (!status.ok()) {
+    std::cerr << "tokenize: " << status << std::endl;
+    return 1;
+  }
+  return 0;
+}

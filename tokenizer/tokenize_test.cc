@@ -1,0 +1,143 @@
+#include "tokenizer/tokenize.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace coppelius {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string TmpPath(const std::string& name) {
+  return absl::StrCat(getenv("TEST_TMPDIR"), "/", name);
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  ASSERT_TRUE(WriteFileAtomically(path, contents).ok());
+}
+
+std::string Slurp(const std::string& path) {
+  auto s = ReadFile(path);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : "";
+}
+
+// A vocabulary with " the" = 256 written in tiktoken's format (base64 of
+// each single byte by hand would be circular: these lines are Python's
+// base64.b64encode output).
+std::string VocabFile() {
+  std::string s;
+  static const char kB64[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (int b = 0; b < 256; ++b) {
+    absl::StrAppend(&s, std::string(1, kB64[b >> 2]),
+                    std::string(1, kB64[(b & 3) << 4]), "== ", b, "\n");
+  }
+  absl::StrAppend(&s, "IHRoZQ== 256\n");  // " the"
+  return s;
+}
+
+TEST(FormatIds, KnownBytes) {
+  EXPECT_EQ(FormatIds({1, 0x01020304, 4294967295u}, IdFormat::kU32),
+            std::string("\x01\0\0\0\x04\x03\x02\x01\xFF\xFF\xFF\xFF", 12));
+  EXPECT_EQ(FormatIds({0, 12287, 4294967295u}, IdFormat::kText),
+            "0 12287 4294967295\n");
+  EXPECT_EQ(FormatIds({}, IdFormat::kText), "");
+}
+
+TEST(ParseIds, TextAndU32) {
+  auto ids = ParseIds(" 1\n22\t333 ", IdFormat::kText, "x");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(1, 22, 333));
+  ids = ParseIds(std::string("\x05\0\0\0\0\0\0\x80", 8), IdFormat::kU32, "x");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ElementsAre(5, 0x80000000u));
+}
+
+TEST(ParseIds, HostileInputs) {
+  auto s = ParseIds("1 2x 3", IdFormat::kText, "in.txt").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("in.txt: byte 2: \"2x\""));
+  s = ParseIds("4294967296", IdFormat::kText, "in.txt").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = ParseIds("-1", IdFormat::kText, "in.txt").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = ParseIds("+1", IdFormat::kText, "in.txt").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = ParseIds("12345", IdFormat::kU32, "in.u32").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("in.u32: size 5 bytes is not a multiple of 4"));
+}
+
+TEST(RunEncodeDecode, RoundTripThroughFiles) {
+  const std::string vocab = TmpPath("v.tiktoken");
+  WriteFile(vocab, VocabFile());
+  const std::string text = "in the<|endoftext|> the\xFF";
+  WriteFile(TmpPath("in.txt"), text);
+  for (IdFormat format : {IdFormat::kU32, IdFormat::kText}) {
+    EncodeOptions e;
+    e.vocab_path = vocab;
+    e.input_path = TmpPath("in.txt");
+    e.output_path = TmpPath("ids");
+    e.allow_special = true;
+    e.format = format;
+    ASSERT_TRUE(RunEncode(e).ok());
+    auto ids = ParseIds(Slurp(TmpPath("ids")), format, "ids");
+    ASSERT_TRUE(ids.ok());
+    // "in", " the", special, " the", "\xFF".
+    EXPECT_THAT(*ids, ElementsAre('i', 'n', 256, 257, 256, 0xFF));
+    DecodeOptions d;
+    d.vocab_path = vocab;
+    d.input_path = TmpPath("ids");
+    d.output_path = TmpPath("out.txt");
+    d.format = format;
+    ASSERT_TRUE(RunDecode(d).ok());
+    EXPECT_EQ(Slurp(TmpPath("out.txt")), text);
+  }
+}
+
+TEST(RunDecode, OutOfRangeIdNamesFileAndPosition) {
+  const std::string vocab = TmpPath("v2.tiktoken");
+  WriteFile(vocab, VocabFile());
+  WriteFile(TmpPath("bad.txt"), "1 2 258\n");
+  DecodeOptions d;
+  d.vocab_path = vocab;
+  d.input_path = TmpPath("bad.txt");
+  d.output_path = TmpPath("never.txt");
+  d.format = IdFormat::kText;
+  absl::Status s = RunDecode(d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("bad.txt: id 258 at position 2 is out of range"));
+  EXPECT_FALSE(ReadFile(TmpPath("never.txt")).ok());  // no partial output
+}
+
+TEST(RunEncode, MissingVocabulary) {
+  EncodeOptions e;
+  e.vocab_path = TmpPath("missing.tiktoken");
+  e.input_path = "-";
+  e.output_path = "-";
+  absl::Status s = RunEncode(e);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("missing.tiktoken"));
+}
+
+TEST(ParseIdFormat, Names) {
+  EXPECT_TRUE(ParseIdFormat("u32").ok());
+  EXPECT_TRUE(ParseIdFormat("text").ok());
+  EXPECT_EQ(ParseIdFormat("u16").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace coppelius
