@@ -1,0 +1,255 @@
+#include "checkpoint/envelope.h"
+
+#include <cstring>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace coppelius {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+#define EXPECT_STATUS(expr, status_code, substr)              \
+  do {                                                        \
+    const absl::Status _s = (expr);                           \
+    EXPECT_EQ(_s.code(), absl::StatusCode::status_code) << _s; \
+    EXPECT_THAT(std::string(_s.message()), HasSubstr(substr)); \
+  } while (0)
+
+uint64_t U64At(const std::string& b, size_t off) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[off + i]);
+  return v;
+}
+
+Preamble SamplePreamble() {
+  Preamble p;
+  p.header_bytes = 300;
+  p.payload_offset = 4096;
+  p.payload_bytes = 1200;
+  p.chunk_bytes = 512;
+  for (size_t i = 0; i < kSha256Bytes; ++i) p.header_sha256[i] = i + 1;
+  return p;
+}
+
+TEST(PayloadOffsetFor, AlignsTo4096) {
+  EXPECT_EQ(PayloadOffsetFor(1), 4096u);
+  EXPECT_EQ(PayloadOffsetFor(4096 - 128), 4096u);
+  EXPECT_EQ(PayloadOffsetFor(4096 - 127), 8192u);
+}
+
+TEST(Preamble, ByteLayoutMatchesFormatsDoc) {
+  const std::string b = EncodePreamble(SamplePreamble());
+  ASSERT_EQ(b.size(), 128u);
+  EXPECT_EQ(b.substr(0, 8), "COPPCKPT");
+  EXPECT_EQ(b.substr(8, 4), std::string("\x01\x00\x00\x00", 4));
+  EXPECT_EQ(b.substr(12, 4), std::string("\x80\x00\x00\x00", 4));
+  EXPECT_EQ(b.substr(16, 8), std::string("\x2c\x01\0\0\0\0\0\0", 8));  // 300
+  EXPECT_EQ(U64At(b, 24), 4096u);
+  EXPECT_EQ(U64At(b, 32), 1200u);
+  EXPECT_EQ(U64At(b, 40), 512u);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(b[48 + i], i + 1);
+  // Bytes 80..111: SHA-256 of bytes 0..79 (SHA-256 itself is checked against
+  // FIPS vectors in sha256_test).
+  const Sha256Digest d = Sha256(b.data(), 80);
+  EXPECT_EQ(std::memcmp(b.data() + 80, d.data(), 32), 0);
+  EXPECT_EQ(b.substr(112), std::string(16, '\0'));
+}
+
+TEST(Preamble, RoundTrip) {
+  const Preamble p = SamplePreamble();
+  const std::string b = EncodePreamble(p);
+  absl::StatusOr<Preamble> q = DecodePreamble(b, 4096 + 1200, "f");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->version, 1u);
+  EXPECT_EQ(q->header_bytes, 300u);
+  EXPECT_EQ(q->payload_offset, 4096u);
+  EXPECT_EQ(q->payload_bytes, 1200u);
+  EXPECT_EQ(q->chunk_bytes, 512u);
+  EXPECT_EQ(q->header_sha256, p.header_sha256);
+}
+
+TEST(Preamble, EveryFlippedByteIsRefused) {
+  const std::string good = EncodePreamble(SamplePreamble());
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (unsigned char mask : {0x01, 0x80}) {
+      std::string b = good;
+      b[i] ^= mask;
+      absl::StatusOr<Preamble> q = DecodePreamble(b, 4096 + 1200, "ckpt");
+      EXPECT_FALSE(q.ok()) << "byte " << i;
+      EXPECT_THAT(std::string(q.status().message()), HasSubstr("ckpt"));
+    }
+  }
+}
+
+TEST(Preamble, SpecificErrors) {
+  Preamble p = SamplePreamble();
+  const uint64_t size = 4096 + 1200;
+  EXPECT_STATUS(DecodePreamble("COPP", 4, "f").status(), kDataLoss,
+                "truncated");
+  std::string b = EncodePreamble(p);
+  b[0] = 'X';
+  EXPECT_STATUS(DecodePreamble(b, size, "f").status(), kDataLoss, "magic");
+  p.version = 2;
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), size, "f").status(),
+                kFailedPrecondition, "version 2");
+  p = SamplePreamble();
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), size + 1, "f").status(),
+                kDataLoss, "trailing bytes");
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), size - 1, "f").status(),
+                kDataLoss, "truncated");
+  // Header pointing past the end of the file.
+  p.header_bytes = 5000;
+  p.payload_offset = PayloadOffsetFor(5000);
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), 2000, "f").status(),
+                kDataLoss, "past the end");
+  // Huge declared sizes.
+  p = SamplePreamble();
+  p.header_bytes = uint64_t{1} << 62;
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), size, "f").status(),
+                kDataLoss, "header_bytes");
+  p = SamplePreamble();
+  p.payload_bytes = ~uint64_t{0} - 100;
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), size, "f").status(),
+                kDataLoss, "overflow");
+  p = SamplePreamble();
+  p.payload_offset = 8192;
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), size, "f").status(),
+                kDataLoss, "payload_offset");
+  p = SamplePreamble();
+  p.chunk_bytes = 0;
+  EXPECT_STATUS(DecodePreamble(EncodePreamble(p), size, "f").status(),
+                kDataLoss, "chunk_bytes");
+}
+
+CheckpointIdentity Id() {
+  CheckpointIdentity id;
+  id.state = "s";
+  id.learner = "l";
+  id.data = "d";
+  id.initialization = "i";
+  id.model = "m";
+  id.payload_bytes = 24;
+  id.chunk_bytes = 10;
+  id.run_steps = 3;
+  return id;
+}
+
+TEST(CompareIdentity, NamesEachFieldAndBothValues) {
+  const CheckpointIdentity e = Id();
+  EXPECT_TRUE(CompareIdentity(e, e, "f").ok());
+  struct Case {
+    const char* field;
+    void (*mutate)(CheckpointIdentity&);
+    const char* value;
+  };
+  const Case cases[] = {
+      {"state", [](CheckpointIdentity& x) { x.state = "S2"; }, "\"S2\""},
+      {"learner", [](CheckpointIdentity& x) { x.learner = "L2"; }, "\"L2\""},
+      {"data", [](CheckpointIdentity& x) { x.data = "D2"; }, "\"D2\""},
+      {"initialization",
+       [](CheckpointIdentity& x) { x.initialization = "I2"; }, "\"I2\""},
+      {"model", [](CheckpointIdentity& x) { x.model = "M2"; }, "\"M2\""},
+      {"payload_bytes", [](CheckpointIdentity& x) { x.payload_bytes = 36; },
+       "36"},
+      {"chunk_bytes", [](CheckpointIdentity& x) { x.chunk_bytes = 11; }, "11"},
+      {"run_steps", [](CheckpointIdentity& x) { x.run_steps = 4; }, "4"},
+  };
+  for (const Case& c : cases) {
+    CheckpointIdentity a = e;
+    c.mutate(a);
+    EXPECT_FALSE(a == e);
+    const absl::Status s = CompareIdentity(a, e, "ck.bin");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(s.message()),
+                AllOf(HasSubstr("ck.bin"),
+                      HasSubstr(std::string("field ") + c.field + " is " +
+                                c.value)))
+        << s;
+  }
+}
+
+TEST(MakeHeader, RefusesBadArguments) {
+  CheckpointIdentity id = Id();
+  std::vector<Sha256Digest> three(3);
+  EXPECT_TRUE(MakeHeader(id, 5, three, {}).ok());
+  EXPECT_STATUS(MakeHeader(id, 5, std::vector<Sha256Digest>(2), {}).status(),
+                kInvalidArgument, "chunk digests");
+  id.payload_bytes = 25;
+  EXPECT_STATUS(MakeHeader(id, 5, three, {}).status(), kInvalidArgument,
+                "multiple of 12");
+  id = Id();
+  id.chunk_bytes = 0;
+  EXPECT_STATUS(MakeHeader(id, 5, three, {}).status(), kInvalidArgument,
+                "chunk_bytes");
+  EnvelopeProvenance bad_parent;
+  bad_parent.parent_header_sha256 = "short";
+  EXPECT_STATUS(MakeHeader(Id(), 5, three, bad_parent).status(),
+                kInvalidArgument, "parent_header_sha256");
+}
+
+TEST(EncodeEnvelopePrefix, LayoutAndHeaderRoundTrip) {
+  std::vector<Sha256Digest> digests(3);
+  digests[1][0] = 0xab;
+  EnvelopeProvenance prov;
+  prov.writer = "envelope_test";
+  prov.created_unix_nanos = 123;
+  prov.host = "h";
+  absl::StatusOr<CheckpointHeader> h = MakeHeader(Id(), 42, digests, prov);
+  ASSERT_TRUE(h.ok()) << h.status();
+  absl::StatusOr<std::string> prefix = EncodeEnvelopePrefix(*h);
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  ASSERT_EQ(prefix->size(), 4096u);
+  absl::StatusOr<Preamble> p = DecodePreamble(*prefix, 4096 + 24, "f");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::string header_bytes = prefix->substr(128, p->header_bytes);
+  EXPECT_EQ(Sha256(header_bytes), p->header_sha256);
+  EXPECT_EQ(prefix->substr(128 + p->header_bytes),
+            std::string(4096 - 128 - p->header_bytes, '\0'));
+  CheckpointHeader parsed;
+  ASSERT_TRUE(parsed.ParseFromString(header_bytes));
+  EXPECT_TRUE(ValidateHeader(parsed, *p, "f").ok());
+  EXPECT_EQ(parsed.update_count(), 42u);
+  EXPECT_EQ(parsed.parameter_count(), 2u);
+  EXPECT_EQ(parsed.writer(), "envelope_test");
+  EXPECT_EQ(parsed.created_unix_nanos(), 123u);
+  EXPECT_TRUE(IdentityOfHeader(parsed) == Id());
+  ASSERT_EQ(parsed.chunk_sha256_size(), 3);
+  EXPECT_EQ(static_cast<unsigned char>(parsed.chunk_sha256(1)[0]), 0xab);
+}
+
+TEST(ValidateHeader, RefusesInconsistentFields) {
+  std::vector<Sha256Digest> digests(3);
+  CheckpointHeader h = *MakeHeader(Id(), 1, digests, {});
+  Preamble p;
+  p.payload_bytes = 24;
+  p.chunk_bytes = 10;
+  EXPECT_TRUE(ValidateHeader(h, p, "f").ok());
+  CheckpointHeader x = h;
+  x.set_payload_bytes(36);
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "payload_bytes");
+  x = h;
+  x.set_chunk_bytes(12);
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "chunk_bytes");
+  x = h;
+  x.set_plane_count(2);
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "plane_count");
+  x = h;
+  x.set_bytes_per_scalar(2);
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "bytes_per_scalar");
+  x = h;
+  x.set_parameter_count(3);
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "parameter_count");
+  x = h;
+  x.add_chunk_sha256(std::string(32, 'x'));
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "4 digests");
+  x = h;
+  x.set_chunk_sha256(2, "short");
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "chunk_sha256[2]");
+}
+
+}  // namespace
+}  // namespace coppelius
