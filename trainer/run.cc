@@ -1,0 +1,519 @@
+#include "trainer/run.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/envelope.h"
+#include "checkpoint/publisher.h"
+#include "checkpoint/reader.h"
+#include "common/status_macros.h"
+#include "tokencache/token_cache.h"
+#include "trainer/initialization.h"
+#include "trainer/result_file.h"
+
+namespace coppelius {
+namespace {
+
+uint64_t WallNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+uint64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int HostThreads(int requested) {
+  if (requested > 0) return requested;
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
+}
+
+// The identity a run of `config` requires of its checkpoints.
+CheckpointIdentity RunIdentity(const ModelConfig& config) {
+  CheckpointIdentity id;
+  id.state = config.identities.state;
+  id.learner = config.identities.learner;
+  id.data = config.identities.data;
+  id.initialization = config.identities.initialization;
+  id.model = config.identities.model;
+  id.payload_bytes = 3ull * kBytesPerScalar * NumParameters(config);
+  id.chunk_bytes = kCoppeliusChunkBytes;
+  id.run_steps = static_cast<uint64_t>(config.run_steps);
+  return id;
+}
+
+// True when `a` and `b` name the same existing file (same device, inode).
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  if (stat(a.c_str(), &sa) != 0 || stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// Refuses to replace a non-empty `path` (another run's output) unless
+// `overwrite`, or unless it is the input checkpoint being continued.
+absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
+                             const std::string& input, bool overwrite) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " is required"));
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", path, ": is a directory, expected a file path"));
+  }
+  if (st.st_size == 0 || overwrite) return absl::OkStatus();
+  if (!input.empty() && SameFile(path, input)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "--%s=%s: exists with %d bytes and is not the input checkpoint; "
+      "refusing to replace another run's output (pass --overwrite)",
+      flag, path, static_cast<int64_t>(st.st_size)));
+}
+
+// Publishes snapshots on a host thread so the device keeps stepping. Holds
+// two P/M/V buffers: one being published while the next is captured.
+class AsyncPublisher {
+ public:
+  AsyncPublisher(std::string path, CheckpointIdentity identity,
+                 PublishOptions options, size_t floats, int crash_after)
+      : path_(std::move(path)),
+        identity_(std::move(identity)),
+        options_(std::move(options)),
+        crash_after_(crash_after) {
+    for (auto& b : buffers_) b.resize(floats);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~AsyncPublisher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // A free buffer to capture into (waits while both are queued or in use).
+  absl::StatusOr<float*> Acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !status_.ok() || queue_.size() < 2; });
+    RETURN_IF_ERROR(status_);
+    return buffers_[next_ % 2].data();
+  }
+
+  // Queues the buffer last returned by Acquire for publication as
+  // `update_count`.
+  void Submit(uint64_t update_count) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({next_ % 2, update_count});
+      ++next_;
+    }
+    cv_.notify_all();
+  }
+
+  // Waits for every queued publication; the first error, if any.
+  absl::Status Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty() || !status_.ok(); });
+    return status_;
+  }
+
+  int published() const { return published_.load(); }
+  uint64_t publish_wall_ns() const { return publish_ns_.load(); }
+
+ private:
+  struct Job {
+    int buffer;
+    uint64_t update_count;
+  };
+
+  void Loop() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = queue_.front();
+      }
+      uint64_t t0 = MonotonicNs();
+      PublishOptions options = options_;
+      options.created_unix_nanos = WallNs();
+      absl::Status s = PublishCheckpoint(
+          path_, identity_, job.update_count, buffers_[job.buffer].data(),
+          buffers_[job.buffer].size() * sizeof(float), options);
+      publish_ns_ += MonotonicNs() - t0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.pop_front();
+        if (!s.ok() && status_.ok()) {
+          status_ = Annotate(s, absl::StrCat("publishing update ",
+                                             job.update_count));
+        }
+      }
+      if (s.ok()) {
+        int n = ++published_;
+        if (crash_after_ > 0 && n == crash_after_) raise(SIGKILL);
+      }
+      cv_.notify_all();
+    }
+  }
+
+  const std::string path_;
+  const CheckpointIdentity identity_;
+  const PublishOptions options_;
+  const int crash_after_;
+  std::vector<float> buffers_[2];
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  absl::Status status_;
+  bool stop_ = false;
+  int next_ = 0;
+  std::atomic<int> published_{0};
+  std::atomic<uint64_t> publish_ns_{0};
+  std::thread thread_;
+};
+
+// One progress line every `interval` of wall time (and at the end).
+class ProgressLine {
+ public:
+  ProgressLine(std::ostream& out, bool enabled, int64_t steps, int T)
+      : out_(out), enabled_(enabled), steps_(steps), T_(T),
+        start_(MonotonicNs()), last_(start_) {}
+
+  void Step(int64_t done, double mean_loss) {
+    window_sum_ += mean_loss;
+    ++window_n_;
+    uint64_t now = MonotonicNs();
+    if (!enabled_ || (now - last_ < 2'000'000'000ull && done != steps_)) return;
+    double elapsed = (now - start_) * 1e-9;
+    double tokens_per_s = elapsed > 0 ? done * static_cast<double>(T_) / elapsed : 0;
+    double eta = done > 0 ? elapsed / done * (steps_ - done) : 0;
+    out_ << absl::StrFormat(
+                "train: step %d/%d  loss %.4f  %.0f tok/s  %.2f ms/step  ETA %.0fs",
+                done, steps_, window_sum_ / window_n_, tokens_per_s,
+                done > 0 ? elapsed * 1e3 / done : 0.0, eta)
+         << std::endl;
+    window_sum_ = 0;
+    window_n_ = 0;
+    last_ = now;
+  }
+
+ private:
+  std::ostream& out_;
+  bool enabled_;
+  int64_t steps_;
+  int T_;
+  uint64_t start_, last_;
+  double window_sum_ = 0;
+  int64_t window_n_ = 0;
+};
+
+}  // namespace
+
+absl::Status RunTrain(const TrainOptions& options,
+                      const BackendFactory& backend_factory,
+                      std::ostream& progress) {
+  const uint64_t start_wall = WallNs();
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(options.config));
+  RETURN_IF_ERROR(ValidateModelConfig(config));
+  if (options.backend != "cuda" && options.backend != "reference") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backend=", options.backend, ": expected cuda or reference"));
+  }
+  if (options.tokens_path.empty() || options.checkpoint_in.empty()) {
+    return absl::InvalidArgumentError(
+        "--tokens and --checkpoint-in are required");
+  }
+  const int threads = HostThreads(options.threads);
+  const int64_t steps = config.run_steps;
+  const int64_t T = config.T;
+  const int64_t V = config.V;
+  const size_t num_parameters = static_cast<size_t>(NumParameters(config));
+  const CheckpointIdentity identity = RunIdentity(config);
+
+  // --- Outputs must not clobber another run's (checked before any work).
+  RETURN_IF_ERROR(CheckOutputPath("checkpoint-out", options.checkpoint_out,
+                                  options.checkpoint_in, options.overwrite));
+  RETURN_IF_ERROR(CheckOutputPath("result", options.result_path, "",
+                                  options.overwrite));
+
+  // --- The input checkpoint: 0 bytes = fresh, else a verified envelope.
+  ASSIGN_OR_RETURN(CheckpointReader input,
+                   CheckpointReader::Open(options.checkpoint_in));
+  uint64_t c0 = 0;
+  if (!input.IsFresh()) {
+    RETURN_IF_ERROR(input.CheckIdentity(identity));
+    c0 = input.update_count();
+  }
+
+  // --- The token stream: c0 + steps contexts, every used id < V.
+  ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(options.tokens_path));
+  const uint64_t needed = c0 + static_cast<uint64_t>(steps);
+  if (cache.NumContexts(T) < needed) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: holds %d tokens = %d contexts of %d; the run needs contexts "
+        "%d..%d (c0 = %d from %s plus %d steps), i.e. at least %d tokens",
+        options.tokens_path, cache.num_tokens(), cache.NumContexts(T), T, c0,
+        needed - 1, c0, options.checkpoint_in, steps, needed * T + 1));
+  }
+  const uint64_t first_id = c0 * T;
+  const uint64_t num_ids = static_cast<uint64_t>(steps) * T + 1;
+  const uint32_t* ids = cache.tokens() + first_id;
+  for (uint64_t i = 0; i < num_ids; ++i) {
+    if (ids[i] >= static_cast<uint32_t>(V)) {
+      uint64_t index = first_id + i;
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: token %d (byte offset %d) is id %d, expected < %d (the "
+          "vocabulary of config %s)",
+          options.tokens_path, index, 16 + 4 * index, ids[i], V, config.name));
+    }
+  }
+
+  // --- The initial image (verifying every chunk of a continued checkpoint).
+  std::vector<float> pmv(3 * num_parameters);
+  if (input.IsFresh()) {
+    RETURN_IF_ERROR(InitializeImage(config, threads, pmv.data()));
+  } else {
+    RETURN_IF_ERROR(input.ReadPayload(pmv.data(), pmv.size() * sizeof(float),
+                                      threads));
+  }
+  ResultInputStat input_stat;
+  input_stat.size_bytes = input.file_bytes();
+  input_stat.mtime_ns = input.file_mtime_ns();
+  input_stat.update_count = c0;
+  input_stat.fresh = input.IsFresh();
+  {
+    struct stat st;
+    if (stat(options.checkpoint_in.c_str(), &st) == 0) input_stat.inode = st.st_ino;
+  }
+  if (!input.IsFresh()) {
+    std::copy(input.header_sha256().begin(), input.header_sha256().end(),
+              input_stat.header_digest.begin());
+  }
+
+  // --- The backend: never chosen implicitly, no host fallback.
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   backend_factory(options.backend, config));
+  RETURN_IF_ERROR(Annotate(backend->Load(pmv.data(), c0), "loading P/M/V"));
+  RETURN_IF_ERROR(Annotate(backend->SetTokens(ids, num_ids, c0),
+                           "staging the token stream"));
+  std::vector<float>().swap(pmv);  // the backend holds its own copy
+
+  ASSIGN_OR_RETURN(auto stale_removed,
+                   CleanStaleTemporaries(options.checkpoint_out,
+                                         options.checkpoint_history_dir));
+  if (stale_removed > 0 && options.progress) {
+    progress << "train: removed " << stale_removed
+             << " stale temporary file(s) of a killed publisher" << std::endl;
+  }
+
+  const ResultGeometry geometry{V, T, steps};
+  ASSIGN_OR_RETURN(std::unique_ptr<ResultWriter> result,
+                   ResultWriter::Create(options.result_path, geometry));
+  std::vector<ResultTimestamp> timestamps;
+  timestamps.reserve(steps + 2);
+
+  // --- Forward record: the input parameters on context c0, before any step.
+  {
+    std::vector<float> logits(3 * V);
+    ResultTimestamp ts;
+    ts.kind = SubmissionKind::kForward;
+    ts.context = c0;
+    ts.host_issue_ns = MonotonicNs();
+    RETURN_IF_ERROR(Annotate(backend->ForwardRecord(c0, logits.data()),
+                             "forward record"));
+    ts.host_complete_ns = MonotonicNs();
+    ts.release_value = 1;
+    timestamps.push_back(ts);
+    RETURN_IF_ERROR(result->WriteForwardRecord(logits.data()));
+  }
+  const uint64_t forward_wall = timestamps[0].host_complete_ns -
+                                timestamps[0].host_issue_ns;
+  if (options.progress) {
+    progress << absl::StrFormat(
+                    "train: config %s, backend %s, c0 = %d, %d steps on "
+                    "contexts %d..%d of %s, publishing every %d to %s",
+                    config.name, backend->name(), c0, steps, c0, needed - 1,
+                    options.tokens_path, config.checkpoint_interval,
+                    options.checkpoint_out)
+             << std::endl;
+  }
+
+  PublishOptions publish_options;
+  publish_options.history_dir = options.checkpoint_history_dir;
+  publish_options.threads = threads;
+  publish_options.writer = "coppelius train";
+  publish_options.backend = backend->name();
+  if (!input.IsFresh()) {
+    publish_options.parent_header_sha256.assign(
+        reinterpret_cast<const char*>(input.header_sha256().data()),
+        input.header_sha256().size());
+  }
+  AsyncPublisher publisher(options.checkpoint_out, identity, publish_options,
+                           3 * num_parameters,
+                           options.crash_after_publications);
+
+  // --- The steps. Up to `lag` steps are enqueued beyond the last polled one;
+  // a snapshot begun after step s finishes `lag` enqueues later.
+  const int64_t lag = std::max(0, backend->max_steps_in_flight());
+  ProgressLine line(progress, options.progress, steps, T);
+  std::vector<float> row_losses(T);
+  int64_t polled = 0;
+  int64_t first_nonfinite = -1;
+  uint64_t nonfinite_steps = 0;
+  std::deque<std::pair<int64_t, uint64_t>> snapshots;  // (after step, count)
+  const uint64_t steps_t0 = MonotonicNs();
+  std::vector<uint64_t> issue_ns(steps);
+
+  auto poll_one = [&]() -> absl::Status {
+    const int64_t s = polled;
+    RETURN_IF_ERROR(Annotate(backend->PollStep(s, row_losses.data()),
+                             absl::StrCat("step ", s)));
+    ResultTimestamp ts;
+    ts.kind = SubmissionKind::kUpdate;
+    ts.context = c0 + s;
+    ts.step = s;
+    ts.host_issue_ns = issue_ns[s];
+    ts.host_complete_ns = MonotonicNs();
+    backend->StepDeviceTimes(s, &ts.device_start_ns, &ts.device_end_ns);
+    ts.release_value = static_cast<uint32_t>(s + 1);
+    timestamps.push_back(ts);
+    RETURN_IF_ERROR(result->AppendStepWindow(s, row_losses.data()));
+    double sum = 0;
+    for (float x : row_losses) sum += x;
+    double mean = sum / T;
+    if (!std::isfinite(mean)) {
+      if (first_nonfinite < 0) first_nonfinite = s;
+      ++nonfinite_steps;
+    }
+    ++polled;
+    line.Step(polled, mean);
+    return absl::OkStatus();
+  };
+  auto finish_snapshot = [&]() -> absl::Status {
+    auto [after_step, count] = snapshots.front();
+    snapshots.pop_front();
+    ASSIGN_OR_RETURN(float* buffer, publisher.Acquire());
+    RETURN_IF_ERROR(Annotate(backend->FinishSnapshot(buffer),
+                             absl::StrCat("snapshot after step ", after_step)));
+    publisher.Submit(count);
+    return absl::OkStatus();
+  };
+
+  for (int64_t s = 0; s < steps; ++s) {
+    issue_ns[s] = MonotonicNs();
+    RETURN_IF_ERROR(Annotate(backend->EnqueueStep(s),
+                             absl::StrCat("enqueueing step ", s)));
+    if ((s + 1) % config.checkpoint_interval == 0) {
+      RETURN_IF_ERROR(backend->BeginSnapshot());
+      snapshots.emplace_back(s, c0 + s + 1);
+    }
+    while (!snapshots.empty() && s - snapshots.front().first >= lag) {
+      RETURN_IF_ERROR(finish_snapshot());
+    }
+    while (polled <= s - lag) RETURN_IF_ERROR(poll_one());
+  }
+  while (polled < steps) RETURN_IF_ERROR(poll_one());
+  while (!snapshots.empty()) RETURN_IF_ERROR(finish_snapshot());
+  const uint64_t steps_wall = MonotonicNs() - steps_t0;
+
+  // --- Final submission: the final parameters on the last step's context.
+  std::vector<float> final_logits(3 * V);
+  {
+    ResultTimestamp ts;
+    ts.kind = SubmissionKind::kFinal;
+    ts.context = c0 + steps - 1;
+    ts.host_issue_ns = MonotonicNs();
+    RETURN_IF_ERROR(Annotate(backend->Final(c0 + steps - 1, final_logits.data()),
+                             "final forward"));
+    ts.host_complete_ns = MonotonicNs();
+    ts.release_value = 1;
+    timestamps.push_back(ts);
+  }
+  ASSIGN_OR_RETURN(BackendTelemetry telemetry, backend->Telemetry());
+
+  // The run ends only after the last publication is durable.
+  RETURN_IF_ERROR(publisher.Drain());
+
+  ResultTail tail;
+  tail.input = input_stat;
+  tail.input.submissions_issued = static_cast<uint32_t>(timestamps.size());
+  tail.input.submissions_completed = static_cast<uint32_t>(timestamps.size());
+  tail.input.update_last_release = static_cast<uint32_t>(steps);
+  tail.loss.last_row_losses = telemetry.last_row_losses;
+  tail.loss.embedding_gradient_head = telemetry.embedding_gradient_head;
+  tail.loss.embedding_parameter_head = telemetry.embedding_parameter_head;
+  tail.loss.embedding_first_moment_head = telemetry.embedding_first_moment_head;
+  tail.final_logits.assign(final_logits.begin() + 2 * V, final_logits.end());
+  const uint32_t issues[kNumSubmissionKinds] = {1, static_cast<uint32_t>(steps),
+                                                1};
+  for (int k = 0; k < kNumSubmissionKinds; ++k) {
+    tail.semaphores[k].completion_value = issues[k];
+    tail.semaphores[k].fence_value = issues[k];
+    tail.semaphores[k].device_start_ns = telemetry.device_start_ns[k];
+    tail.semaphores[k].device_end_ns = telemetry.device_end_ns[k];
+    tail.semaphores[k].issues = issues[k];
+  }
+  tail.errors.first_nonfinite_step =
+      first_nonfinite >= 0 ? first_nonfinite : telemetry.first_nonfinite_step;
+  tail.errors.nonfinite_steps =
+      std::max<uint64_t>(nonfinite_steps, telemetry.nonfinite_steps);
+  tail.errors.invalid_token_seen = telemetry.invalid_token_seen;
+  if (tail.errors.nonfinite_steps > 0) tail.errors.text = "non-finite loss";
+  tail.host.backend = backend->name();
+  tail.host.first_context = c0;
+  tail.host.steps_done = steps;
+  tail.host.update_count = c0 + steps;
+  tail.host.publications = static_cast<uint32_t>(publisher.published());
+  tail.host.start_unix_ns = start_wall;
+  tail.host.end_unix_ns = WallNs();
+  tail.host.forward_wall_ns = forward_wall;
+  tail.host.steps_wall_ns = steps_wall;
+  tail.host.publish_wall_ns = publisher.publish_wall_ns();
+  tail.host.peak_device_memory_bytes = telemetry.peak_device_memory_bytes;
+  for (int r = 0; r < 3; ++r) {
+    const float* row = final_logits.data() + r * V;
+    bool finite = true;
+    int64_t best = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      if (!std::isfinite(row[v])) finite = false;
+      if (row[v] > row[best]) best = v;
+    }
+    tail.host.predictions[r].token = static_cast<uint32_t>(best);
+    tail.host.predictions[r].valid = finite;
+  }
+  tail.timestamps = std::move(timestamps);
+  RETURN_IF_ERROR(result->Finish(tail));
+  if (options.progress) {
+    progress << absl::StrFormat(
+                    "train: done: %d steps in %.2f s (%.3f ms/step), %d "
+                    "publications (%.2f s on the publisher thread), update "
+                    "count %d, result %s",
+                    steps, steps_wall * 1e-9, steps_wall * 1e-6 / steps,
+                    publisher.published(), publisher.publish_wall_ns() * 1e-9,
+                    c0 + steps, options.result_path)
+             << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace coppelius

@@ -1,0 +1,62 @@
+// train: one invocation of the Coppelius run (SPEC §5). See trainer/run.h.
+//
+//   train --config=coppelius --tokens=CACHE --checkpoint-in=IN
+//         --checkpoint-out=OUT --result=RESULT [--backend=cuda|reference]
+//         [--checkpoint-history=DIR] [--overwrite]
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "trainer/backends.h"
+#include "trainer/run.h"
+
+ABSL_FLAG(std::string, config, "coppelius", "model config: coppelius or tiny");
+ABSL_FLAG(std::string, tokens, "", "token cache (make-cache output)");
+ABSL_FLAG(std::string, checkpoint_in, "",
+          "input checkpoint: a 0-byte file starts fresh; must exist");
+ABSL_FLAG(std::string, checkpoint_out, "",
+          "checkpoint path, published atomically every interval");
+ABSL_FLAG(std::string, result, "", "result file (SPEC §7)");
+ABSL_FLAG(std::string, backend, "cuda",
+          "cuda (the production GPU backend) or reference (CPU, for checks)");
+ABSL_FLAG(std::string, checkpoint_history, "",
+          "also keep every publication as DIR/update-NNNNNNNN.ckpt (hard links)");
+ABSL_FLAG(bool, overwrite, false,
+          "allow replacing an existing non-empty checkpoint-out/result that "
+          "is not the input");
+ABSL_FLAG(bool, progress, true, "progress lines on stderr");
+ABSL_FLAG(int, threads, 0, "host threads for initialization and digests (0 = all)");
+ABSL_FLAG(int, crash_after_publications, 0,
+          "testing only: SIGKILL the process after the Nth publication");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
+      "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference]");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "train: unexpected argument " << rest[1] << std::endl;
+    return 2;
+  }
+  coppelius::TrainOptions options;
+  options.config = absl::GetFlag(FLAGS_config);
+  options.tokens_path = absl::GetFlag(FLAGS_tokens);
+  options.checkpoint_in = absl::GetFlag(FLAGS_checkpoint_in);
+  options.checkpoint_out = absl::GetFlag(FLAGS_checkpoint_out);
+  options.result_path = absl::GetFlag(FLAGS_result);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.checkpoint_history_dir = absl::GetFlag(FLAGS_checkpoint_history);
+  options.overwrite = absl::GetFlag(FLAGS_overwrite);
+  options.progress = absl::GetFlag(FLAGS_progress);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.crash_after_publications = absl::GetFlag(FLAGS_crash_after_publications);
+  absl::Status status =
+      coppelius::RunTrain(options, coppelius::MakeBackend, std::cerr);
+  if (!status.ok()) {
+    std::cerr << "train: " << status << std::endl;
+    return 1;
+  }
+  return 0;
+}
