@@ -1,0 +1,377 @@
+#include "tokenizer/bpe_trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <queue>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+namespace {
+
+constexpr absl::string_view kEndOfText = "<|endoftext|>";
+// Segments longer than this are cut at safe piece boundaries for counting.
+constexpr size_t kChunkBytes = 1 << 20;
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+uint64_t PairKey(uint32_t left, uint32_t right) {
+  return (static_cast<uint64_t>(left) << 32) | right;
+}
+uint32_t PairLeft(uint64_t key) { return static_cast<uint32_t>(key >> 32); }
+uint32_t PairRight(uint64_t key) { return static_cast<uint32_t>(key); }
+
+struct PairInfo {
+  int64_t count = 0;           // weighted occurrences, >= 0
+  std::vector<uint32_t> words;  // words that held the pair (may be stale)
+  bool skipped = false;         // rule 5: never merged
+};
+
+// Max-heap order: higher count first; on equal counts the smaller key, i.e.
+// (left id, right id) ascending.
+struct HeapEntry {
+  int64_t count;
+  uint64_t key;
+  bool operator<(const HeapEntry& o) const {
+    if (count != o.count) return count < o.count;
+    return key > o.key;
+  }
+};
+
+struct Word {
+  std::vector<uint32_t> ids;
+  int64_t count;
+};
+
+// True when `bytes` pre-tokenizes, on its own, as exactly one piece.
+bool IsSinglePiece(absl::string_view bytes) {
+  std::vector<absl::string_view> pieces;
+  Pretokenize(bytes, &pieces);
+  return pieces.size() == 1;
+}
+
+// Steps 2-5 of the header on distinct pre-tokens sorted by bytes.
+absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
+    const std::vector<std::pair<absl::string_view, uint64_t>>& distinct,
+    int vocab_size, bool progress) {
+  const Clock::time_point start = Clock::now();
+  BpeTrainingResult result;
+  result.distinct_pretokens = distinct.size();
+  const size_t num_ranks = static_cast<size_t>(vocab_size) - 1;
+
+  std::vector<std::string>& tokens = result.tokens;
+  absl::flat_hash_map<std::string, uint32_t> token_ids;
+  tokens.reserve(num_ranks);
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(std::string(1, static_cast<char>(b)));
+    token_ids.emplace(tokens.back(), b);
+  }
+
+  // Words with at least two bytes (single bytes hold no pair).
+  std::vector<Word> words;
+  for (const auto& [bytes, count] : distinct) {
+    result.total_pretokens += count;
+    if (bytes.size() < 2) continue;
+    Word w;
+    w.count = static_cast<int64_t>(count);
+    w.ids.assign(bytes.begin(), bytes.end());
+    for (uint32_t& id : w.ids) id &= 0xff;  // char may be signed
+    words.push_back(std::move(w));
+  }
+
+  absl::flat_hash_map<uint64_t, PairInfo> pairs;
+  for (uint32_t wi = 0; wi < words.size(); ++wi) {
+    const Word& w = words[wi];
+    for (size_t i = 0; i + 1 < w.ids.size(); ++i) {
+      PairInfo& p = pairs[PairKey(w.ids[i], w.ids[i + 1])];
+      p.count += w.count;
+      if (p.words.empty() || p.words.back() != wi) p.words.push_back(wi);
+    }
+  }
+  std::vector<HeapEntry> initial;
+  initial.reserve(pairs.size());
+  for (const auto& [key, info] : pairs) initial.push_back({info.count, key});
+  std::priority_queue<HeapEntry> heap(std::less<HeapEntry>(),
+                                      std::move(initial));
+  if (progress) {
+    absl::FPrintF(stderr,
+                  "bpe: %d distinct pre-tokens (%d with pairs), %d distinct "
+                  "pairs, %.1f s\n",
+                  distinct.size(), words.size(), pairs.size(),
+                  SecondsSince(start));
+  }
+
+  std::vector<uint32_t> last_seen(words.size(), UINT32_MAX);
+  std::vector<std::pair<uint64_t, int64_t>> deltas;
+  std::vector<uint64_t> increased;
+  std::vector<uint32_t> merged_ids;
+  Clock::time_point last_report = Clock::now();
+
+  while (tokens.size() < num_ranks) {
+    if (heap.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "corpus too small: no pair left after %d merges (%d ranks), "
+          "expected %d ranks for vocab_size %d",
+          result.merges, tokens.size(), num_ranks, vocab_size));
+    }
+    const HeapEntry top = heap.top();
+    heap.pop();
+    auto it = pairs.find(top.key);
+    if (it == pairs.end()) continue;
+    PairInfo& info = it->second;
+    if (info.skipped || info.count == 0) continue;
+    if (top.count != info.count) {
+      // Stale. A higher stale entry is re-queued with the current count; a
+      // lower one has a newer entry already queued.
+      if (top.count > info.count) heap.push({info.count, top.key});
+      continue;
+    }
+    const uint32_t a = PairLeft(top.key);
+    const uint32_t b = PairRight(top.key);
+    std::string merged = tokens[a] + tokens[b];
+    if (!IsSinglePiece(merged)) {
+      info.skipped = true;
+      info.words.clear();
+      info.words.shrink_to_fit();
+      ++result.skipped_pairs;
+      continue;
+    }
+    uint32_t c;
+    auto existing = token_ids.find(merged);
+    if (existing != token_ids.end()) {
+      c = existing->second;
+      ++result.duplicate_merges;
+    } else {
+      c = static_cast<uint32_t>(tokens.size());
+      tokens.push_back(merged);
+      token_ids.emplace(std::move(merged), c);
+    }
+    const uint32_t merge_index = static_cast<uint32_t>(result.merges);
+    ++result.merges;
+
+    // `info` may dangle once `pairs` grows: take the word list first.
+    std::vector<uint32_t> affected = std::move(info.words);
+    info.words = {};
+    increased.clear();
+    for (uint32_t wi : affected) {
+      if (last_seen[wi] == merge_index) continue;
+      last_seen[wi] = merge_index;
+      Word& w = words[wi];
+      const std::vector<uint32_t>& old = w.ids;
+      merged_ids.clear();
+      bool changed = false;
+      for (size_t i = 0; i < old.size();) {
+        if (i + 1 < old.size() && old[i] == a && old[i + 1] == b) {
+          merged_ids.push_back(c);
+          i += 2;
+          changed = true;
+        } else {
+          merged_ids.push_back(old[i]);
+          ++i;
+        }
+      }
+      if (!changed) continue;
+      deltas.clear();
+      for (size_t i = 0; i + 1 < old.size(); ++i) {
+        deltas.push_back({PairKey(old[i], old[i + 1]), -w.count});
+      }
+      for (size_t i = 0; i + 1 < merged_ids.size(); ++i) {
+        deltas.push_back({PairKey(merged_ids[i], merged_ids[i + 1]), w.count});
+      }
+      std::sort(deltas.begin(), deltas.end());
+      for (size_t i = 0; i < deltas.size();) {
+        const uint64_t key = deltas[i].first;
+        int64_t d = 0;
+        for (; i < deltas.size() && deltas[i].first == key; ++i) {
+          d += deltas[i].second;
+        }
+        if (d == 0) continue;
+        PairInfo& p = pairs[key];
+        p.count += d;
+        if (p.count < 0) {
+          return absl::InternalError(absl::StrFormat(
+              "bpe: negative count %d for pair (%d, %d) at merge %d", p.count,
+              PairLeft(key), PairRight(key), merge_index));
+        }
+        if (d > 0 && !p.skipped) {
+          if (p.words.empty() || p.words.back() != wi) p.words.push_back(wi);
+          increased.push_back(key);
+        }
+      }
+      w.ids.swap(merged_ids);
+    }
+    auto merged_it = pairs.find(top.key);
+    if (merged_it != pairs.end() && merged_it->second.count != 0) {
+      return absl::InternalError(absl::StrFormat(
+          "bpe: pair (%d, %d) still counted %d after its merge %d", a, b,
+          merged_it->second.count, merge_index));
+    }
+    std::sort(increased.begin(), increased.end());
+    increased.erase(std::unique(increased.begin(), increased.end()),
+                    increased.end());
+    for (uint64_t key : increased) heap.push({pairs[key].count, key});
+
+    if (progress && SecondsSince(last_report) >= 2.0) {
+      last_report = Clock::now();
+      absl::FPrintF(stderr,
+                    "bpe: rank %d/%d (%.0f%%), merge count %d, %.1f s\n",
+                    tokens.size(), num_ranks,
+                    100.0 * tokens.size() / num_ranks, top.count,
+                    SecondsSince(start));
+    }
+  }
+  if (progress) {
+    absl::FPrintF(stderr,
+                  "bpe: %d ranks, %d merges (%d duplicate), %d pairs skipped "
+                  "(not one piece), merging took %.1f s\n",
+                  tokens.size(), result.merges, result.duplicate_merges,
+                  result.skipped_pairs, SecondsSince(start));
+  }
+  return result;
+}
+
+absl::Status CheckVocabSize(int vocab_size) {
+  if (vocab_size < 257) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "vocab_size %d: expected >= 257 (256 byte tokens + <|endoftext|>)",
+        vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BpeTrainingResult> TrainBpeOnCounts(
+    std::vector<std::pair<std::string, uint64_t>> pretoken_counts,
+    int vocab_size, bool progress) {
+  RETURN_IF_ERROR(CheckVocabSize(vocab_size));
+  std::sort(pretoken_counts.begin(), pretoken_counts.end());
+  std::vector<std::pair<absl::string_view, uint64_t>> distinct;
+  for (const auto& [bytes, count] : pretoken_counts) {
+    if (bytes.empty() || count == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pre-token \"%s\" with count %d: expected non-empty bytes and a "
+          "positive count",
+          absl::CEscape(bytes), count));
+    }
+    if (!distinct.empty() && distinct.back().first == bytes) {
+      distinct.back().second += count;
+    } else {
+      distinct.push_back({bytes, count});
+    }
+  }
+  return TrainOnDistinct(distinct, vocab_size, progress);
+}
+
+absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
+                                           int vocab_size, int threads,
+                                           bool progress) {
+  RETURN_IF_ERROR(CheckVocabSize(vocab_size));
+  const Clock::time_point start = Clock::now();
+  if (threads <= 0) {
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+
+  // Work items: (segment, begin, stop), cut at safe piece boundaries.
+  struct Chunk {
+    absl::string_view segment;
+    size_t begin;
+    size_t stop;
+  };
+  std::vector<absl::string_view> segments;
+  SplitOnSpecial(corpus, kEndOfText, &segments);
+  std::vector<Chunk> chunks;
+  for (absl::string_view segment : segments) {
+    size_t begin = 0;
+    while (begin < segment.size()) {
+      size_t stop = segment.size();
+      if (segment.size() - begin > kChunkBytes) {
+        size_t cut = NextSafeCut(segment, begin + kChunkBytes);
+        if (cut != absl::string_view::npos) stop = cut;
+      }
+      chunks.push_back({segment, begin, stop});
+      begin = stop;
+    }
+  }
+
+  using CountMap = absl::flat_hash_map<absl::string_view, uint64_t>;
+  std::vector<CountMap> maps(threads);
+  std::atomic<size_t> next_chunk{0};
+  auto count_worker = [&](int t) {
+    CountMap& counts = maps[t];
+    std::vector<absl::string_view> pieces;
+    for (;;) {
+      const size_t i = next_chunk.fetch_add(1);
+      if (i >= chunks.size()) break;
+      pieces.clear();
+      PretokenizeRange(chunks[i].segment, chunks[i].begin, chunks[i].stop,
+                       &pieces);
+      for (absl::string_view piece : pieces) ++counts[piece];
+    }
+  };
+  {
+    std::vector<std::thread> workers;
+    for (int t = 1; t < threads; ++t) workers.emplace_back(count_worker, t);
+    count_worker(0);
+    for (std::thread& w : workers) w.join();
+  }
+  CountMap& total = maps[0];
+  for (int t = 1; t < threads; ++t) {
+    for (const auto& [piece, count] : maps[t]) total[piece] += count;
+    CountMap().swap(maps[t]);
+  }
+  std::vector<std::pair<absl::string_view, uint64_t>> distinct(total.begin(),
+                                                               total.end());
+  CountMap().swap(total);
+  std::sort(distinct.begin(), distinct.end());
+  if (progress) {
+    absl::FPrintF(stderr,
+                  "bpe: counted pre-tokens of %d bytes (%d segments, %d "
+                  "chunks) with %d threads in %.1f s\n",
+                  corpus.size(), segments.size(), chunks.size(), threads,
+                  SecondsSince(start));
+  }
+  return TrainOnDistinct(distinct, vocab_size, progress);
+}
+
+absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
+  RETURN_IF_ERROR(CheckVocabSize(options.vocab_size));
+  ASSIGN_OR_RETURN(std::string corpus, ReadFile(options.corpus_path));
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<BpeTrainingResult> result = TrainBpe(
+      corpus, options.vocab_size, options.threads, options.progress);
+  if (!result.ok()) {
+    return Annotate(result.status(),
+                    absl::StrCat("training on ", options.corpus_path));
+  }
+  ASSIGN_OR_RETURN(Vocabulary vocabulary,
+                   Vocabulary::FromTokens(std::move(result->tokens)));
+  RETURN_IF_ERROR(vocabulary.Save(options.output_path));
+  if (options.progress) {
+    absl::FPrintF(stderr,
+                  "bpe: wrote %s: %d ranks + <|endoftext|> = %d ids; %d "
+                  "pre-tokens (%d distinct); trained in %.1f s\n",
+                  options.output_path, vocabulary.num_ranks(),
+                  vocabulary.vocab_size(), result->total_pretokens,
+                  result->distinct_pretokens, SecondsSince(start));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace coppelius
