@@ -1,0 +1,990 @@
+// File: trainer/cuda_backend.cc
+//
+// See cuda_backend.h. Layouts (T rows, C width, H hidden, NH heads, HS head
+// size, V vocabulary, L layers), all row-major:
+//   P/M/V planes fp32 [N] contiguous (pmv_), gradients G fp32 [N] (same
+//   layout), p16_ bf16 [N]: the bf16 copy of P (matrices refreshed by AdamW).
+//   Per layer l (saved for the backward): x_[l] fp32 [T,C] (layer input),
+//   xmid_[l] fp32 [T,C], LayerNorm mean/rstd [T] x2, h1_/h2_ bf16 [T,C]
+//   (normed inputs), qkv16_ bf16 [T,3C] (rotated q, k and v), att32_ fp32
+//   [NH,T,T] (probabilities), att16_ bf16 [NH,T,T], y16_ bf16 [T,C]
+//   (attention output, head h at columns h·HS), gu_ fp32 [T,2H] (gate|up),
+//   a16_ bf16 [T,H]. x_[L] is the final residual.
+#include "trainer/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "trainer/adamw.h"
+#include "trainer/kernels/adamw.h"
+#include "trainer/kernels/attention.h"
+#include "trainer/kernels/cross_entropy.h"
+#include "trainer/kernels/cuda_status.h"
+#include "trainer/kernels/embedding.h"
+#include "trainer/kernels/layernorm.h"
+#include "trainer/kernels/matmul.h"
+#include "trainer/kernels/rope.h"
+#include "trainer/kernels/step.h"
+#include "trainer/kernels/swiglu.h"
+#include "trainer/model_config.h"
+
+namespace coppelius {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kRingSlots = 64;          // host windows of per-row losses
+constexpr int kMaxInFlight = 32;        // steps beyond the last polled one
+constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr int kHeadLogits = 1024;       // telemetry heads
+
+enum Kind { kForward = 0, kUpdate = 1, kFinal = 2 };
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const ModelConfig& config) : config_(config) {}
+  ~CudaBackend() override;
+
+  absl::Status Init();
+
+  std::string name() const override { return "cuda"; }
+  absl::Status Load(const float* pmv, uint64_t update_count) override;
+  absl::Status SetTokens(const uint32_t* tokens, uint64_t num_tokens,
+                         uint64_t first_context) override;
+  absl::Status ForwardRecord(uint64_t context, float* logits) override;
+  absl::Status EnqueueStep(int64_t step) override;
+  absl::Status PollStep(int64_t step, float* row_losses) override;
+  absl::Status Snapshot(float* pmv) override;
+  absl::Status BeginSnapshot() override;
+  absl::Status FinishSnapshot(float* pmv) override;
+  absl::Status Final(uint64_t context, float* logits) override;
+  absl::StatusOr<BackendTelemetry> Telemetry() override;
+  int max_steps_in_flight() const override { return kMaxInFlight; }
+  void StepDeviceTimes(int64_t step, uint64_t* start_ns,
+                       uint64_t* end_ns) override;
+
+ private:
+  template <typename T>
+  absl::Status Alloc(T** ptr, size_t count, const char* what) {
+    void* p = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&p, count * sizeof(T)),
+                         absl::StrCat("cudaMalloc(", what, ", ",
+                                      count * sizeof(T), " bytes)"));
+    allocations_.push_back(p);
+    *ptr = static_cast<T*>(p);
+    return absl::OkStatus();
+  }
+  absl::Status Plan(std::unique_ptr<MatmulPlan>* plan, const MatmulShape& s) {
+    ASSIGN_OR_RETURN(*plan, MatmulPlan::Create(lt_, s, kWorkspaceBytes));
+    return absl::OkStatus();
+  }
+  absl::Status Mm(const MatmulPlan& plan, const bf16* a, const bf16* b,
+                  const float* c, float* d) {
+    return plan.Run(a, b, c, d, workspace_, stream_);
+  }
+  void NotePeakMemory();
+  absl::Status ForwardPass(const int64_t* step, int64_t fixed_index,
+                           bool training);
+  absl::Status BackwardPass();
+  absl::Status EnqueueStepBody();
+  absl::Status BuildStepGraph();
+  absl::Status CopyLogitRows(float* logits);
+  absl::Status CheckContext(uint64_t context, int64_t* index) const;
+  absl::Status SaveSlot(int64_t step);
+
+  const ModelConfig config_;
+  int T_ = 0, C_ = 0, L_ = 0, NH_ = 0, HS_ = 0, H_ = 0, V_ = 0;
+  int64_t N_ = 0;
+  ParameterOffsets offsets_;
+
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t snapshot_stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  std::vector<void*> allocations_;
+  void* workspace_ = nullptr;
+
+  // Parameters, moments, gradients.
+  float* pmv_ = nullptr;
+  float* grad_ = nullptr;
+  bf16* p16_ = nullptr;
+  float* snapshot_dev_ = nullptr;
+  float* snapshot_host_ = nullptr;  // pinned
+  // Tokens and step control.
+  uint32_t* tokens_ = nullptr;
+  uint64_t num_tokens_ = 0;
+  uint64_t first_context_ = 0;
+  bool tokens_set_ = false;
+  uint32_t* inputs_ = nullptr;
+  uint32_t* targets_ = nullptr;
+  int64_t* step_counter_ = nullptr;
+  int64_t* zero_index_ = nullptr;
+  int* invalid_flag_ = nullptr;
+  AdamWDeviceScalars* adam_table_ = nullptr;
+  AdamWChunk* chunks_ = nullptr;
+  int num_chunks_ = 0;
+  float* rope_table_ = nullptr;
+  uint64_t update_count_ = 0;
+  bool loaded_ = false;
+  // Activations.
+  std::vector<float*> x_, xmid_, mean1_, rstd1_, mean2_, rstd2_, att32_, gu_;
+  std::vector<bf16*> h1_, h2_, qkv16_, att16_, y16_, a16_;
+  float* meanf_ = nullptr;
+  float* rstdf_ = nullptr;
+  bf16* xf16_ = nullptr;
+  float* qkv32_ = nullptr;
+  float* y32_ = nullptr;
+  float* logits_ = nullptr;
+  bf16* dlogits16_ = nullptr;
+  float* losses_ = nullptr;
+  // Backward scratch.
+  float* dresid_ = nullptr;
+  bf16* dresid16_ = nullptr;
+  float* dh32_ = nullptr;
+  float* da32_ = nullptr;
+  bf16* dgu16_ = nullptr;
+  float* dy32_ = nullptr;
+  bf16* dy16_ = nullptr;
+  float* dp32_ = nullptr;
+  bf16* ds16_ = nullptr;
+  float* dqkv32_ = nullptr;
+  bf16* dqkv16_ = nullptr;
+  float* ln_scratch_ = nullptr;
+  // Host side (mapped pinned) rings and staging.
+  float* loss_ring_ = nullptr;       // [kRingSlots][T]
+  float* loss_ring_dev_ = nullptr;   // its device alias
+  uint64_t* time_ring_ = nullptr;    // [kRingSlots][2] + [3][2] (kinds)
+  uint64_t* time_ring_dev_ = nullptr;
+  float* logit_rows_host_ = nullptr;  // pinned [3][V]
+  cudaEvent_t step_events_[kRingSlots] = {};
+  cudaEvent_t snapshot_copied_ = nullptr;
+  cudaEvent_t snapshot_done_ = nullptr;
+  bool snapshot_pending_ = false;
+
+  // Plans (shapes only; pointers are given per run).
+  std::unique_ptr<MatmulPlan> p_qkv_, p_scores_, p_pv_, p_out_, p_gu_,
+      p_down_, p_logits_;
+  std::unique_ptr<MatmulPlan> p_dxf_, p_demb_, p_dx_down_, p_dw_down_,
+      p_dx_gu_, p_dw_gu_, p_dx_out_, p_dw_out_, p_dx_qkv_, p_dw_qkv_, p_dp_,
+      p_dv_, p_dq_, p_dk_;
+
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  int64_t next_step_ = 0;  // the next step EnqueueStep expects
+  std::vector<char> consumed_;  // per step: polled (or saved)
+  std::map<int64_t, std::vector<float>> saved_losses_;
+  std::vector<std::pair<uint64_t, uint64_t>> step_times_;
+  std::vector<float> last_row_losses_;
+  int64_t last_polled_ = -1;
+  int64_t first_nonfinite_step_ = -1;
+  int64_t nonfinite_steps_ = 0;
+  uint64_t peak_memory_ = 0;
+  uint64_t kind_start_[3] = {0, 0, 0}, kind_end_[3] = {0, 0, 0};
+};
+
+CudaBackend::~CudaBackend() {
+  // Best effort: errors during teardown cannot be reported.
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (snapshot_stream_ != nullptr) cudaStreamSynchronize(snapshot_stream_);
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+  if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  for (cudaEvent_t& e : step_events_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  if (snapshot_copied_ != nullptr) cudaEventDestroy(snapshot_copied_);
+  if (snapshot_done_ != nullptr) cudaEventDestroy(snapshot_done_);
+  // Plans hold cuBLASLt descriptors: destroy them before the handle.
+  for (auto* p : {&p_qkv_, &p_scores_, &p_pv_, &p_out_, &p_gu_, &p_down_,
+                  &p_logits_, &p_dxf_, &p_demb_, &p_dx_down_, &p_dw_down_,
+                  &p_dx_gu_, &p_dw_gu_, &p_dx_out_, &p_dw_out_, &p_dx_qkv_,
+                  &p_dw_qkv_, &p_dp_, &p_dv_, &p_dq_, &p_dk_}) {
+    p->reset();
+  }
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  for (void* p : allocations_) cudaFree(p);
+  if (snapshot_host_ != nullptr) cudaFreeHost(snapshot_host_);
+  if (loss_ring_ != nullptr) cudaFreeHost(loss_ring_);
+  if (time_ring_ != nullptr) cudaFreeHost(time_ring_);
+  if (logit_rows_host_ != nullptr) cudaFreeHost(logit_rows_host_);
+  if (snapshot_stream_ != nullptr) cudaStreamDestroy(snapshot_stream_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::NotePeakMemory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    peak_memory_ = std::max<uint64_t>(peak_memory_, total_bytes - free_bytes);
+  }
+}
+
+absl::Status CudaBackend::Init() {
+  RETURN_IF_ERROR(ValidateModelConfig(config_));
+  T_ = config_.T;
+  C_ = config_.C;
+  L_ = config_.L;
+  NH_ = config_.NH;
+  HS_ = config_.HS;
+  H_ = config_.hidden;
+  V_ = config_.V;
+  N_ = NumParameters(config_);
+  offsets_ = ComputeParameterOffsets(config_);
+  const int64_t T = T_, C = C_, H = H_, V = V_, NH = NH_;
+
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(0), "cudaSetDevice(0)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags(main)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags(snapshot)");
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_), "cublasLtCreate");
+  for (cudaEvent_t& e : step_events_) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                         "cudaEventCreateWithFlags(step)");
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&snapshot_copied_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags(snapshot)");
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&snapshot_done_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags(snapshot)");
+
+  {
+    char* ws = nullptr;
+    RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt workspace"));
+    workspace_ = ws;
+  }
+  RETURN_IF_ERROR(Alloc(&pmv_, 3 * N_, "P/M/V"));
+  RETURN_IF_ERROR(Alloc(&grad_, N_, "gradients"));
+  RETURN_IF_ERROR(Alloc(&p16_, N_, "bf16 parameters"));
+  RETURN_IF_ERROR(Alloc(&snapshot_dev_, 3 * N_, "snapshot"));
+  CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(reinterpret_cast<void**>(&snapshot_host_), 3 * N_ * sizeof(float)),
+      "cudaMallocHost(snapshot)");
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad_, 0, N_ * sizeof(float), stream_),
+                       "cudaMemsetAsync(gradients)");
+  RETURN_IF_ERROR(Alloc(&inputs_, T, "inputs"));
+  RETURN_IF_ERROR(Alloc(&targets_, T, "targets"));
+  RETURN_IF_ERROR(Alloc(&step_counter_, 1, "step counter"));
+  RETURN_IF_ERROR(Alloc(&zero_index_, 1, "zero index"));
+  RETURN_IF_ERROR(Alloc(&invalid_flag_, 1, "invalid flag"));
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zero_index_, 0, sizeof(int64_t), stream_),
+                       "cudaMemsetAsync(zero index)");
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(step_counter_, 0, sizeof(int64_t), stream_),
+                       "cudaMemsetAsync(step counter)");
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(invalid_flag_, 0, sizeof(int), stream_),
+                       "cudaMemsetAsync(invalid flag)");
+
+  // AdamW work list: chunks of at most kAdamWChunk elements, tensor by tensor.
+  std::vector<AdamWChunk> chunks;
+  for (const TensorInfo& t : ParameterLayout(config_)) {
+    const int64_t n = t.num_elements();
+    for (int64_t b = 0; b < n; b += kAdamWChunk) {
+      AdamWChunk c;
+      c.begin = t.offset + b;
+      c.count = static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, n - b));
+      c.decayed = t.decayed ? 1 : 0;
+      chunks.push_back(c);
+    }
+  }
+  num_chunks_ = static_cast<int>(chunks.size());
+  RETURN_IF_ERROR(Alloc(&chunks_, chunks.size(), "AdamW chunks"));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(chunks_, chunks.data(), chunks.size() * sizeof(AdamWChunk),
+                 cudaMemcpyHostToDevice),
+      "cudaMemcpy(AdamW chunks)");
+  const std::vector<float> rope = RopeTable(T_, HS_, config_.rope_base);
+  RETURN_IF_ERROR(Alloc(&rope_table_, rope.size(), "RoPE table"));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(rope_table_, rope.data(),
+                                  rope.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice),
+                       "cudaMemcpy(RoPE table)");
+
+  // Activations.
+  x_.resize(L_ + 1);
+  for (int l = 0; l <= L_; ++l) RETURN_IF_ERROR(Alloc(&x_[l], T * C, "x"));
+  auto per_layer_f = [&](std::vector<float*>* v, size_t n, const char* what) {
+    v->resize(L_);
+    for (int l = 0; l < L_; ++l) RETURN_IF_ERROR(Alloc(&(*v)[l], n, what));
+    return absl::OkStatus();
+  };
+  auto per_layer_h = [&](std::vector<bf16*>* v, size_t n, const char* what) {
+    v->resize(L_);
+    for (int l = 0; l < L_; ++l) RETURN_IF_ERROR(Alloc(&(*v)[l], n, what));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(per_layer_f(&xmid_, T * C, "xmid"));
+  RETURN_IF_ERROR(per_layer_f(&mean1_, T, "mean1"));
+  RETURN_IF_ERROR(per_layer_f(&rstd1_, T, "rstd1"));
+  RETURN_IF_ERROR(per_layer_f(&mean2_, T, "mean2"));
+  RETURN_IF_ERROR(per_layer_f(&rstd2_, T, "rstd2"));
+  RETURN_IF_ERROR(per_layer_f(&att32_, NH * T * T, "attention probabilities"));
+  RETURN_IF_ERROR(per_layer_f(&gu_, T * 2 * H, "gate|up"));
+  RETURN_IF_ERROR(per_layer_h(&h1_, T * C, "h1"));
+  RETURN_IF_ERROR(per_layer_h(&h2_, T * C, "h2"));
+  RETURN_IF_ERROR(per_layer_h(&qkv16_, T * 3 * C, "qkv bf16"));
+  RETURN_IF_ERROR(per_layer_h(&att16_, NH * T * T, "attention bf16"));
+  RETURN_IF_ERROR(per_layer_h(&y16_, T * C, "attention output"));
+  RETURN_IF_ERROR(per_layer_h(&a16_, T * H, "swiglu output"));
+  RETURN_IF_ERROR(Alloc(&meanf_, T, "final mean"));
+  RETURN_IF_ERROR(Alloc(&rstdf_, T, "final rstd"));
+  RETURN_IF_ERROR(Alloc(&xf16_, T * C, "final norm output"));
+  RETURN_IF_ERROR(Alloc(&qkv32_, T * 3 * C, "qkv fp32"));
+  RETURN_IF_ERROR(Alloc(&y32_, T * C, "attention output fp32"));
+  RETURN_IF_ERROR(Alloc(&logits_, T * V, "logits"));
+  RETURN_IF_ERROR(Alloc(&dlogits16_, T * V, "dlogits"));
+  RETURN_IF_ERROR(Alloc(&losses_, T, "losses"));
+  RETURN_IF_ERROR(Alloc(&dresid_, T * C, "dresid"));
+  RETURN_IF_ERROR(Alloc(&dresid16_, T * C, "dresid bf16"));
+  RETURN_IF_ERROR(Alloc(&dh32_, T * C, "dh"));
+  RETURN_IF_ERROR(Alloc(&da32_, T * H, "da"));
+  RETURN_IF_ERROR(Alloc(&dgu16_, T * 2 * H, "dgu"));
+  RETURN_IF_ERROR(Alloc(&dy32_, T * C, "dy"));
+  RETURN_IF_ERROR(Alloc(&dy16_, T * C, "dy bf16"));
+  RETURN_IF_ERROR(Alloc(&dp32_, NH * T * T, "dP"));
+  RETURN_IF_ERROR(Alloc(&ds16_, NH * T * T, "dS"));
+  RETURN_IF_ERROR(Alloc(&dqkv32_, T * 3 * C, "dqkv"));
+  RETURN_IF_ERROR(Alloc(&dqkv16_, T * 3 * C, "dqkv bf16"));
+  RETURN_IF_ERROR(Alloc(&ln_scratch_, LayerNormBackwardScratchFloats(T_, C_),
+                        "LayerNorm partials"));
+
+  CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(reinterpret_cast<void**>(&loss_ring_), kRingSlots * T * sizeof(float),
+                    cudaHostAllocMapped),
+      "cudaHostAlloc(loss ring)");
+  CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&loss_ring_dev_), loss_ring_, 0),
+                       "cudaHostGetDevicePointer(loss ring)");
+  CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(reinterpret_cast<void**>(&time_ring_), (kRingSlots * 2 + 6) * sizeof(uint64_t),
+                    cudaHostAllocMapped),
+      "cudaHostAlloc(time ring)");
+  std::memset(time_ring_, 0, (kRingSlots * 2 + 6) * sizeof(uint64_t));
+  CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&time_ring_dev_), time_ring_, 0),
+                       "cudaHostGetDevicePointer(time ring)");
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&logit_rows_host_), 3 * V * sizeof(float)),
+                       "cudaMallocHost(logit rows)");
+
+  // Matmul plans.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS_));
+  auto linear_fwd = [&](const char* name, int64_t out, int64_t in,
+                        int64_t ldc, float beta) {
+    MatmulShape s;
+    s.name = name;
+    s.trans_b = true;
+    s.m = T;
+    s.n = out;
+    s.k = in;
+    s.lda = in;
+    s.ldb = in;
+    s.ldc = ldc;
+    s.beta = beta;
+    return s;
+  };
+  auto linear_dx = [&](const char* name, int64_t out, int64_t in) {
+    MatmulShape s;
+    s.name = name;
+    s.m = T;
+    s.n = in;
+    s.k = out;
+    s.lda = out;
+    s.ldb = in;
+    s.ldc = in;
+    return s;
+  };
+  auto linear_dw = [&](const char* name, int64_t out, int64_t in) {
+    MatmulShape s;
+    s.name = name;
+    s.trans_a = true;
+    s.m = out;
+    s.n = in;
+    s.k = T;
+    s.lda = out;
+    s.ldb = in;
+    s.ldc = in;
+    return s;
+  };
+  auto heads = [&](MatmulShape s, int64_t sa, int64_t sb, int64_t sc) {
+    s.batch = NH_;
+    s.stride_a = sa;
+    s.stride_b = sb;
+    s.stride_c = sc;
+    return s;
+  };
+  RETURN_IF_ERROR(Plan(&p_qkv_, linear_fwd("qkv forward", 3 * C, C, 3 * C, 0)));
+  RETURN_IF_ERROR(Plan(&p_out_, linear_fwd("output forward", C, C, C, 1)));
+  RETURN_IF_ERROR(Plan(&p_gu_, linear_fwd("gate|up forward", 2 * H, C, 2 * H, 0)));
+  RETURN_IF_ERROR(Plan(&p_down_, linear_fwd("down forward", C, H, C, 1)));
+  RETURN_IF_ERROR(Plan(&p_logits_, linear_fwd("logits forward", V, C, V, 0)));
+  {
+    MatmulShape s;  // S = scale q kᵀ per head
+    s.name = "attention scores";
+    s.trans_b = true;
+    s.m = T;
+    s.n = T;
+    s.k = HS_;
+    s.lda = 3 * C;
+    s.ldb = 3 * C;
+    s.ldc = T;
+    s.alpha = scale;
+    RETURN_IF_ERROR(Plan(&p_scores_, heads(s, HS_, HS_, T * T)));
+  }
+  {
+    MatmulShape s;  // y = P v per head
+    s.name = "attention values";
+    s.m = T;
+    s.n = HS_;
+    s.k = T;
+    s.lda = T;
+    s.ldb = 3 * C;
+    s.ldc = C;
+    RETURN_IF_ERROR(Plan(&p_pv_, heads(s, T * T, HS_, HS_)));
+  }
+  RETURN_IF_ERROR(Plan(&p_dxf_, linear_dx("logits dX", V, C)));
+  RETURN_IF_ERROR(Plan(&p_demb_, linear_dw("logits dW", V, C)));
+  RETURN_IF_ERROR(Plan(&p_dx_down_, linear_dx("down dX", C, H)));
+  RETURN_IF_ERROR(Plan(&p_dw_down_, linear_dw("down dW", C, H)));
+  RETURN_IF_ERROR(Plan(&p_dx_gu_, linear_dx("gate|up dX", 2 * H, C)));
+  RETURN_IF_ERROR(Plan(&p_dw_gu_, linear_dw("gate|up dW", 2 * H, C)));
+  RETURN_IF_ERROR(Plan(&p_dx_out_, linear_dx("output dX", C, C)));
+  RETURN_IF_ERROR(Plan(&p_dw_out_, linear_dw("output dW", C, C)));
+  RETURN_IF_ERROR(Plan(&p_dx_qkv_, linear_dx("qkv dX", 3 * C, C)));
+  RETURN_IF_ERROR(Plan(&p_dw_qkv_, linear_dw("qkv dW", 3 * C, C)));
+  {
+    MatmulShape s;  // dP = dy vᵀ
+    s.name = "attention dP";
+    s.trans_b = true;
+    s.m = T;
+    s.n = T;
+    s.k = HS_;
+    s.lda = C;
+    s.ldb = 3 * C;
+    s.ldc = T;
+    RETURN_IF_ERROR(Plan(&p_dp_, heads(s, HS_, HS_, T * T)));
+  }
+  {
+    MatmulShape s;  // dv = Pᵀ dy
+    s.name = "attention dV";
+    s.trans_a = true;
+    s.m = T;
+    s.n = HS_;
+    s.k = T;
+    s.lda = T;
+    s.ldb = C;
+    s.ldc = 3 * C;
+    RETURN_IF_ERROR(Plan(&p_dv_, heads(s, T * T, HS_, HS_)));
+  }
+  {
+    MatmulShape s;  // dq = scale dS k
+    s.name = "attention dQ";
+    s.m = T;
+    s.n = HS_;
+    s.k = T;
+    s.lda = T;
+    s.ldb = 3 * C;
+    s.ldc = 3 * C;
+    s.alpha = scale;
+    RETURN_IF_ERROR(Plan(&p_dq_, heads(s, T * T, HS_, HS_)));
+    s.name = "attention dK";  // dk = scale dSᵀ q
+    s.trans_a = true;
+    RETURN_IF_ERROR(Plan(&p_dk_, heads(s, T * T, HS_, HS_)));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
+                       "cudaStreamSynchronize(init)");
+  NotePeakMemory();
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Load(const float* pmv, uint64_t update_count) {
+  if (graph_exec_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "cuda backend: Load after steps were enqueued");
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pmv_, pmv, 3 * N_ * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream_),
+                       "cudaMemcpyAsync(P/M/V to device)");
+  CUDA_RETURN_IF_ERROR(CastToBf16(pmv_, N_, p16_, stream_),
+                       "CastToBf16(parameters)");
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
+                       "cudaStreamSynchronize(Load)");
+  update_count_ = update_count;
+  loaded_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SetTokens(const uint32_t* tokens,
+                                    uint64_t num_tokens,
+                                    uint64_t first_context) {
+  if (tokens_set_) {
+    return absl::FailedPreconditionError("cuda backend: SetTokens called twice");
+  }
+  if (num_tokens < static_cast<uint64_t>(T_) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: SetTokens needs at least T + 1 = ", T_ + 1,
+        " ids, got ", num_tokens));
+  }
+  RETURN_IF_ERROR(Alloc(&tokens_, num_tokens, "token ids"));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(tokens_, tokens, num_tokens * sizeof(uint32_t),
+                                  cudaMemcpyHostToDevice),
+                       "cudaMemcpy(token ids)");
+  num_tokens_ = num_tokens;
+  first_context_ = first_context;
+  tokens_set_ = true;
+  NotePeakMemory();
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CheckContext(uint64_t context, int64_t* index) const {
+  if (!tokens_set_ || !loaded_) {
+    return absl::FailedPreconditionError(
+        "cuda backend: Load and SetTokens must come first");
+  }
+  const uint64_t contexts = (num_tokens_ - 1) / T_;
+  if (context < first_context_ || context - first_context_ >= contexts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: context ", context, " is outside the tokens given (",
+        "contexts ", first_context_, "..", first_context_ + contexts - 1, ")"));
+  }
+  *index = static_cast<int64_t>(context - first_context_);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
+                                      bool training) {
+  const int T = T_, C = C_, H = H_, NH = NH_, HS = HS_;
+  const float eps = config_.layer_norm_eps;
+  CUDA_RETURN_IF_ERROR(StageContext(tokens_, num_tokens_, step, fixed_index, T,
+                                    V_, inputs_, targets_, invalid_flag_,
+                                    stream_),
+                       "StageContext");
+  const float* P = pmv_;
+  CUDA_RETURN_IF_ERROR(
+      EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
+      "EmbeddingForward");
+  for (int l = 0; l < L_; ++l) {
+    const BlockOffsets& o = offsets_.blocks[l];
+    CUDA_RETURN_IF_ERROR(
+        LayerNormForward(x_[l], P + o.attention_norm_weight,
+                         P + o.attention_norm_bias, T, C, eps, h1_[l], nullptr,
+                         mean1_[l], rstd1_[l], stream_),
+        "LayerNormForward(attention_norm)");
+    RETURN_IF_ERROR(Mm(*p_qkv_, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
+    CUDA_RETURN_IF_ERROR(
+        RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
+        "RopeForward");
+    const bf16* q = qkv16_[l];
+    const bf16* k = q + C;
+    const bf16* v = q + 2 * C;
+    RETURN_IF_ERROR(Mm(*p_scores_, q, k, nullptr, att32_[l]));
+    CUDA_RETURN_IF_ERROR(
+        CausalSoftmaxForward(att32_[l], NH, T, att16_[l], stream_),
+        "CausalSoftmaxForward");
+    RETURN_IF_ERROR(Mm(*p_pv_, att16_[l], v, nullptr, y32_));
+    CUDA_RETURN_IF_ERROR(
+        CastToBf16(y32_, static_cast<int64_t>(T) * C, y16_[l], stream_),
+        "CastToBf16(attention output)");
+    RETURN_IF_ERROR(Mm(*p_out_, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
+    CUDA_RETURN_IF_ERROR(
+        LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,
+                         T, C, eps, h2_[l], nullptr, mean2_[l], rstd2_[l],
+                         stream_),
+        "LayerNormForward(mlp_norm)");
+    RETURN_IF_ERROR(Mm(*p_gu_, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
+    CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l], T, H, a16_[l], stream_),
+                         "SwigluForward");
+    RETURN_IF_ERROR(Mm(*p_down_, a16_[l], p16_ + o.down, xmid_[l], x_[l + 1]));
+  }
+  CUDA_RETURN_IF_ERROR(
+      LayerNormForward(x_[L_], P + offsets_.final_norm_weight,
+                       P + offsets_.final_norm_bias, T, C, eps, xf16_, nullptr,
+                       meanf_, rstdf_, stream_),
+      "LayerNormForward(final_norm)");
+  RETURN_IF_ERROR(
+      Mm(*p_logits_, xf16_, p16_ + offsets_.embedding, nullptr, logits_));
+  CUDA_RETURN_IF_ERROR(
+      CrossEntropyForwardBackward(logits_, targets_, T, V_, 1.0f / T, losses_,
+                                  training ? dlogits16_ : nullptr, stream_),
+      "CrossEntropyForwardBackward");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::BackwardPass() {
+  const int T = T_, C = C_, H = H_, NH = NH_, HS = HS_;
+  const float* P = pmv_;
+  float* G = grad_;
+  // Tied output product: dE = dlogitsᵀ · xf (overwrites), dxf = dlogits · E.
+  RETURN_IF_ERROR(
+      Mm(*p_demb_, dlogits16_, xf16_, nullptr, G + offsets_.embedding));
+  RETURN_IF_ERROR(
+      Mm(*p_dxf_, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
+  CUDA_RETURN_IF_ERROR(
+      LayerNormBackward(dh32_, x_[L_], P + offsets_.final_norm_weight, meanf_,
+                        rstdf_, T, C, /*accumulate=*/false, dresid_, dresid16_,
+                        ln_scratch_, G + offsets_.final_norm_weight,
+                        G + offsets_.final_norm_bias, stream_),
+      "LayerNormBackward(final_norm)");
+  for (int l = L_ - 1; l >= 0; --l) {
+    const BlockOffsets& o = offsets_.blocks[l];
+    // MLP: x_next = xmid + down(a).
+    RETURN_IF_ERROR(Mm(*p_dw_down_, dresid16_, a16_[l], nullptr, G + o.down));
+    RETURN_IF_ERROR(Mm(*p_dx_down_, dresid16_, p16_ + o.down, nullptr, da32_));
+    CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16_, stream_),
+                         "SwigluBackward");
+    RETURN_IF_ERROR(Mm(*p_dw_gu_, dgu16_, h2_[l], nullptr, G + o.gate));
+    RETURN_IF_ERROR(Mm(*p_dx_gu_, dgu16_, p16_ + o.gate, nullptr, dh32_));
+    CUDA_RETURN_IF_ERROR(
+        LayerNormBackward(dh32_, xmid_[l], P + o.mlp_norm_weight, mean2_[l],
+                          rstd2_[l], T, C, /*accumulate=*/true, dresid_,
+                          dresid16_, ln_scratch_, G + o.mlp_norm_weight,
+                          G + o.mlp_norm_bias, stream_),
+        "LayerNormBackward(mlp_norm)");
+    // Attention: xmid = x + y · Woᵀ.
+    RETURN_IF_ERROR(Mm(*p_dw_out_, dresid16_, y16_[l], nullptr, G + o.output));
+    RETURN_IF_ERROR(Mm(*p_dx_out_, dresid16_, p16_ + o.output, nullptr, dy32_));
+    CUDA_RETURN_IF_ERROR(
+        CastToBf16(dy32_, static_cast<int64_t>(T) * C, dy16_, stream_),
+        "CastToBf16(dy)");
+    const bf16* q = qkv16_[l];
+    const bf16* k = q + C;
+    const bf16* v = q + 2 * C;
+    RETURN_IF_ERROR(Mm(*p_dp_, dy16_, v, nullptr, dp32_));
+    RETURN_IF_ERROR(Mm(*p_dv_, att16_[l], dy16_, nullptr, dqkv32_ + 2 * C));
+    CUDA_RETURN_IF_ERROR(
+        CausalSoftmaxBackward(att32_[l], dp32_, NH, T, ds16_, stream_),
+        "CausalSoftmaxBackward");
+    RETURN_IF_ERROR(Mm(*p_dq_, ds16_, k, nullptr, dqkv32_));
+    RETURN_IF_ERROR(Mm(*p_dk_, ds16_, q, nullptr, dqkv32_ + C));
+    CUDA_RETURN_IF_ERROR(
+        RopeBackward(dqkv32_, rope_table_, T, NH, HS, dqkv16_, stream_),
+        "RopeBackward");
+    RETURN_IF_ERROR(Mm(*p_dw_qkv_, dqkv16_, h1_[l], nullptr, G + o.qkv));
+    RETURN_IF_ERROR(Mm(*p_dx_qkv_, dqkv16_, p16_ + o.qkv, nullptr, dh32_));
+    CUDA_RETURN_IF_ERROR(
+        LayerNormBackward(dh32_, x_[l], P + o.attention_norm_weight, mean1_[l],
+                          rstd1_[l], T, C, /*accumulate=*/true, dresid_,
+                          dresid16_, ln_scratch_, G + o.attention_norm_weight,
+                          G + o.attention_norm_bias, stream_),
+        "LayerNormBackward(attention_norm)");
+  }
+  CUDA_RETURN_IF_ERROR(
+      EmbeddingBackward(inputs_, dresid_, T, C, G + offsets_.embedding,
+                        stream_),
+      "EmbeddingBackward");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EnqueueStepBody() {
+  CUDA_RETURN_IF_ERROR(
+      Timestamp(step_counter_, kRingSlots, 0, time_ring_dev_, stream_),
+      "Timestamp(step start)");
+  RETURN_IF_ERROR(ForwardPass(step_counter_, 0, /*training=*/true));
+  RETURN_IF_ERROR(BackwardPass());
+  CUDA_RETURN_IF_ERROR(
+      AdamWUpdateChunks(chunks_, num_chunks_, adam_table_, step_counter_, 0,
+                        pmv_, pmv_ + N_, pmv_ + 2 * N_, grad_, p16_, stream_),
+      "AdamWUpdateChunks");
+  CUDA_RETURN_IF_ERROR(CopyToRing(losses_, T_, step_counter_, kRingSlots,
+                                  loss_ring_dev_, stream_),
+                       "CopyToRing(losses)");
+  CUDA_RETURN_IF_ERROR(
+      Timestamp(step_counter_, kRingSlots, 1, time_ring_dev_, stream_),
+      "Timestamp(step end)");
+  CUDA_RETURN_IF_ERROR(AdvanceStep(step_counter_, stream_), "AdvanceStep");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::BuildStepGraph() {
+  // The AdamW scalars of every step the tokens allow, computed on the host
+  // exactly as trainer/adamw.h does.
+  const int64_t contexts = static_cast<int64_t>((num_tokens_ - 1) / T_);
+  std::vector<AdamWDeviceScalars> table(contexts);
+  const AdamWHyperparameters hyper;
+  for (int64_t s = 0; s < contexts; ++s) {
+    const AdamWStepScalars a =
+        ComputeAdamWStepScalars(hyper, update_count_ + s + 1);
+    static_assert(sizeof(AdamWStepScalars) == sizeof(AdamWDeviceScalars),
+                  "AdamW scalar structs differ");
+    std::memcpy(&table[s], &a, sizeof(a));
+  }
+  RETURN_IF_ERROR(Alloc(&adam_table_, table.size(), "AdamW scalars"));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(adam_table_, table.data(),
+                 table.size() * sizeof(AdamWDeviceScalars),
+                 cudaMemcpyHostToDevice),
+      "cudaMemcpy(AdamW scalars)");
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
+                       "cudaStreamSynchronize(before capture)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+      "cudaStreamBeginCapture");
+  absl::Status body = EnqueueStepBody();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  if (!body.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return Annotate(body, "capturing the step graph");
+  }
+  CUDA_RETURN_IF_ERROR(end, "cudaStreamEndCapture");
+  graph_ = graph;
+  CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&graph_exec_, graph_, 0),
+                       "cudaGraphInstantiate(step)");
+  CUDA_RETURN_IF_ERROR(cudaGraphUpload(graph_exec_, stream_),
+                       "cudaGraphUpload(step)");
+  consumed_.assign(contexts, 0);
+  step_times_.assign(contexts, {0, 0});
+  NotePeakMemory();
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::SaveSlot(int64_t step) {
+  const int slot = static_cast<int>(step % kRingSlots);
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(step_events_[slot]),
+                       absl::StrCat("cudaEventSynchronize(step ", step, ")"));
+  std::vector<float> losses(loss_ring_ + static_cast<int64_t>(slot) * T_,
+                            loss_ring_ + static_cast<int64_t>(slot + 1) * T_);
+  step_times_[step] = {time_ring_[slot * 2], time_ring_[slot * 2 + 1]};
+  saved_losses_[step] = std::move(losses);
+  consumed_[step] = 1;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::EnqueueStep(int64_t step) {
+  if (step != next_step_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: EnqueueStep(", step, ") but step ", next_step_,
+        " is next"));
+  }
+  if (graph_exec_ == nullptr) {
+    int64_t index = 0;
+    RETURN_IF_ERROR(CheckContext(first_context_, &index));
+    // Step 0 stages context index 0: the counter must start there.
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(step_counter_, 0, sizeof(int64_t), stream_),
+        "cudaMemsetAsync(step counter)");
+    RETURN_IF_ERROR(BuildStepGraph());
+  }
+  if (step >= static_cast<int64_t>(consumed_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: step ", step, " needs context ", first_context_ + step,
+        " but the tokens given hold ", consumed_.size(), " contexts"));
+  }
+  if (step >= kRingSlots && !consumed_[step - kRingSlots]) {
+    RETURN_IF_ERROR(SaveSlot(step - kRingSlots));
+  }
+  CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_exec_, stream_),
+                       absl::StrCat("cudaGraphLaunch(step ", step, ")"));
+  CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(step_events_[step % kRingSlots], stream_),
+      absl::StrCat("cudaEventRecord(step ", step, ")"));
+  ++next_step_;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::PollStep(int64_t step, float* row_losses) {
+  if (step < 0 || step >= next_step_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: PollStep(", step, ") but ", next_step_,
+        " steps were enqueued"));
+  }
+  std::vector<float> losses;
+  auto saved = saved_losses_.find(step);
+  if (saved != saved_losses_.end()) {
+    losses = std::move(saved->second);
+    saved_losses_.erase(saved);
+  } else {
+    if (consumed_[step] || step + kRingSlots < next_step_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cuda backend: step ", step, " was already polled"));
+    }
+    const int slot = static_cast<int>(step % kRingSlots);
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(step_events_[slot]),
+                         absl::StrCat("cudaEventSynchronize(step ", step, ")"));
+    losses.assign(loss_ring_ + static_cast<int64_t>(slot) * T_,
+                  loss_ring_ + static_cast<int64_t>(slot + 1) * T_);
+    step_times_[step] = {time_ring_[slot * 2], time_ring_[slot * 2 + 1]};
+    consumed_[step] = 1;
+  }
+  bool finite = true;
+  for (float x : losses) finite = finite && std::isfinite(x);
+  if (!finite) {
+    if (first_nonfinite_step_ < 0) first_nonfinite_step_ = step;
+    ++nonfinite_steps_;
+  }
+  std::memcpy(row_losses, losses.data(), T_ * sizeof(float));
+  if (step > last_polled_) {
+    last_polled_ = step;
+    last_row_losses_ = losses;
+    kind_start_[kUpdate] = step_times_[step].first;
+    kind_end_[kUpdate] = step_times_[step].second;
+  }
+  return absl::OkStatus();
+}
+
+void CudaBackend::StepDeviceTimes(int64_t step, uint64_t* start_ns,
+                                  uint64_t* end_ns) {
+  if (step >= 0 && step < static_cast<int64_t>(step_times_.size())) {
+    *start_ns = step_times_[step].first;
+    *end_ns = step_times_[step].second;
+  } else {
+    *start_ns = 0;
+    *end_ns = 0;
+  }
+}
+
+absl::Status CudaBackend::BeginSnapshot() {
+  if (snapshot_pending_) {
+    return absl::FailedPreconditionError(
+        "cuda backend: BeginSnapshot while a snapshot is pending");
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(snapshot_dev_, pmv_, 3 * N_ * sizeof(float),
+                      cudaMemcpyDeviceToDevice, stream_),
+      "cudaMemcpyAsync(P/M/V snapshot, device)");
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(snapshot_copied_, stream_),
+                       "cudaEventRecord(snapshot copied)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamWaitEvent(snapshot_stream_, snapshot_copied_, 0),
+      "cudaStreamWaitEvent(snapshot)");
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(snapshot_host_, snapshot_dev_, 3 * N_ * sizeof(float),
+                      cudaMemcpyDeviceToHost, snapshot_stream_),
+      "cudaMemcpyAsync(P/M/V snapshot, to host)");
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(snapshot_done_, snapshot_stream_),
+                       "cudaEventRecord(snapshot done)");
+  snapshot_pending_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::FinishSnapshot(float* pmv) {
+  if (!snapshot_pending_) {
+    return absl::FailedPreconditionError(
+        "cuda backend: FinishSnapshot without BeginSnapshot");
+  }
+  snapshot_pending_ = false;
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(snapshot_done_),
+                       "cudaEventSynchronize(snapshot)");
+  std::memcpy(pmv, snapshot_host_, 3 * N_ * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Snapshot(float* pmv) {
+  RETURN_IF_ERROR(BeginSnapshot());
+  return FinishSnapshot(pmv);
+}
+
+absl::Status CudaBackend::CopyLogitRows(float* logits) {
+  const int rows[3] = {T_ / 4 - 1, T_ / 2 - 1, T_ - 1};
+  for (int i = 0; i < 3; ++i) {
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(logit_rows_host_ + static_cast<int64_t>(i) * V_,
+                        logits_ + static_cast<int64_t>(rows[i]) * V_,
+                        V_ * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync(logit rows)");
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
+                       "cudaStreamSynchronize(logit rows)");
+  std::memcpy(logits, logit_rows_host_, 3 * V_ * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ForwardRecord(uint64_t context, float* logits) {
+  int64_t index = 0;
+  RETURN_IF_ERROR(CheckContext(context, &index));
+  uint64_t* kind = time_ring_dev_ + kRingSlots * 2 + 2 * kForward;
+  CUDA_RETURN_IF_ERROR(Timestamp(zero_index_, 1, 0, kind, stream_),
+                       "Timestamp(forward start)");
+  RETURN_IF_ERROR(ForwardPass(nullptr, index, /*training=*/false));
+  CUDA_RETURN_IF_ERROR(Timestamp(zero_index_, 1, 1, kind, stream_),
+                       "Timestamp(forward end)");
+  RETURN_IF_ERROR(CopyLogitRows(logits));
+  kind_start_[kForward] = time_ring_[kRingSlots * 2 + 2 * kForward];
+  kind_end_[kForward] = time_ring_[kRingSlots * 2 + 2 * kForward + 1];
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Final(uint64_t context, float* logits) {
+  int64_t index = 0;
+  RETURN_IF_ERROR(CheckContext(context, &index));
+  uint64_t* kind = time_ring_dev_ + kRingSlots * 2 + 2 * kFinal;
+  CUDA_RETURN_IF_ERROR(Timestamp(zero_index_, 1, 0, kind, stream_),
+                       "Timestamp(final start)");
+  RETURN_IF_ERROR(ForwardPass(nullptr, index, /*training=*/false));
+  CUDA_RETURN_IF_ERROR(Timestamp(zero_index_, 1, 1, kind, stream_),
+                       "Timestamp(final end)");
+  RETURN_IF_ERROR(CopyLogitRows(logits));
+  kind_start_[kFinal] = time_ring_[kRingSlots * 2 + 2 * kFinal];
+  kind_end_[kFinal] = time_ring_[kRingSlots * 2 + 2 * kFinal + 1];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
+                       "cudaStreamSynchronize(Telemetry)");
+  BackendTelemetry t;
+  t.last_row_losses = last_row_losses_;
+  const int64_t head = std::min<int64_t>(kHeadLogits, N_);
+  t.embedding_gradient_head.resize(head);
+  t.embedding_parameter_head.resize(head);
+  t.embedding_first_moment_head.resize(head);
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(t.embedding_gradient_head.data(), grad_ + offsets_.embedding,
+                 head * sizeof(float), cudaMemcpyDeviceToHost),
+      "cudaMemcpy(gradient head)");
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(t.embedding_parameter_head.data(), pmv_ + offsets_.embedding,
+                 head * sizeof(float), cudaMemcpyDeviceToHost),
+      "cudaMemcpy(parameter head)");
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(t.embedding_first_moment_head.data(),
+                 pmv_ + N_ + offsets_.embedding, head * sizeof(float),
+                 cudaMemcpyDeviceToHost),
+      "cudaMemcpy(first moment head)");
+  int invalid = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(&invalid, invalid_flag_, sizeof(int),
+                                  cudaMemcpyDeviceToHost),
+                       "cudaMemcpy(invalid flag)");
+  t.first_nonfinite_step = first_nonfinite_step_;
+  t.nonfinite_steps = nonfinite_steps_;
+  t.invalid_token_seen = invalid != 0;
+  for (int k = 0; k < 3; ++k) {
+    t.device_start_ns[k] = kind_start_[k];
+    t.device_end_ns[k] = kind_end_[k];
+  }
+  NotePeakMemory();
+  t.peak_device_memory_bytes = peak_memory_;
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    const ModelConfig& config) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda backend: no CUDA device is usable on this machine (",
+        "cudaGetDeviceCount: ",
+        e != cudaSuccess ? cudaGetErrorName(e) : "0 devices",
+        "); the cuda backend needs an NVIDIA GPU (sm_90), there is no host "
+        "fallback"));
+  }
+  auto backend = std::make_unique<CudaBackend>(config);
+  RETURN_IF_ERROR(backend->Init());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace coppelius

@@ -1,0 +1,45 @@
+// File: trainer/cuda_backend.h
+//
+// The production backend (SPEC §5 "native only"): the whole training step of
+// the model of SPEC §4 on one CUDA GPU, as ONE captured CUDA graph launched
+// once per step, with no host synchronization between steps.
+//
+// Numerics (the same as the reference backend): every operand of every
+// matrix product is rounded to bf16 (RNE) at the product, accumulation and
+// results fp32 (cuBLASLt, trainer/kernels/matmul.h); P, M, V and gradients
+// fp32; LayerNorm statistics, softmax and cross-entropy fp32; AdamW mirrors
+// trainer/adamw.h's fp32 operation order bitwise. Deterministic: fixed
+// grids, fixed-order reductions, no float atomics, cuBLASLt algorithms chosen
+// once; the same inputs give bitwise identical results run after run on the
+// same GPU model.
+//
+// Step graph (captured once, at the first EnqueueStep): device timestamp;
+// stage context c0 + s from the device token buffer (s read from a device
+// counter); forward; backward; AdamW with update number t0 + s + 1 (scalars
+// from a host-computed table indexed by s); per-row CE into a ring of mapped
+// pinned host windows; device timestamp; advance the counter. EnqueueStep
+// launches it and records an event; PollStep waits on that step's event.
+// BeginSnapshot enqueues a device-side copy of P/M/V, then an asynchronous
+// copy to pinned host memory on its own stream; FinishSnapshot waits for it.
+#ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_
+#define COPPELIUS_TRAINER_CUDA_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "trainer/backend.h"
+#include "trainer/model_config.h"
+
+namespace coppelius {
+
+// Creates the backend on device 0: allocates every buffer and builds the
+// cuBLASLt plans. Errors: FailedPrecondition when no CUDA device is usable
+// (the message says so and names the CUDA error); InvalidArgument for an
+// invalid config; ResourceExhausted when device memory runs out; Internal for
+// other CUDA/cuBLAS failures (naming the call and the code).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    const ModelConfig& config);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_TRAINER_CUDA_BACKEND_H_
