@@ -152,14 +152,13 @@ void Encoder::EncodePiece(absl::string_view piece, std::vector<uint32_t>* ids,
 
 void Encoder::EncodeSegmentRange(absl::string_view segment, size_t begin,
                                  size_t end, std::vector<uint32_t>* ids,
-                                 PieceCache* cache) const {
-  std::vector<absl::string_view> pieces;
-  pieces.reserve(kWindowBytes / 4);
+                                 PieceCache* cache,
+                                 std::vector<absl::string_view>* pieces) const {
   while (begin < end) {
-    pieces.clear();
+    pieces->clear();
     begin = PretokenizeRange(segment, begin,
-                             std::min(end, begin + kWindowBytes), &pieces);
-    for (absl::string_view piece : pieces) EncodePiece(piece, ids, cache);
+                             std::min(end, begin + kWindowBytes), pieces);
+    for (absl::string_view piece : *pieces) EncodePiece(piece, ids, cache);
   }
 }
 
@@ -167,15 +166,17 @@ void Encoder::Encode(absl::string_view text, bool allow_special,
                      std::vector<uint32_t>* ids, PieceCache* cache) const {
   PieceCache local;
   if (cache == nullptr) cache = &local;
+  std::vector<absl::string_view> pieces;
   if (!allow_special) {
-    EncodeSegmentRange(text, 0, text.size(), ids, cache);
+    EncodeSegmentRange(text, 0, text.size(), ids, cache, &pieces);
     return;
   }
   std::vector<absl::string_view> segments;
   SplitOnSpecial(text, Vocabulary::kEndOfText, &segments);
   for (size_t s = 0; s < segments.size(); ++s) {
     if (s > 0) ids->push_back(end_of_text_id());
-    EncodeSegmentRange(segments[s], 0, segments[s].size(), ids, cache);
+    EncodeSegmentRange(segments[s], 0, segments[s].size(), ids, cache,
+                       &pieces);
   }
 }
 
@@ -194,19 +195,33 @@ void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
   } else {
     segments.push_back(text);
   }
-  // Work items: byte ranges of one segment, cut at safe positions; an item
-  // with `special_before` emits the special id first.
+  // Work items: either whole segments [first, last) (the special id before
+  // each one but the text's first), or the byte range [begin, end) of one
+  // long segment cut at safe positions (the special id first if
+  // `special_before`).
   struct Item {
-    size_t segment;
-    size_t begin;
-    size_t end;
+    size_t first, last;  // segments
+    size_t begin, end;   // bytes, when last == first + 1 and partial
+    bool partial;
     bool special_before;
   };
-  const size_t target =
-      std::max<size_t>(1 << 18, text.size() / (static_cast<size_t>(threads) * 8));
+  const size_t target = std::max<size_t>(
+      1 << 18, text.size() / (static_cast<size_t>(threads) * 8));
   std::vector<Item> items;
+  size_t run_first = 0, run_bytes = 0;
+  auto flush = [&](size_t s) {
+    if (s > run_first) items.push_back({run_first, s, 0, 0, false, false});
+    run_first = s;
+    run_bytes = 0;
+  };
   for (size_t s = 0; s < segments.size(); ++s) {
     absl::string_view seg = segments[s];
+    if (seg.size() < target) {
+      run_bytes += seg.size() + Vocabulary::kEndOfText.size();
+      if (run_bytes >= target) flush(s + 1);
+      continue;
+    }
+    flush(s);
     size_t begin = 0;
     bool special = s > 0;
     do {
@@ -214,22 +229,32 @@ void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
                        ? NextSafeCut(seg, begin + target)
                        : absl::string_view::npos;
       if (cut == absl::string_view::npos) cut = seg.size();
-      items.push_back({s, begin, cut, special});
+      items.push_back({s, s + 1, begin, cut, true, special});
       special = false;
       begin = cut;
     } while (begin < seg.size());
+    run_first = s + 1;
   }
+  flush(segments.size());
   std::vector<std::vector<uint32_t>> outputs(items.size());
   std::atomic<size_t> next_item{0};
   auto worker = [&] {
     PieceCache cache;
+    std::vector<absl::string_view> pieces;
     for (size_t i; (i = next_item.fetch_add(1)) < items.size();) {
       const Item& item = items[i];
       std::vector<uint32_t>& out = outputs[i];
-      out.reserve((item.end - item.begin) / 3 + 1);
-      if (item.special_before) out.push_back(end_of_text_id());
-      EncodeSegmentRange(segments[item.segment], item.begin, item.end, &out,
-                         &cache);
+      if (item.partial) {
+        if (item.special_before) out.push_back(end_of_text_id());
+        EncodeSegmentRange(segments[item.first], item.begin, item.end, &out,
+                           &cache, &pieces);
+        continue;
+      }
+      for (size_t s = item.first; s < item.last; ++s) {
+        if (s > 0) out.push_back(end_of_text_id());
+        EncodeSegmentRange(segments[s], 0, segments[s].size(), &out, &cache,
+                           &pieces);
+      }
     }
   };
   const int n_threads =

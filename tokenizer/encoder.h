@@ -85,8 +85,10 @@ class Encoder {
     auto it = pair_ranks_.find(PairKey(left, right));
     return it == pair_ranks_.end() ? kNoRank : it->second;
   }
+  // `pieces` is scratch space.
   void EncodeSegmentRange(absl::string_view segment, size_t begin, size_t end,
-                          std::vector<uint32_t>* ids, PieceCache* cache) const;
+                          std::vector<uint32_t>* ids, PieceCache* cache,
+                          std::vector<absl::string_view>* pieces) const;
   void BytePairMergeShort(absl::string_view piece,
                           std::vector<uint32_t>* ids) const;
   void BytePairMergeLong(absl::string_view piece,

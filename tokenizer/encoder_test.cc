@@ -158,14 +158,21 @@ TEST(Encoder, ParallelOutputIndependentOfThreadCount) {
                          "x", "\xE3\x80\x80", "'s", " 42"};
   std::string text;
   while (text.size() < (3u << 20)) text += words[rng() % 10];
+  // Also long segments (cut inside) between a few specials.
+  std::string sparse;
+  while (sparse.size() < (3u << 20)) {
+    sparse += (rng() % 50000 == 0) ? words[5] : words[rng() % 5];
+  }
+  for (const std::string& t : {text, sparse}) {
   for (bool allow : {false, true}) {
     std::vector<uint32_t> serial;
-    e.Encode(text, allow, &serial);
+    e.Encode(t, allow, &serial);
     for (int threads : {1, 2, 3, 8}) {
       std::vector<uint32_t> parallel;
-      e.EncodeParallel(text, allow, threads, &parallel);
+      e.EncodeParallel(t, allow, threads, &parallel);
       ASSERT_EQ(parallel, serial) << threads;
     }
+  }
   }
 }
 
