@@ -1,0 +1,1249 @@
+#include "inspect/inspect.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "checkpoint/envelope.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/sha256.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "inspect/json_writer.h"
+#include "tokencache/token_cache.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+
+namespace {
+
+// ---------------------------------------------------------------- helpers
+
+// Up to `n` bytes from the start of `path` and at `offset`; the file size.
+struct FileProbe {
+  uint64_t size = 0;
+  std::string head;  // first 16 bytes (fewer if the file is shorter)
+};
+
+absl::StatusOr<FileProbe> Probe(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "opening", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return ErrnoStatus(e, "stat", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file"));
+  }
+  FileProbe p;
+  p.size = st.st_size;
+  p.head.resize(std::min<uint64_t>(16, p.size));
+  absl::Status s = PreadAll(fd, p.head.data(), p.head.size(), 0, path);
+  close(fd);
+  RETURN_IF_ERROR(s);
+  return p;
+}
+
+absl::StatusOr<std::string> PreadString(const std::string& path,
+                                        uint64_t offset, size_t n) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "opening", path);
+  std::string s(n, '\0');
+  absl::Status st = PreadAll(fd, s.data(), n, offset, path);
+  close(fd);
+  RETURN_IF_ERROR(st);
+  return s;
+}
+
+uint64_t LeU64(absl::string_view b, size_t at) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
+std::string FormatUnixNs(uint64_t ns) {
+  if (ns == 0) return "0 (unknown)";
+  absl::Time t = absl::FromUnixNanos(static_cast<int64_t>(
+      std::min<uint64_t>(ns, std::numeric_limits<int64_t>::max())));
+  return absl::StrCat(ns, " (",
+                      absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ", t,
+                                       absl::UTCTimeZone()),
+                      ")");
+}
+
+std::string Hex(absl::string_view bytes) {
+  return absl::BytesToHexString(bytes);
+}
+
+std::string DigestHex(const std::array<uint8_t, 32>& d) {
+  return Hex(absl::string_view(reinterpret_cast<const char*>(d.data()), 32));
+}
+
+// Printable form of token bytes: C-escaped, in quotes.
+std::string Printable(absl::string_view bytes) {
+  return absl::StrCat("\"", absl::CHexEscape(bytes), "\"");
+}
+
+double Mean(const std::vector<double>& v, size_t from, size_t to) {
+  if (to <= from) return std::nan("");
+  double s = 0;
+  for (size_t i = from; i < to; ++i) s += v[i];
+  return s / static_cast<double>(to - from);
+}
+
+CheckpointIdentity ExpectedIdentity(const ModelConfig& config) {
+  CheckpointIdentity id;
+  id.state = config.identities.state;
+  id.learner = config.identities.learner;
+  id.data = config.identities.data;
+  id.initialization = config.identities.initialization;
+  id.model = config.identities.model;
+  id.payload_bytes = 12 * static_cast<uint64_t>(NumParameters(config));
+  id.chunk_bytes = kCoppeliusChunkBytes;
+  id.run_steps = static_cast<uint64_t>(config.run_steps);
+  return id;
+}
+
+// ---------------------------------------------------------------- cache
+
+struct CacheReport {
+  std::string path;
+  uint64_t file_bytes = 0;
+  SourceStat header;
+  uint64_t num_tokens = 0;
+  uint64_t contexts = 0;
+  uint32_t min_id = 0, max_id = 0;
+  uint64_t ids_out_of_range = 0;  // ids >= V
+  uint64_t first_out_of_range = 0;
+  std::optional<StalenessReport> staleness;
+};
+
+absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
+                                         const std::string& source,
+                                         const ModelConfig& config) {
+  ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(path));
+  CacheReport r;
+  r.path = path;
+  r.file_bytes = cache.file_size_bytes();
+  r.header = cache.header();
+  r.num_tokens = cache.num_tokens();
+  r.contexts = cache.NumContexts(config.T);
+  const uint32_t* ids = cache.tokens();
+  if (r.num_tokens > 0) {
+    uint32_t lo = ids[0], hi = ids[0];
+    for (uint64_t i = 0; i < r.num_tokens; ++i) {
+      const uint32_t id = ids[i];
+      lo = std::min(lo, id);
+      hi = std::max(hi, id);
+      if (id >= static_cast<uint32_t>(config.V)) {
+        if (r.ids_out_of_range == 0) r.first_out_of_range = i;
+        ++r.ids_out_of_range;
+      }
+    }
+    r.min_id = lo;
+    r.max_id = hi;
+  }
+  if (!source.empty()) {
+    ASSIGN_OR_RETURN(StalenessReport s, cache.Staleness(source));
+    r.staleness = s;
+  }
+  return r;
+}
+
+void PrintCache(const CacheReport& r, const ModelConfig& config, bool json,
+                std::ostream& out) {
+  if (json) {
+    JsonWriter j;
+    j.BeginObject();
+    j.Field("kind", "cache");
+    j.Field("path", r.path);
+    j.FieldUint("file_bytes", r.file_bytes);
+    j.FieldUint("source_mtime_ns", r.header.mtime_ns);
+    j.FieldUint("source_size_bytes", r.header.size_bytes);
+    j.FieldUint("num_tokens", r.num_tokens);
+    j.Field("config", config.name);
+    j.FieldInt("context_tokens", config.T);
+    j.FieldUint("contexts", r.contexts);
+    j.FieldUint("full_runs", r.contexts / config.run_steps);
+    j.Key("min_id");
+    if (r.num_tokens) j.Uint(r.min_id); else j.Null();
+    j.Key("max_id");
+    if (r.num_tokens) j.Uint(r.max_id); else j.Null();
+    j.FieldInt("vocab_size", config.V);
+    j.FieldUint("ids_out_of_range", r.ids_out_of_range);
+    if (r.staleness) {
+      j.Key("staleness");
+      j.BeginObject();
+      j.Field("state", StalenessName(r.staleness->staleness));
+      j.FieldBool("fresh", r.staleness->staleness == Staleness::kFresh);
+      j.FieldUint("source_mtime_ns", r.staleness->source.mtime_ns);
+      j.FieldUint("source_size_bytes", r.staleness->source.size_bytes);
+      j.EndObject();
+    }
+    j.EndObject();
+    out << j.str() << "\n";
+    return;
+  }
+  out << "token cache " << r.path << " (" << r.file_bytes << " bytes)\n";
+  out << "  header: source mtime " << FormatUnixNs(r.header.mtime_ns)
+      << ", source size " << r.header.size_bytes << " bytes\n";
+  if (r.staleness) {
+    out << "  staleness: " << StalenessName(r.staleness->staleness)
+        << " (source now: mtime " << r.staleness->source.mtime_ns << ", size "
+        << r.staleness->source.size_bytes << ")\n";
+  } else {
+    out << "  staleness: not checked (no --source)\n";
+  }
+  out << "  tokens: " << r.num_tokens << "\n";
+  out << "  contexts of " << config.T << " (" << config.name
+      << "): " << r.contexts << " (" << r.contexts / config.run_steps
+      << " full runs of " << config.run_steps << " steps)\n";
+  if (r.num_tokens) {
+    out << "  id range: min " << r.min_id << ", max " << r.max_id;
+  } else {
+    out << "  id range: empty";
+  }
+  out << "; ids >= V=" << config.V << ": " << r.ids_out_of_range;
+  if (r.ids_out_of_range) {
+    out << " (first at token " << r.first_out_of_range << ", file offset "
+        << 16 + 4 * r.first_out_of_range << ")";
+  }
+  out << "\n";
+}
+
+// ---------------------------------------------------------------- checkpoint
+
+struct PlaneStats {
+  std::string tensor;
+  TensorStats p, m, v;
+};
+
+void PrintStatsJson(JsonWriter& j, absl::string_view key,
+                    const TensorStats& s) {
+  j.Key(key);
+  j.BeginObject();
+  j.FieldDouble("mean", s.mean);
+  j.FieldDouble("std", s.std);
+  j.FieldDouble("min", s.min);
+  j.FieldDouble("max", s.max);
+  j.FieldInt("nonfinite", s.nonfinite);
+  j.EndObject();
+}
+
+std::string StatsText(const TensorStats& s) {
+  return absl::StrFormat("mean %+.6g std %.6g min %+.6g max %+.6g nonfinite %d",
+                         s.mean, s.std, s.min, s.max, s.nonfinite);
+}
+
+absl::Status InspectCheckpoint(const InspectOptions& o,
+                               const ModelConfig& config, std::ostream& out) {
+  ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(o.path));
+  if (reader.IsFresh()) {
+    if (o.json) {
+      JsonWriter j;
+      j.BeginObject();
+      j.Field("kind", "checkpoint");
+      j.Field("path", o.path);
+      j.FieldBool("fresh", true);
+      j.FieldUint("file_bytes", 0);
+      j.EndObject();
+      out << j.str() << "\n";
+    } else {
+      out << "checkpoint " << o.path
+          << ": 0 bytes, a fresh-start input (no envelope)\n";
+    }
+    return absl::OkStatus();
+  }
+  const CheckpointHeader& h = reader.header();
+  const CheckpointIdentity identity = reader.identity();
+  const absl::Status identity_status =
+      CompareIdentity(identity, ExpectedIdentity(config), o.path);
+  const absl::Status digest_status = reader.VerifyPayload(o.threads);
+
+  // Per-tensor statistics when the parameter count fits the config.
+  const uint64_t parameters = reader.payload_bytes() / 12;
+  const bool layout_fits =
+      reader.payload_bytes() % 12 == 0 &&
+      parameters == static_cast<uint64_t>(NumParameters(config));
+  std::vector<PlaneStats> stats;
+  if (layout_fits) {
+    const float* plane = static_cast<const float*>(reader.payload());
+    for (const TensorInfo& t : ParameterLayout(config)) {
+      PlaneStats s;
+      s.tensor = t.name;
+      s.p = ComputeTensorStats(plane + t.offset, t.num_elements());
+      s.m = ComputeTensorStats(plane + parameters + t.offset,
+                               t.num_elements());
+      s.v = ComputeTensorStats(plane + 2 * parameters + t.offset,
+                               t.num_elements());
+      stats.push_back(std::move(s));
+    }
+  }
+
+  if (o.json) {
+    JsonWriter j;
+    j.BeginObject();
+    j.Field("kind", "checkpoint");
+    j.Field("path", o.path);
+    j.FieldBool("fresh", false);
+    j.FieldUint("file_bytes", reader.file_bytes());
+    j.FieldUint("file_mtime_ns", reader.file_mtime_ns());
+    j.FieldUint("version", reader.preamble().version);
+    j.FieldUint("payload_offset", reader.payload_offset());
+    j.FieldUint("payload_bytes", reader.payload_bytes());
+    j.FieldUint("chunk_bytes", reader.chunk_bytes());
+    j.FieldUint("chunks", reader.num_chunks());
+    j.FieldUint("parameter_count", h.parameter_count());
+    j.FieldUint("run_steps", h.run_steps());
+    j.FieldUint("update_count", reader.update_count());
+    j.Key("identities");
+    j.BeginObject();
+    j.Field("state", h.state_identity());
+    j.Field("learner", h.learner_identity());
+    j.Field("data", h.data_identity());
+    j.Field("initialization", h.initialization_identity());
+    j.Field("model", h.model_identity());
+    j.EndObject();
+    j.Field("config", config.name);
+    j.FieldBool("identity_matches_config", identity_status.ok());
+    j.Field("refusal", identity_status.ok()
+                           ? std::string()
+                           : std::string(identity_status.message()));
+    j.Key("provenance");
+    j.BeginObject();
+    j.Field("writer", h.writer());
+    j.Field("backend", h.backend());
+    j.FieldUint("created_unix_nanos", h.created_unix_nanos());
+    j.Field("host", h.host());
+    j.Field("parent_header_sha256", Hex(h.parent_header_sha256()));
+    j.EndObject();
+    j.Field("header_sha256", Sha256Hex(reader.header_sha256()));
+    j.FieldBool("digests_verified", digest_status.ok());
+    j.Field("digest_error", digest_status.ok()
+                                ? std::string()
+                                : std::string(digest_status.message()));
+    j.Key("tensors");
+    j.BeginArray();
+    for (const PlaneStats& s : stats) {
+      j.BeginObject();
+      j.Field("name", s.tensor);
+      PrintStatsJson(j, "p", s.p);
+      PrintStatsJson(j, "m", s.m);
+      PrintStatsJson(j, "v", s.v);
+      j.EndObject();
+    }
+    j.EndArray();
+    j.EndObject();
+    out << j.str() << "\n";
+    return absl::OkStatus();
+  }
+
+  out << "checkpoint " << o.path << " (" << reader.file_bytes()
+      << " bytes, mtime " << FormatUnixNs(reader.file_mtime_ns()) << ")\n";
+  out << "  envelope: version " << reader.preamble().version
+      << ", payload at " << reader.payload_offset() << ", "
+      << reader.payload_bytes() << " bytes in " << reader.num_chunks()
+      << " chunks of " << reader.chunk_bytes() << "\n";
+  out << "  parameters: " << h.parameter_count() << " x 3 planes (P, M, V)\n";
+  out << "  update count: " << reader.update_count() << " (run steps "
+      << h.run_steps() << ")\n";
+  out << "  identities:\n";
+  out << "    state:          " << h.state_identity() << "\n";
+  out << "    learner:        " << h.learner_identity() << "\n";
+  out << "    data:           " << h.data_identity() << "\n";
+  out << "    initialization: " << h.initialization_identity() << "\n";
+  out << "    model:          " << h.model_identity() << "\n";
+  if (identity_status.ok()) {
+    out << "  identity: matches config " << config.name << "\n";
+  } else {
+    out << "  identity: a run of config " << config.name
+        << " refuses it: " << identity_status.message() << "\n";
+  }
+  out << "  provenance: writer " << Printable(h.writer()) << ", backend "
+      << Printable(h.backend()) << ", host " << Printable(h.host())
+      << ", created " << FormatUnixNs(h.created_unix_nanos()) << "\n";
+  out << "  header sha256: " << Sha256Hex(reader.header_sha256()) << "\n";
+  out << "  parent header sha256: "
+      << (h.parent_header_sha256().empty() ? "(none: fresh start)"
+                                            : Hex(h.parent_header_sha256()))
+      << "\n";
+  if (digest_status.ok()) {
+    out << "  digests: all " << reader.num_chunks()
+        << " chunk SHA-256 digests verified\n";
+  } else {
+    out << "  digests: FAILED: " << digest_status.message() << "\n";
+  }
+  if (!layout_fits) {
+    out << "  tensors: payload holds " << parameters
+        << " parameters, config " << config.name << " has "
+        << NumParameters(config) << ": no per-tensor statistics\n";
+    return absl::OkStatus();
+  }
+  out << "  tensors (" << stats.size() << "):\n";
+  for (const PlaneStats& s : stats) {
+    out << "    " << s.tensor << "\n";
+    out << "      P " << StatsText(s.p) << "\n";
+    out << "      M " << StatsText(s.m) << "\n";
+    out << "      V " << StatsText(s.v) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- result
+
+int Argmax(const float* v, int64_t n) {
+  int best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = static_cast<int>(i);
+  return best;
+}
+
+std::string TokenText(const std::optional<Vocabulary>& vocab, uint32_t id) {
+  if (!vocab) return "";
+  if (id == vocab->end_of_text_id()) {
+    return std::string(Vocabulary::kEndOfText);
+  }
+  if (id >= vocab->num_ranks()) return "";
+  return std::string(vocab->token(id));
+}
+
+struct DeviceTimes {
+  int64_t count = 0;      // updates with both device stamps
+  double mean_ns = 0, min_ns = 0, max_ns = 0;
+  int64_t host_count = 0;  // updates with both host stamps
+  double host_mean_ns = 0;
+  std::vector<double> per_step_ns;  // device (or 0)
+};
+
+DeviceTimes UpdateTimes(const ResultFile& r) {
+  DeviceTimes d;
+  double sum = 0, host_sum = 0;
+  d.min_ns = std::numeric_limits<double>::infinity();
+  d.max_ns = 0;
+  for (const ResultTimestamp& ts : r.tail.timestamps) {
+    if (ts.kind != SubmissionKind::kUpdate) continue;
+    double dev = 0;
+    if (ts.device_start_ns && ts.device_end_ns) {
+      dev = static_cast<double>(ts.device_end_ns - ts.device_start_ns);
+      ++d.count;
+      sum += dev;
+      d.min_ns = std::min(d.min_ns, dev);
+      d.max_ns = std::max(d.max_ns, dev);
+    }
+    d.per_step_ns.push_back(dev);
+    if (ts.host_issue_ns && ts.host_complete_ns) {
+      ++d.host_count;
+      host_sum += static_cast<double>(ts.host_complete_ns - ts.host_issue_ns);
+    }
+  }
+  if (d.count) {
+    d.mean_ns = sum / d.count;
+  } else {
+    d.min_ns = 0;
+  }
+  if (d.host_count) d.host_mean_ns = host_sum / d.host_count;
+  return d;
+}
+
+absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
+                           std::ostream& out) {
+  const ResultGeometry g = ResultGeometryOf(config);
+  ASSIGN_OR_RETURN(ResultFile r, ReadResult(o.path, g));
+  std::optional<Vocabulary> vocab;
+  if (!o.vocab.empty()) {
+    ASSIGN_OR_RETURN(Vocabulary v, Vocabulary::Load(o.vocab, config.V));
+    vocab = std::move(v);
+  }
+  const ResultLayout layout = ComputeResultLayout(g);
+  const std::vector<double> means = StepMeanLosses(r);
+  const int window = std::max(1, o.smoothing_steps);
+  const std::vector<double> smoothed = SmoothedCurve(means, window);
+  const size_t w = std::min<size_t>(100, means.size());
+  const double first_window = Mean(means, 0, w);
+  const double last_window = Mean(means, means.size() - w, means.size());
+  int64_t nonfinite_steps = 0;
+  for (double m : means) nonfinite_steps += !std::isfinite(m);
+
+  // Rows T/4-1, T/2-1, T-1: forward record argmax (before training).
+  const int64_t rows[3] = {g.T / 4 - 1, g.T / 2 - 1, g.T - 1};
+  int forward_argmax[3] = {0, 0, 0};
+  if (r.forward_present && !r.marker_left) {
+    for (int k = 0; k < 3; ++k)
+      forward_argmax[k] = Argmax(r.forward_logits.data() + k * g.V, g.V);
+  }
+  const ResultTail& t = r.tail;
+  int final_argmax = 0;
+  bool final_consistent = true;
+  DeviceTimes times;
+  if (r.complete) {
+    final_argmax = Argmax(t.final_logits.data(), g.V);
+    final_consistent = !t.host.predictions[2].valid ||
+                       t.host.predictions[2].token ==
+                           static_cast<uint32_t>(final_argmax);
+    times = UpdateTimes(r);
+  }
+  const char* status = r.complete ? "complete" : "incomplete";
+
+  if (o.json) {
+    JsonWriter j;
+    j.BeginObject();
+    j.Field("kind", "result");
+    j.Field("path", o.path);
+    j.Field("config", config.name);
+    j.Key("geometry");
+    j.BeginObject();
+    j.FieldInt("V", g.V);
+    j.FieldInt("T", g.T);
+    j.FieldInt("steps", g.steps);
+    j.EndObject();
+    j.FieldUint("file_bytes", r.file_size);
+    j.FieldInt("complete_bytes", layout.complete_bytes);
+    j.Field("status", status);
+    j.FieldBool("complete", r.complete);
+    j.FieldInt("complete_steps", r.complete_steps);
+    j.FieldBool("forward_present", r.forward_present);
+    j.FieldBool("forward_marker_left", r.marker_left);
+    j.DoubleArray("step_mean_loss", means);
+    j.FieldInt("smoothing_steps", window);
+    j.DoubleArray("smoothed_loss", smoothed);
+    j.FieldInt("window_steps", static_cast<int64_t>(w));
+    j.FieldDouble("first_window_mean", first_window);
+    j.FieldDouble("last_window_mean", last_window);
+    j.FieldInt("nonfinite_step_means", nonfinite_steps);
+    if (r.forward_present && !r.marker_left) {
+      j.Key("forward_argmax");
+      j.BeginArray();
+      for (int k = 0; k < 3; ++k) j.Int(forward_argmax[k]);
+      j.EndArray();
+    }
+    if (r.complete) {
+      j.Key("input");
+      j.BeginObject();
+      j.FieldBool("fresh", t.input.fresh);
+      j.FieldUint("size_bytes", t.input.size_bytes);
+      j.FieldUint("mtime_ns", t.input.mtime_ns);
+      j.FieldUint("update_count", t.input.update_count);
+      j.FieldUint("inode", t.input.inode);
+      j.Field("header_sha256", DigestHex(t.input.header_digest));
+      j.FieldUint("submissions_completed", t.input.submissions_completed);
+      j.FieldUint("submissions_issued", t.input.submissions_issued);
+      j.FieldUint("update_last_release", t.input.update_last_release);
+      j.EndObject();
+      j.Key("host");
+      j.BeginObject();
+      j.Field("backend", t.host.backend);
+      j.FieldUint("first_context", t.host.first_context);
+      j.FieldUint("steps_done", t.host.steps_done);
+      j.FieldUint("update_count", t.host.update_count);
+      j.FieldUint("publications", t.host.publications);
+      j.FieldUint("start_unix_ns", t.host.start_unix_ns);
+      j.FieldUint("end_unix_ns", t.host.end_unix_ns);
+      j.FieldUint("forward_wall_ns", t.host.forward_wall_ns);
+      j.FieldUint("steps_wall_ns", t.host.steps_wall_ns);
+      j.FieldUint("publish_wall_ns", t.host.publish_wall_ns);
+      j.FieldUint("peak_device_memory_bytes",
+                  t.host.peak_device_memory_bytes);
+      j.EndObject();
+      j.Key("predictions");
+      j.BeginArray();
+      for (int k = 0; k < 3; ++k) {
+        const ResultPrediction& p = t.host.predictions[k];
+        j.BeginObject();
+        j.FieldInt("row", rows[k]);
+        j.FieldUint("token", p.token);
+        j.FieldBool("valid", p.valid);
+        if (vocab && p.valid) {
+          const std::string text = TokenText(vocab, p.token);
+          j.Field("text", text);
+          j.Field("bytes_hex", Hex(text));
+        }
+        j.EndObject();
+      }
+      j.EndArray();
+      j.FieldInt("final_argmax_row_last", final_argmax);
+      j.FieldBool("final_record_matches_prediction", final_consistent);
+      j.Key("errors");
+      j.BeginObject();
+      j.FieldInt("first_nonfinite_step", t.errors.first_nonfinite_step);
+      j.FieldUint("nonfinite_steps", t.errors.nonfinite_steps);
+      j.FieldBool("invalid_token_seen", t.errors.invalid_token_seen);
+      j.FieldInt("cuda_error", t.errors.cuda_error);
+      j.Field("text", t.errors.text);
+      j.EndObject();
+      j.Key("semaphores");
+      j.BeginArray();
+      for (int k = 0; k < kNumSubmissionKinds; ++k) {
+        const ResultSemaphore& s = t.semaphores[k];
+        j.BeginObject();
+        j.Field("kind", SubmissionKindName(SubmissionKind(k)));
+        j.FieldUint("completion_value", s.completion_value);
+        j.FieldUint("fence_value", s.fence_value);
+        j.FieldUint("device_start_ns", s.device_start_ns);
+        j.FieldUint("device_end_ns", s.device_end_ns);
+        j.FieldUint("issues", s.issues);
+        j.EndObject();
+      }
+      j.EndArray();
+      j.Key("device_time_per_step");
+      j.BeginObject();
+      j.FieldInt("steps_with_device_clock", times.count);
+      j.FieldDouble("mean_ns", times.mean_ns);
+      j.FieldDouble("min_ns", times.min_ns);
+      j.FieldDouble("max_ns", times.max_ns);
+      j.FieldDouble("host_mean_ns", times.host_mean_ns);
+      j.DoubleArray("per_step_ns", times.per_step_ns);
+      j.EndObject();
+      j.Key("loss_block");
+      j.BeginObject();
+      const int64_t rows_kept = std::min<int64_t>(g.T, 1024);
+      std::vector<double> last(t.loss.last_row_losses.begin(),
+                               t.loss.last_row_losses.begin() + rows_kept);
+      j.FieldDouble("last_step_mean_loss", Mean(last, 0, last.size()));
+      j.FieldInt("rows_kept", rows_kept);
+      PrintStatsJson(j, "embedding_gradient_head",
+                     ComputeTensorStats(t.loss.embedding_gradient_head.data(),
+                                        kResultLossWindowFloats));
+      PrintStatsJson(j, "embedding_parameter_head",
+                     ComputeTensorStats(t.loss.embedding_parameter_head.data(),
+                                        kResultLossWindowFloats));
+      PrintStatsJson(
+          j, "embedding_first_moment_head",
+          ComputeTensorStats(t.loss.embedding_first_moment_head.data(),
+                             kResultLossWindowFloats));
+      j.EndObject();
+    }
+    j.EndObject();
+    out << j.str() << "\n";
+    return absl::OkStatus();
+  }
+
+  out << "result " << o.path << " (" << r.file_size << " bytes; config "
+      << config.name << ": V=" << g.V << " T=" << g.T << " steps=" << g.steps
+      << ", complete size " << layout.complete_bytes << ")\n";
+  out << "  status: " << status << ", " << r.complete_steps << " of "
+      << g.steps << " step windows\n";
+  if (r.marker_left) {
+    out << "  forward record: NOT WRITTEN (marker be ba fe ca be ba fe ca "
+           "still at offset 0)\n";
+  } else if (!r.forward_present) {
+    out << "  forward record: cut short (" << r.file_size << " of "
+        << layout.forward_bytes << " bytes)\n";
+  } else {
+    out << "  forward record: argmax of rows " << rows[0] << ", " << rows[1]
+        << ", " << rows[2] << " = " << forward_argmax[0] << ", "
+        << forward_argmax[1] << ", " << forward_argmax[2] << "\n";
+  }
+  if (!means.empty()) {
+    out << absl::StrFormat(
+        "  loss: first %d-step window mean %.6f, last %d-step window mean "
+        "%.6f; %d steps with a non-finite mean\n",
+        w, first_window, w, last_window, nonfinite_steps);
+    out << "  per-step mean loss (smoothed over " << window << " steps):\n";
+    const size_t n = means.size();
+    const size_t shown = std::min<size_t>(n, 20);
+    for (size_t i = 0; i < shown; ++i) {
+      const size_t s = shown == 1 ? 0 : i * (n - 1) / (shown - 1);
+      out << absl::StrFormat("    step %6d  loss %.6f  smoothed %.6f\n", s,
+                             means[s], smoothed[s]);
+    }
+  }
+  if (!r.complete) {
+    out << "  tail: absent (the run did not finish)\n";
+    return absl::OkStatus();
+  }
+  out << "  backend: " << t.host.backend << ", c0 " << t.host.first_context
+      << ", steps done " << t.host.steps_done << ", update count "
+      << t.host.update_count << ", publications " << t.host.publications
+      << "\n";
+  out << "  wall: start " << FormatUnixNs(t.host.start_unix_ns) << ", end "
+      << FormatUnixNs(t.host.end_unix_ns) << "; forward "
+      << t.host.forward_wall_ns << " ns, steps " << t.host.steps_wall_ns
+      << " ns, publishing " << t.host.publish_wall_ns << " ns; peak device "
+      << "memory " << t.host.peak_device_memory_bytes << " bytes\n";
+  out << "  input: "
+      << (t.input.fresh ? "fresh (0 bytes)" : "continuation") << ", size "
+      << t.input.size_bytes << ", mtime " << t.input.mtime_ns
+      << ", update count " << t.input.update_count << ", header sha256 "
+      << DigestHex(t.input.header_digest) << "\n";
+  out << "  submissions: " << t.input.submissions_completed << " completed of "
+      << t.input.submissions_issued << " issued; update semaphore last "
+      << "release " << t.input.update_last_release << "\n";
+  if (times.count) {
+    out << absl::StrFormat(
+        "  device time per step: mean %.0f ns, min %.0f, max %.0f (%d "
+        "steps)\n",
+        times.mean_ns, times.min_ns, times.max_ns, times.count);
+  } else {
+    out << "  device time per step: no device clock (backend "
+        << t.host.backend << ")\n";
+  }
+  if (times.host_count) {
+    out << absl::StrFormat("  host time per step: mean %.0f ns\n",
+                           times.host_mean_ns);
+  }
+  out << "  errors: ";
+  if (t.errors.nonfinite_steps == 0 && !t.errors.invalid_token_seen &&
+      t.errors.cuda_error == 0 && t.errors.text.empty()) {
+    out << "none\n";
+  } else {
+    out << "first non-finite step " << t.errors.first_nonfinite_step
+        << ", non-finite steps " << t.errors.nonfinite_steps
+        << ", invalid token " << (t.errors.invalid_token_seen ? "yes" : "no")
+        << ", CUDA error " << t.errors.cuda_error << ", text "
+        << Printable(t.errors.text) << "\n";
+  }
+  out << "  predictions (final submission):\n";
+  for (int k = 0; k < 3; ++k) {
+    const ResultPrediction& p = t.host.predictions[k];
+    out << "    row " << rows[k] << ": ";
+    if (!p.valid) {
+      out << "invalid (non-finite logits)\n";
+      continue;
+    }
+    out << "token " << p.token;
+    if (vocab) out << " " << Printable(TokenText(vocab, p.token));
+    out << "\n";
+  }
+  if (!final_consistent) {
+    out << "  WARNING: final record argmax " << final_argmax
+        << " differs from the row " << rows[2] << " prediction "
+        << t.host.predictions[2].token << "\n";
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- verify
+
+struct VerifyOutcome {
+  std::string kind;
+  std::vector<std::string> failures;  // one line each
+};
+
+VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
+                        const ModelConfig& config) {
+  VerifyOutcome v;
+  FileKind kind = o.kind;
+  if (kind == FileKind::kAuto) {
+    absl::StatusOr<FileKind> k = DetectFileKind(path, config);
+    if (!k.ok()) {
+      v.kind = "unknown";
+      v.failures.push_back(std::string(k.status().message()));
+      return v;
+    }
+    kind = *k;
+  }
+  v.kind = FileKindName(kind);
+  switch (kind) {
+    case FileKind::kCheckpoint: {
+      absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(path);
+      if (!reader.ok()) {
+        v.failures.push_back(std::string(reader.status().message()));
+        return v;
+      }
+      if (reader->IsFresh()) return v;
+      if (!reader->VerifyPayload(o.threads).ok()) {
+        for (uint64_t i = 0; i < reader->num_chunks(); ++i) {
+          absl::Status s = reader->VerifyChunk(i);
+          if (!s.ok()) v.failures.push_back(std::string(s.message()));
+        }
+      }
+      return v;
+    }
+    case FileKind::kResult: {
+      absl::StatusOr<ResultFile> r =
+          ReadResult(path, ResultGeometryOf(config));
+      if (!r.ok()) {
+        v.failures.push_back(std::string(r.status().message()));
+        return v;
+      }
+      const ResultLayout layout = ComputeResultLayout(r->geometry);
+      if (r->marker_left) {
+        v.failures.push_back(absl::StrCat(
+            path, ": offset 0 (forward record): marker be ba fe ca be ba fe "
+                  "ca still present, expected the forward logits"));
+      }
+      if (!r->complete) {
+        v.failures.push_back(absl::StrCat(
+            path, ": incomplete: size ", r->file_size, " bytes, expected ",
+            layout.complete_bytes, " (", r->complete_steps, " of ",
+            r->geometry.steps, " step windows; tail from offset ",
+            layout.input_stat_offset, " missing)"));
+      }
+      return v;
+    }
+    case FileKind::kCache:
+    case FileKind::kAuto: {
+      absl::StatusOr<TokenCache> cache = TokenCache::Open(path);
+      if (!cache.ok()) {
+        v.failures.push_back(std::string(cache.status().message()));
+        return v;
+      }
+      absl::Status ids = cache->CheckIdRange(static_cast<uint32_t>(config.V));
+      if (!ids.ok()) v.failures.push_back(std::string(ids.message()));
+      if (!o.source.empty()) {
+        absl::StatusOr<StalenessReport> s = cache->Staleness(o.source);
+        if (!s.ok()) {
+          v.failures.push_back(std::string(s.status().message()));
+        } else if (s->staleness != Staleness::kFresh) {
+          v.failures.push_back(absl::StrCat(
+              path, ": header (offset 0: mtime ", s->header.mtime_ns,
+              ", size ", s->header.size_bytes, "): ",
+              StalenessName(s->staleness), "; source ", o.source,
+              " now has mtime ", s->source.mtime_ns, ", size ",
+              s->source.size_bytes));
+        }
+      }
+      return v;
+    }
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------- svg
+
+std::string SvgEscape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default:
+        if (static_cast<unsigned char>(c) >= 0x20 &&
+            static_cast<unsigned char>(c) < 0x7f)
+          out += c;
+        else
+          out += '?';
+    }
+  }
+  return out;
+}
+
+// A "nice" tick step for a range (1, 2 or 5 times a power of ten).
+double NiceStep(double range, int ticks) {
+  if (!(range > 0)) return 1;
+  const double raw = range / ticks;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  const double f = raw / p;
+  return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+std::string FormatTick(double v) { return absl::StrFormat("%.4g", v); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- public
+
+absl::StatusOr<FileKind> ParseFileKind(absl::string_view name) {
+  if (name.empty() || name == "auto") return FileKind::kAuto;
+  if (name == "cache") return FileKind::kCache;
+  if (name == "checkpoint") return FileKind::kCheckpoint;
+  if (name == "result") return FileKind::kResult;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--kind=", name, ": expected auto, cache, checkpoint or result"));
+}
+
+const char* FileKindName(FileKind kind) {
+  switch (kind) {
+    case FileKind::kAuto:
+      return "auto";
+    case FileKind::kCache:
+      return "cache";
+    case FileKind::kCheckpoint:
+      return "checkpoint";
+    case FileKind::kResult:
+      return "result";
+  }
+  return "auto";
+}
+
+ResultGeometry ResultGeometryOf(const ModelConfig& config) {
+  return ResultGeometry{config.V, config.T, config.run_steps};
+}
+
+absl::StatusOr<FileKind> DetectFileKind(const std::string& path,
+                                        const ModelConfig& config) {
+  ASSIGN_OR_RETURN(FileProbe p, Probe(path));
+  if (p.size == 0) return FileKind::kCheckpoint;
+  if (p.head.size() >= 8 &&
+      std::memcmp(p.head.data(), kCheckpointMagic, 8) == 0) {
+    return FileKind::kCheckpoint;
+  }
+  const ResultGeometry g = ResultGeometryOf(config);
+  if (!ValidateResultGeometry(g).ok()) return FileKind::kCache;
+  const ResultLayout layout = ComputeResultLayout(g);
+  std::string host_tag;
+  if (p.size == static_cast<uint64_t>(layout.complete_bytes)) {
+    ASSIGN_OR_RETURN(host_tag, PreadString(path, layout.host_offset, 8));
+  }
+  if (!LooksLikeResult(p.size, p.head, host_tag, g)) return FileKind::kCache;
+  const bool marker = p.head.size() >= 8 &&
+                      std::memcmp(p.head.data(), kResultMarker, 8) == 0;
+  if (marker || !host_tag.empty()) return FileKind::kResult;
+  // An incomplete result of the right size: a cache whose header is
+  // plausible wins (mtime before 2100-01-01, source size < 2^50).
+  if (p.head.size() == 16) {
+    const uint64_t mtime = LeU64(p.head, 0), size = LeU64(p.head, 8);
+    if (mtime < 4102444800ull * 1000000000ull && size < (1ull << 50)) {
+      return FileKind::kCache;
+    }
+  }
+  return FileKind::kResult;
+}
+
+TensorStats ComputeTensorStats(const float* values, int64_t n) {
+  TensorStats s;
+  s.count = n;
+  double sum = 0;
+  int64_t finite = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = values[i];
+    if (!std::isfinite(v)) {
+      ++s.nonfinite;
+      continue;
+    }
+    ++finite;
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  if (finite == 0) return s;
+  s.mean = sum / finite;
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = values[i];
+    if (std::isfinite(v)) sq += (v - s.mean) * (v - s.mean);
+  }
+  s.std = std::sqrt(sq / finite);
+  s.min = lo;
+  s.max = hi;
+  return s;
+}
+
+std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
+                                  int window) {
+  window = std::max(1, window);
+  std::vector<double> out(per_step.size());
+  double sum = 0;
+  int nonfinite = 0;
+  for (size_t i = 0; i < per_step.size(); ++i) {
+    const double in = per_step[i];
+    if (std::isfinite(in)) sum += in; else ++nonfinite;
+    if (i >= static_cast<size_t>(window)) {
+      const double old = per_step[i - window];
+      if (std::isfinite(old)) sum -= old; else --nonfinite;
+    }
+    const size_t n = std::min<size_t>(i + 1, window);
+    out[i] = nonfinite ? std::nan("") : sum / static_cast<double>(n);
+  }
+  return out;
+}
+
+absl::Status RunInspect(const InspectOptions& o, std::ostream& out) {
+  if (o.path.empty()) {
+    return absl::InvalidArgumentError("inspect: no FILE given");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
+  FileKind kind = o.kind;
+  if (kind == FileKind::kAuto) {
+    ASSIGN_OR_RETURN(kind, DetectFileKind(o.path, config));
+  }
+  switch (kind) {
+    case FileKind::kCheckpoint:
+      return InspectCheckpoint(o, config, out);
+    case FileKind::kResult:
+      return InspectResult(o, config, out);
+    case FileKind::kCache:
+    case FileKind::kAuto: {
+      ASSIGN_OR_RETURN(CacheReport r, AnalyzeCache(o.path, o.source, config));
+      PrintCache(r, config, o.json, out);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InternalError("inspect: unhandled kind");
+}
+
+absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
+  if (o.paths.empty()) {
+    return absl::InvalidArgumentError("verify: no FILE given");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
+  int failed = 0;
+  JsonWriter j;
+  j.BeginObject();
+  j.Key("files");
+  j.BeginArray();
+  for (const std::string& path : o.paths) {
+    VerifyOutcome v = VerifyOne(path, o, config);
+    failed += !v.failures.empty();
+    if (o.json) {
+      j.BeginObject();
+      j.Field("path", path);
+      j.Field("kind", v.kind);
+      j.FieldBool("ok", v.failures.empty());
+      j.Key("failures");
+      j.BeginArray();
+      for (const std::string& f : v.failures) j.String(f);
+      j.EndArray();
+      j.EndObject();
+      continue;
+    }
+    if (v.failures.empty()) {
+      out << "OK " << path << " (" << v.kind << ")\n";
+    }
+    for (const std::string& f : v.failures) {
+      out << "FAIL " << path << ": " << f << "\n";
+    }
+  }
+  j.EndArray();
+  j.FieldBool("ok", failed == 0);
+  j.FieldInt("failed", failed);
+  j.FieldInt("checked", static_cast<int64_t>(o.paths.size()));
+  j.EndObject();
+  if (o.json) out << j.str() << "\n";
+  out.flush();
+  if (!out) return absl::InternalError("verify: writing the report failed");
+  if (failed) {
+    return absl::DataLossError(absl::StrCat("verify: ", failed, " of ",
+                                            o.paths.size(), " files failed"));
+  }
+  return absl::OkStatus();
+}
+
+std::string RenderLossSvg(const std::vector<double>& per_step,
+                          const std::vector<double>& smoothed,
+                          absl::string_view title) {
+  const double width = 800, height = 480;
+  const double left = 70, right = 20, top = 40, bottom = 50;
+  const double pw = width - left - right, ph = height - top - bottom;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (double v : per_step) {
+    if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  }
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (hi - lo < 1e-9) lo -= 0.5, hi += 0.5;
+  const double ystep = NiceStep(hi - lo, 6);
+  lo = std::floor(lo / ystep) * ystep;
+  hi = std::ceil(hi / ystep) * ystep;
+  const double n = static_cast<double>(std::max<size_t>(per_step.size(), 2) - 1);
+  auto X = [&](double s) { return left + pw * s / n; };
+  auto Y = [&](double v) { return top + ph * (hi - v) / (hi - lo); };
+
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+      "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n",
+      width, height, width, height);
+  absl::StrAppend(&svg, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+  absl::StrAppend(&svg, absl::StrFormat(
+      "<text x=\"%.1f\" y=\"24\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n",
+      left + pw / 2, SvgEscape(title)));
+  // Axes.
+  absl::StrAppend(&svg, absl::StrFormat(
+      "<path d=\"M%.1f %.1f V%.1f H%.1f\" stroke=\"black\" fill=\"none\"/>\n",
+      left, top, top + ph, left + pw));
+  for (double v = lo; v <= hi + ystep / 2; v += ystep) {
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+        left, Y(v), left + pw, Y(v), left - 6, Y(v) + 4, FormatTick(v)));
+  }
+  const double xstep = NiceStep(n, 8);
+  for (double s = 0; s <= n + 1e-9; s += xstep) {
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+        X(s), top + ph, X(s), top + ph + 5, X(s), top + ph + 20,
+        FormatTick(s)));
+  }
+  absl::StrAppend(&svg, absl::StrFormat(
+      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n",
+      left + pw / 2, height - 10));
+  absl::StrAppend(&svg, absl::StrFormat(
+      "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" "
+      "transform=\"rotate(-90 16 %.1f)\">mean cross-entropy loss (nats)</text>\n",
+      top + ph / 2, top + ph / 2));
+  auto polyline = [&](const std::vector<double>& v, const char* color,
+                      const char* extra, const char* id) {
+    std::string pts;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!std::isfinite(v[i])) continue;
+      absl::StrAppend(&pts, absl::StrFormat("%.2f,%.2f ", X(i), Y(v[i])));
+    }
+    if (v.size() == 1 && std::isfinite(v[0])) {
+      absl::StrAppend(&pts, absl::StrFormat("%.2f,%.2f ", X(1), Y(v[0])));
+    }
+    return absl::StrFormat(
+        "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" %s points=\"%s\"/>\n",
+        id, color, extra, pts);
+  };
+  absl::StrAppend(&svg, polyline(per_step, "#9ecae1", "stroke-width=\"1\"",
+                                 "per-step"));
+  absl::StrAppend(&svg, polyline(smoothed, "#08519c", "stroke-width=\"2\"",
+                                 "smoothed"));
+  absl::StrAppend(&svg, absl::StrFormat(
+      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#9ecae1\">per-step mean</text>"
+      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#08519c\">smoothed</text>\n",
+      left + pw - 4, top + 14, left + pw - 4, top + 30));
+  absl::StrAppend(&svg, "</svg>\n");
+  return svg;
+}
+
+absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
+  if (o.results.empty()) {
+    return absl::InvalidArgumentError("plot: no RESULT file given");
+  }
+  if (o.output.empty()) {
+    return absl::InvalidArgumentError("plot: -o OUTPUT (an .svg path or -) "
+                                      "is required");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
+  std::vector<double> means;
+  for (const std::string& path : o.results) {
+    ASSIGN_OR_RETURN(ResultFile r, ReadResult(path, ResultGeometryOf(config)));
+    std::vector<double> m = StepMeanLosses(r);
+    means.insert(means.end(), m.begin(), m.end());
+  }
+  if (means.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plot: ", absl::StrJoin(o.results, ", "),
+        ": no complete step window to plot"));
+  }
+  const std::vector<double> smoothed =
+      SmoothedCurve(means, std::max(1, o.smoothing_steps));
+  const std::string title = absl::StrCat(
+      "Coppelius (", config.name, ") loss, ", o.results.size(), " run",
+      o.results.size() == 1 ? "" : "s", ", ", means.size(), " steps");
+  const std::string svg = RenderLossSvg(means, smoothed, title);
+  if (o.output == "-") {
+    out << svg;
+    out.flush();
+    if (!out) return absl::InternalError("plot: writing to stdout failed");
+    return absl::OkStatus();
+  }
+  return WriteFileAtomically(o.output, svg);
+}
+
+absl::StatusOr<std::string> BuildSafetensors(
+    const ModelConfig& config, const float* p_plane,
+    const std::vector<std::pair<std::string, std::string>>& metadata) {
+  const std::vector<TensorInfo> layout = ParameterLayout(config);
+  const int64_t parameters = NumParameters(config);
+  // Header JSON.
+  std::string header = "{\"__metadata__\":{";
+  for (size_t i = 0; i < metadata.size(); ++i) {
+    if (i) header += ",";
+    absl::StrAppend(&header, JsonQuote(metadata[i].first), ":",
+                    JsonQuote(metadata[i].second));
+  }
+  header += "}";
+  int64_t expected_begin = 0;
+  for (const TensorInfo& t : layout) {
+    const int64_t begin = 4 * t.offset, end = 4 * (t.offset + t.num_elements());
+    // What safetensors' Metadata::validate checks: contiguous offsets and
+    // sizes equal to prod(shape) * 4.
+    if (begin != expected_begin || end < begin) {
+      return absl::InternalError(absl::StrCat(
+          "safetensors export: tensor ", t.name, " at bytes [", begin, ", ",
+          end, "), expected to begin at ", expected_begin));
+    }
+    int64_t elements = 1;
+    for (int64_t d : t.shape) elements *= d;
+    if (elements * 4 != end - begin) {
+      return absl::InternalError(absl::StrCat(
+          "safetensors export: tensor ", t.name, " shape holds ", elements,
+          " elements, its range ", (end - begin) / 4));
+    }
+    expected_begin = end;
+    absl::StrAppend(&header, ",", JsonQuote(t.name),
+                    ":{\"dtype\":\"F32\",\"shape\":[",
+                    absl::StrJoin(t.shape, ","), "],\"data_offsets\":[",
+                    begin, ",", end, "]}");
+  }
+  header += "}";
+  if (expected_begin != 4 * parameters) {
+    return absl::InternalError(absl::StrCat(
+        "safetensors export: tensors cover ", expected_begin,
+        " bytes, the P plane has ", 4 * parameters));
+  }
+  while (header.size() % 8 != 0) header += ' ';
+  if (header.size() > 100000000) {
+    return absl::InternalError("safetensors export: header over 100 MB");
+  }
+  std::string bytes;
+  bytes.reserve(8 + header.size() + 4 * parameters);
+  for (int i = 0; i < 8; ++i) {
+    bytes += static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  }
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(p_plane), 4 * parameters);
+  if (bytes.size() != 8 + header.size() + 4 * static_cast<size_t>(parameters)) {
+    return absl::InternalError("safetensors export: length mismatch");
+  }
+  return bytes;
+}
+
+absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
+  if (o.checkpoint.empty() || o.output.empty()) {
+    return absl::InvalidArgumentError(
+        "export: expected --safetensors CHECKPOINT and -o OUTPUT");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
+  ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(o.checkpoint));
+  if (reader.IsFresh()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        o.checkpoint, ": 0 bytes (a fresh-start input): no parameters to "
+                      "export"));
+  }
+  const uint64_t expected = 12 * static_cast<uint64_t>(NumParameters(config));
+  if (reader.payload_bytes() != expected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        o.checkpoint, ": field payload_bytes is ", reader.payload_bytes(),
+        ", config ", config.name, " expects ", expected, " (3 x 4 x ",
+        NumParameters(config), ")"));
+  }
+  RETURN_IF_ERROR(reader.VerifyPayload(o.threads));
+  const CheckpointHeader& h = reader.header();
+  const std::vector<std::pair<std::string, std::string>> metadata = {
+      {"format", "pt"},
+      {"state_identity", h.state_identity()},
+      {"learner_identity", h.learner_identity()},
+      {"data_identity", h.data_identity()},
+      {"initialization_identity", h.initialization_identity()},
+      {"model_identity", h.model_identity()},
+      {"update_count", absl::StrCat(h.update_count())},
+  };
+  ASSIGN_OR_RETURN(
+      std::string bytes,
+      BuildSafetensors(config, static_cast<const float*>(reader.payload()),
+                       metadata));
+  if (o.output == "-") {
+    out.write(bytes.data(), bytes.size());
+    out.flush();
+    if (!out) return absl::InternalError("export: writing to stdout failed");
+    return absl::OkStatus();
+  }
+  return WriteFileAtomically(o.output, bytes);
+}
+
+}  // namespace coppelius

@@ -1,0 +1,111 @@
+// inspect: report on, verify, plot or export Coppelius files (SPEC §8).
+//
+//   inspect FILE [--json] [--source=SRC] [--vocab=VOCAB]
+//                [--config=coppelius|tiny] [--kind=auto|cache|checkpoint|result]
+//   inspect verify FILE... [--json] [--config=...] [--kind=...] [--source=SRC]
+//   inspect plot RESULT... -o loss.svg [--config=...] [--smoothing=100]
+//   inspect export --safetensors CKPT -o model.safetensors [--config=...]
+//
+// A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
+// status 1 (2 for usage errors).
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "inspect/inspect.h"
+
+ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
+ABSL_FLAG(std::string, source, "",
+          "token cache: the source text to check staleness against");
+ABSL_FLAG(std::string, vocab, "",
+          "result: a .tiktoken vocabulary to decode the predictions");
+ABSL_FLAG(std::string, config, "coppelius", "model config: coppelius or tiny");
+ABSL_FLAG(std::string, kind, "auto",
+          "file kind: auto, cache, checkpoint or result");
+ABSL_FLAG(std::string, o, "", "plot/export: output path (- for stdout)");
+ABSL_FLAG(std::string, safetensors, "",
+          "export: the checkpoint to export as safetensors");
+ABSL_FLAG(int, smoothing, 100, "steps in the smoothed loss curve's window");
+ABSL_FLAG(int, threads, 2, "threads for digest verification");
+
+namespace {
+
+constexpr char kUsage[] =
+    "inspect FILE [--json] [--source=SRC] [--vocab=VOCAB] "
+    "[--config=coppelius|tiny] [--kind=cache|checkpoint|result]\n"
+    "  inspect verify FILE... [--json]\n"
+    "  inspect plot RESULT... -o loss.svg\n"
+    "  inspect export --safetensors CKPT -o model.safetensors";
+
+int Fail(const absl::Status& status) {
+  std::cerr << "inspect: " << status.ToString() << std::endl;
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  auto kind = coppelius::ParseFileKind(absl::GetFlag(FLAGS_kind));
+  if (!kind.ok()) return Fail(kind.status());
+  const std::string mode = rest.empty() ? "" : rest[0];
+  absl::Status status;
+  if (mode == "verify") {
+    coppelius::VerifyOptions o;
+    o.paths.assign(rest.begin() + 1, rest.end());
+    o.kind = *kind;
+    o.config = absl::GetFlag(FLAGS_config);
+    o.source = absl::GetFlag(FLAGS_source);
+    o.json = absl::GetFlag(FLAGS_json);
+    o.threads = absl::GetFlag(FLAGS_threads);
+    status = coppelius::RunVerify(o, std::cout);
+  } else if (mode == "plot") {
+    coppelius::PlotOptions o;
+    o.results.assign(rest.begin() + 1, rest.end());
+    o.output = absl::GetFlag(FLAGS_o);
+    o.config = absl::GetFlag(FLAGS_config);
+    o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
+    status = coppelius::RunPlot(o, std::cout);
+  } else if (mode == "export") {
+    if (rest.size() != 1) {
+      return Fail(absl::InvalidArgumentError(
+          "export: unexpected arguments; usage: inspect export --safetensors "
+          "CKPT -o OUT"));
+    }
+    coppelius::ExportOptions o;
+    o.checkpoint = absl::GetFlag(FLAGS_safetensors);
+    o.output = absl::GetFlag(FLAGS_o);
+    o.config = absl::GetFlag(FLAGS_config);
+    o.threads = absl::GetFlag(FLAGS_threads);
+    status = coppelius::RunExport(o, std::cout);
+  } else {
+    if (rest.size() != 1) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "expected exactly one FILE, got ", rest.size(), "; usage: ",
+          kUsage)));
+    }
+    coppelius::InspectOptions o;
+    o.path = rest[0];
+    o.kind = *kind;
+    o.config = absl::GetFlag(FLAGS_config);
+    o.source = absl::GetFlag(FLAGS_source);
+    o.vocab = absl::GetFlag(FLAGS_vocab);
+    o.json = absl::GetFlag(FLAGS_json);
+    o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
+    o.threads = absl::GetFlag(FLAGS_threads);
+    status = coppelius::RunInspect(o, std::cout);
+  }
+  std::cout.flush();
+  if (!status.ok()) return Fail(status);
+  if (!std::cout) {
+    return Fail(absl::InternalError("writing to stdout failed"));
+  }
+  return 0;
+}
