@@ -1,0 +1,166 @@
+#include "tokencache/make_cache.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "tokencache/token_cache.h"
+#include "tokenizer/encoder.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// True when both paths exist and name the same file.
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  if (stat(a.c_str(), &sa) != 0 || stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// End of the block that starts at `begin`: just after the first
+// "<|endoftext|>" ending at or after begin + block_bytes, or the text end.
+size_t BlockEnd(absl::string_view text, size_t begin, size_t block_bytes) {
+  const absl::string_view special = Vocabulary::kEndOfText;
+  if (text.size() - begin <= block_bytes) return text.size();
+  size_t from = begin + block_bytes;
+  from = from >= special.size() ? from - (special.size() - 1) : 0;
+  size_t at = text.find(special, std::max(from, begin));
+  return at == absl::string_view::npos ? text.size() : at + special.size();
+}
+
+void PrintProgress(uint64_t done, uint64_t total, double seconds) {
+  const double mb = done / 1e6;
+  const double rate = seconds > 0 ? mb / seconds : 0;
+  const double eta = rate > 0 ? (total - done) / 1e6 / rate : 0;
+  const int width = 30;
+  const int filled =
+      total > 0 ? static_cast<int>(width * static_cast<double>(done) / total)
+                : width;
+  absl::FPrintF(stderr, "\rmake-cache [%s%s] %6.1f/%.1f MB %5.1f MB/s ETA %3.0f s",
+                std::string(filled, '#'), std::string(width - filled, '.'), mb,
+                total / 1e6, rate, eta);
+}
+
+}  // namespace
+
+absl::Status RunMakeCache(const MakeCacheOptions& options,
+                          MakeCacheReport* report) {
+  const Clock::time_point start = Clock::now();
+  MakeCacheReport local_report;
+  if (report == nullptr) report = &local_report;
+  *report = MakeCacheReport();
+  if (options.vocab_path.empty()) {
+    return absl::InvalidArgumentError("--vocab=FILE is required");
+  }
+  if (options.source_path.empty()) {
+    return absl::InvalidArgumentError("a SOURCE path (or -) is required");
+  }
+  if (options.output_path.empty()) {
+    return absl::InvalidArgumentError("-o OUTPUT is required");
+  }
+  const bool from_stdin = options.source_path == "-";
+  const bool to_stdout = options.output_path == "-";
+  if (!from_stdin && !to_stdout &&
+      SameFile(options.source_path, options.output_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.output_path, ": output is the source file"));
+  }
+
+  SourceStat source_stat;
+  if (!from_stdin) {
+    ASSIGN_OR_RETURN(source_stat, StatSource(options.source_path));
+    if (!to_stdout && !options.force &&
+        access(options.output_path.c_str(), F_OK) == 0) {
+      absl::StatusOr<TokenCache> existing =
+          TokenCache::Open(options.output_path);
+      if (existing.ok() && existing->header() == source_stat) {
+        report->was_fresh = true;
+        report->num_tokens = existing->num_tokens();
+        report->source_bytes = source_stat.size_bytes;
+        if (options.summary) {
+          absl::FPrintF(stderr,
+                        "make-cache: %s is fresh (source %s: mtime %d ns, "
+                        "%d bytes; %d tokens); nothing to do (--force "
+                        "rebuilds)\n",
+                        options.output_path, options.source_path,
+                        source_stat.mtime_ns, source_stat.size_bytes,
+                        existing->num_tokens());
+        }
+        return absl::OkStatus();
+      }
+    }
+  }
+
+  ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
+  const Encoder encoder(std::move(vocabulary));
+
+  ASSIGN_OR_RETURN(std::string text, ReadFile(options.source_path));
+  if (from_stdin) {
+    source_stat.mtime_ns = 0;
+    source_stat.size_bytes = text.size();
+  } else {
+    ASSIGN_OR_RETURN(SourceStat after, StatSource(options.source_path));
+    if (after != source_stat || text.size() != source_stat.size_bytes) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: changed while being read (size %d -> %d bytes, mtime %d -> %d "
+          "ns); run again",
+          options.source_path, source_stat.size_bytes, after.size_bytes,
+          source_stat.mtime_ns, after.mtime_ns));
+    }
+  }
+
+  ASSIGN_OR_RETURN(TokenCacheWriter writer,
+                   TokenCacheWriter::Create(options.output_path, source_stat));
+  const Clock::time_point encode_start = Clock::now();
+  const absl::string_view all(text);
+  std::vector<uint32_t> ids;
+  const size_t block_bytes = std::max<size_t>(1, options.block_bytes);
+  for (size_t begin = 0; begin < all.size();) {
+    const size_t end = BlockEnd(all, begin, block_bytes);
+    ids.clear();
+    encoder.EncodeParallel(all.substr(begin, end - begin),
+                           /*allow_special=*/true, options.threads, &ids);
+    RETURN_IF_ERROR(writer.Append(ids));
+    begin = end;
+    if (options.progress) {
+      PrintProgress(end, all.size(), SecondsSince(encode_start));
+    }
+  }
+  report->encode_seconds = SecondsSince(encode_start);
+  if (options.progress) absl::FPrintF(stderr, "\n");
+  report->num_tokens = writer.num_tokens();
+  report->source_bytes = all.size();
+  RETURN_IF_ERROR(writer.Commit());
+  report->total_seconds = SecondsSince(start);
+  if (options.summary) {
+    absl::FPrintF(stderr,
+                  "make-cache: wrote %s: %d tokens (%d contexts of 1024) from "
+                  "%d bytes; encoding %.2f s (%.1f MB/s), total %.2f s\n",
+                  options.output_path, report->num_tokens,
+                  NumContexts(report->num_tokens, 1024), report->source_bytes,
+                  report->encode_seconds,
+                  report->encode_seconds > 0
+                      ? report->source_bytes / 1e6 / report->encode_seconds
+                      : 0.0,
+                  report->total_seconds);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace coppelius

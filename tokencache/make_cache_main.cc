@@ -1,0 +1,78 @@
+// make-cache: encodes a text into a token cache (SPEC §2; make_cache.h).
+//
+//   make-cache --vocab=vocab.tiktoken SOURCE|- -o corpus.tok [--force]
+//              [--threads=N]
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tokencache/make_cache.h"
+
+ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
+ABSL_FLAG(std::string, o, "", "output token cache; - = stdout (required)");
+ABSL_FLAG(bool, force, false, "rebuild even when the cache is fresh");
+ABSL_FLAG(int, threads, 0, "encoder threads; 0 = all cores");
+
+namespace {
+
+constexpr char kUsage[] =
+    "make-cache --vocab=vocab.tiktoken SOURCE|- -o corpus.tok [--force] "
+    "[--threads=N]\n"
+    "Encodes SOURCE (with <|endoftext|> as the special id V-1) into a token "
+    "cache: 16-byte header (source mtime ns, size) + u32 LE ids.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  // "-o VALUE" -> "--o=VALUE" (so "-o -" works); --flag-name -> --flag_name.
+  std::vector<std::string> storage;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "-o" || a == "--o") && i + 1 < argc) {
+      storage.push_back(absl::StrCat("--o=", argv[++i]));
+    } else {
+      storage.push_back(a);
+    }
+  }
+  std::vector<char*> fixed;
+  for (std::string& a : storage) {
+    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+      size_t eq = a.find('=');
+      std::string name = a.substr(0, eq == std::string::npos ? a.size() : eq);
+      a = absl::StrCat("--", absl::StrReplaceAll(name.substr(2), {{"-", "_"}}),
+                       eq == std::string::npos ? "" : a.substr(eq));
+    }
+    fixed.push_back(&a[0]);
+  }
+  std::vector<char*> args =
+      absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
+  absl::Status status;
+  if (args.size() != 2) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "expected exactly one SOURCE path (or -), got ", args.size() - 1,
+        "; see --help"));
+  } else {
+    coppelius::MakeCacheOptions options;
+    options.vocab_path = absl::GetFlag(FLAGS_vocab);
+    options.source_path = args[1];
+    options.output_path = absl::GetFlag(FLAGS_o);
+    options.force = absl::GetFlag(FLAGS_force);
+    options.threads = absl::GetFlag(FLAGS_threads);
+    options.progress = isatty(STDERR_FILENO) == 1;
+    status = coppelius::RunMakeCache(options);
+  }
+  if (!status.ok()) {
+    std::cerr << "make-cache: " << status << std::endl;
+    return 1;
+  }
+  return 0;
+}

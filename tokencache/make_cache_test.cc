@@ -1,0 +1,280 @@
+#include "tokencache/make_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tokencache/token_cache.h"
+#include "tokenizer/encoder.h"
+#include "tokenizer/vocabulary.h"
+
+namespace coppelius {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TestDir() { return std::getenv("TEST_TMPDIR"); }
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  fwrite(bytes.data(), 1, bytes.size(), f);
+  fclose(f);
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::string out;
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) return out;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  fclose(f);
+  return out;
+}
+
+std::vector<std::string> TestTokens() {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+  for (const char* t : {"ab", " ab", "he", "ll", "hell", "hello", " hello",
+                        "\n\n", "wor", "ld", " world", "é", " é"}) {
+    tokens.push_back(t);
+  }
+  return tokens;  // 269 ranks, V = 270
+}
+
+std::string WriteVocab() {
+  std::string path = TestDir() + "/vocab.tiktoken";
+  auto vocabulary = Vocabulary::FromTokens(TestTokens());
+  EXPECT_TRUE(vocabulary.ok());
+  EXPECT_TRUE(vocabulary->Save(path).ok());
+  return path;
+}
+
+std::string RandomText(uint32_t seed, size_t bytes) {
+  std::mt19937 rng(seed);
+  const std::vector<std::string> parts = {
+      "hello", " world", "ab", " ab", "\n\n", " ", "é", "x", "'s", "<|endoftext|>",
+      "<|endoftext", "\xff", "12", "  "};
+  std::string out;
+  while (out.size() < bytes) out += parts[rng() % parts.size()];
+  return out;
+}
+
+// The cache file an independent writer would produce for `text`.
+std::string ExpectedCache(const std::string& text, uint64_t mtime,
+                          uint64_t size) {
+  auto vocabulary = Vocabulary::FromTokens(TestTokens());
+  Encoder encoder(*std::move(vocabulary));
+  std::vector<uint32_t> ids;
+  encoder.Encode(text, /*allow_special=*/true, &ids);
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(char(mtime >> (8 * i)));
+  for (int i = 0; i < 8; ++i) out.push_back(char(size >> (8 * i)));
+  for (uint32_t id : ids) {
+    for (int i = 0; i < 4; ++i) out.push_back(char(id >> (8 * i)));
+  }
+  return out;
+}
+
+MakeCacheOptions Options(const std::string& source, const std::string& out) {
+  MakeCacheOptions o;
+  o.vocab_path = WriteVocab();
+  o.source_path = source;
+  o.output_path = out;
+  o.summary = false;
+  return o;
+}
+
+TEST(RunMakeCache, EncodesWithSpecialsAndRecordsSource) {
+  const std::string text = RandomText(1, 300000);
+  const std::string source = TestDir() + "/source.txt";
+  WriteFile(source, text);
+  auto st = StatSource(source);
+  ASSERT_TRUE(st.ok());
+  for (size_t block : {size_t{1}, size_t{777}, size_t{100000}, size_t{8 << 20}}) {
+    MakeCacheOptions o = Options(source, TestDir() + "/out.tok");
+    o.block_bytes = block;
+    o.force = true;
+    o.threads = 2;
+    MakeCacheReport report;
+    ASSERT_TRUE(RunMakeCache(o, &report).ok());
+    EXPECT_FALSE(report.was_fresh);
+    std::string want = ExpectedCache(text, st->mtime_ns, text.size());
+    EXPECT_EQ(report.num_tokens, (want.size() - 16) / 4);
+    ASSERT_EQ(ReadBytes(o.output_path), want) << "block " << block;
+  }
+  // The separators became the special id V-1 = 269.
+  auto cache = TokenCache::Open(TestDir() + "/out.tok");
+  ASSERT_TRUE(cache.ok());
+  size_t specials = std::count(cache->token_span().begin(),
+                               cache->token_span().end(), 269u);
+  size_t separators = 0;
+  for (size_t p = text.find("<|endoftext|>"); p != std::string::npos;
+       p = text.find("<|endoftext|>", p + 1)) {
+    ++separators;
+  }
+  EXPECT_EQ(specials, separators);
+  EXPECT_GT(separators, 0u);
+  EXPECT_TRUE(cache->CheckIdRange(270).ok());
+  EXPECT_FALSE(cache->CheckIdRange(269).ok());
+}
+
+TEST(RunMakeCache, FreshCacheIsLeftAlone) {
+  const std::string source = TestDir() + "/fresh.txt";
+  WriteFile(source, "hello world<|endoftext|>ab ab");
+  MakeCacheOptions o = Options(source, TestDir() + "/fresh.tok");
+  MakeCacheReport report;
+  ASSERT_TRUE(RunMakeCache(o, &report).ok());
+  EXPECT_FALSE(report.was_fresh);
+  struct stat first;
+  ASSERT_EQ(stat(o.output_path.c_str(), &first), 0);
+
+  ASSERT_TRUE(RunMakeCache(o, &report).ok());
+  EXPECT_TRUE(report.was_fresh);
+  struct stat second;
+  ASSERT_EQ(stat(o.output_path.c_str(), &second), 0);
+  EXPECT_EQ(first.st_ino, second.st_ino) << "a fresh cache was rewritten";
+
+  o.force = true;
+  ASSERT_TRUE(RunMakeCache(o, &report).ok());
+  EXPECT_FALSE(report.was_fresh);
+  ASSERT_EQ(stat(o.output_path.c_str(), &second), 0);
+  EXPECT_NE(first.st_ino, second.st_ino) << "--force did not rebuild";
+}
+
+TEST(RunMakeCache, StaleCacheIsRebuilt) {
+  const std::string source = TestDir() + "/stale.txt";
+  WriteFile(source, "hello");
+  MakeCacheOptions o = Options(source, TestDir() + "/stale.tok");
+  ASSERT_TRUE(RunMakeCache(o).ok());
+  // Same size, new mtime: stale.
+  WriteFile(source, "world");
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1000, 5}};
+  ASSERT_EQ(utimensat(AT_FDCWD, source.c_str(), times, 0), 0);
+  MakeCacheReport report;
+  ASSERT_TRUE(RunMakeCache(o, &report).ok());
+  EXPECT_FALSE(report.was_fresh);
+  EXPECT_EQ(ReadBytes(o.output_path), ExpectedCache("world", 1000000000005ULL, 5));
+}
+
+TEST(RunMakeCache, CorruptExistingCacheIsReplaced) {
+  const std::string source = TestDir() + "/corrupt.txt";
+  WriteFile(source, "ab");
+  MakeCacheOptions o = Options(source, TestDir() + "/corrupt.tok");
+  WriteFile(o.output_path, "garbage!!");  // 9 bytes: not a cache
+  ASSERT_TRUE(RunMakeCache(o).ok());
+  auto st = StatSource(source);
+  EXPECT_EQ(ReadBytes(o.output_path), ExpectedCache("ab", st->mtime_ns, 2));
+}
+
+TEST(RunMakeCache, StdinHasMtimeZeroAndBytesRead) {
+  const std::string text = "hello<|endoftext|> world\n\n";
+  const std::string stdin_file = TestDir() + "/stdin.txt";
+  WriteFile(stdin_file, text);
+  int saved = dup(STDIN_FILENO);
+  int fd = open(stdin_file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  dup2(fd, STDIN_FILENO);
+  close(fd);
+  MakeCacheOptions o = Options("-", TestDir() + "/stdin.tok");
+  absl::Status s = RunMakeCache(o);
+  dup2(saved, STDIN_FILENO);
+  close(saved);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ReadBytes(o.output_path), ExpectedCache(text, 0, text.size()));
+}
+
+TEST(RunMakeCache, BadInputs) {
+  const std::string source = TestDir() + "/bad.txt";
+  WriteFile(source, "hello");
+  MakeCacheOptions o = Options(source, TestDir() + "/bad.tok");
+
+  MakeCacheOptions missing_vocab = o;
+  missing_vocab.vocab_path = TestDir() + "/nope.tiktoken";
+  EXPECT_EQ(RunMakeCache(missing_vocab).code(), absl::StatusCode::kNotFound);
+
+  MakeCacheOptions bad_vocab = o;
+  bad_vocab.vocab_path = TestDir() + "/bad.tiktoken";
+  WriteFile(bad_vocab.vocab_path, "not base64 at all\n");
+  absl::Status s = RunMakeCache(bad_vocab);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("bad.tiktoken"));
+
+  MakeCacheOptions missing_source = o;
+  missing_source.source_path = TestDir() + "/nope.txt";
+  s = RunMakeCache(missing_source);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("nope.txt"));
+
+  MakeCacheOptions same = o;
+  same.output_path = source;
+  s = RunMakeCache(same);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadBytes(source), "hello");
+
+  MakeCacheOptions no_dir = o;
+  no_dir.output_path = TestDir() + "/no/such/dir/x.tok";
+  EXPECT_FALSE(RunMakeCache(no_dir).ok());
+
+  MakeCacheOptions no_vocab = o;
+  no_vocab.vocab_path = "";
+  EXPECT_EQ(RunMakeCache(no_vocab).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(access(o.output_path.c_str(), F_OK), -1);
+}
+
+TEST(RunMakeCache, KilledRunLeavesNoPartialCache) {
+  // A child process starts writing and is killed before Commit; the final
+  // name never appears, and the next run removes the stale temporary.
+  const std::string text = RandomText(9, 2000000);
+  const std::string source = TestDir() + "/killed.txt";
+  WriteFile(source, text);
+  MakeCacheOptions o = Options(source, TestDir() + "/killed.tok");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto w = TokenCacheWriter::Create(o.output_path, SourceStat{1, 2});
+    if (!w.ok()) _exit(2);
+    std::vector<uint32_t> ids(1000, 7);
+    if (!w->Append(ids).ok()) _exit(3);
+    kill(getpid(), SIGKILL);
+    _exit(4);
+  }
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  ASSERT_TRUE(WIFSIGNALED(wstatus));
+  EXPECT_EQ(access(o.output_path.c_str(), F_OK), -1);
+  const std::string temporary_prefix =
+      absl::StrCat("killed.tok.tmp-", child, "-");
+  auto count_temporaries = [&]() {
+    int n = 0;
+    std::string listing;
+    FILE* p = popen(("ls " + TestDir()).c_str(), "r");
+    char buf[4096];
+    while (fgets(buf, sizeof(buf), p)) {
+      if (absl::StartsWith(buf, temporary_prefix)) ++n;
+    }
+    pclose(p);
+    return n;
+  };
+  EXPECT_EQ(count_temporaries(), 1);
+  ASSERT_TRUE(RunMakeCache(o).ok());
+  EXPECT_EQ(count_temporaries(), 0);
+  auto st = StatSource(source);
+  EXPECT_EQ(ReadBytes(o.output_path),
+            ExpectedCache(text, st->mtime_ns, text.size()));
+}
+
+}  // namespace
+}  // namespace coppelius
