@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenize.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (encode, decode)");
@@ -71,10 +72,13 @@ absl::Status Run(const std::vector<char*>& args) {
     return coppelius::RunDecode(options);
   }
   if (command == "train") {
-    // TODO: dispatch to RunTrainVocabulary (tokenizer/bpe_trainer.h) once
-    // it lands.
-    return absl::UnimplementedError(
-        "train: the BPE trainer (tokenizer/bpe_trainer.h) is not built yet");
+    coppelius::TrainVocabularyOptions options;
+    options.corpus_path = input;
+    options.output_path = output;
+    options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+    options.threads = absl::GetFlag(FLAGS_threads);
+    options.progress = absl::GetFlag(FLAGS_progress);
+    return coppelius::RunTrainVocabulary(options);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown subcommand \"", command, "\"; expected encode, decode or train"));
