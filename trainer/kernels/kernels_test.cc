@@ -1,0 +1,579 @@
+// File: trainer/kernels/kernels_test.cc (tag "gpu")
+//
+// Every kernel of trainer/kernels against a CPU reference in double on the
+// same (bf16-rounded where the kernel reads bf16) inputs, with fresh random
+// inputs, poisoned outputs (test_util.h's DeviceBuffer fills 0xFF: NaN) and
+// sizes that are not multiples of the block sizes. Tolerances, by what the
+// kernel does:
+//   fp32 arithmetic, fp32 output:               rel-norm ≤ 1e-5
+//   output rounded to bf16 (one rounding):      rel-norm ≤ 5e-3 (2⁻⁸ bound)
+//   matrix products of bf16 operands, fp32 out: rel-norm ≤ 1e-5 (exact
+//                                               products, fp32 sums)
+//   AdamW, embedding backward:                  bitwise (same fp32 order)
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trainer/adamw.h"
+#include "trainer/kernels/adamw.h"
+#include "trainer/kernels/attention.h"
+#include "trainer/kernels/cross_entropy.h"
+#include "trainer/kernels/embedding.h"
+#include "trainer/kernels/layernorm.h"
+#include "trainer/kernels/matmul.h"
+#include "trainer/kernels/rope.h"
+#include "trainer/kernels/step.h"
+#include "trainer/kernels/swiglu.h"
+#include "trainer/kernels/test_util.h"
+
+namespace coppelius {
+namespace {
+
+using test::AsBf16;
+using test::Bf16Buffer;
+using test::DeviceBuffer;
+using test::FromBf16;
+using test::RandomNormal;
+using test::RelErr;
+using test::RoundBf16;
+using test::ToBf16;
+
+constexpr double kFp32Tol = 1e-5;
+constexpr double kBf16OutTol = 5e-3;
+
+std::mt19937_64& Rng() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return rng;
+}
+
+// ---------------------------------------------------------------- matmul
+
+struct MatmulCase {
+  bool ta, tb;
+  int64_t m, n, k;
+  int batch;
+  float alpha, beta;
+};
+
+void RunMatmulCase(const MatmulCase& c) {
+  SCOPED_TRACE(testing::Message() << "ta=" << c.ta << " tb=" << c.tb
+                                  << " m=" << c.m << " n=" << c.n
+                                  << " k=" << c.k << " batch=" << c.batch);
+  // Row-major stored shapes, padded leading dimensions (multiples of 8).
+  const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+  const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+  const int64_t lda = a_cols + 8, ldb = b_cols + 16, ldc = c.n + 8;
+  const int64_t sa = a_rows * lda, sb = b_rows * ldb, sc = c.m * ldc;
+  auto a = RandomNormal(sa * c.batch, 1.0f, &Rng());
+  auto b = RandomNormal(sb * c.batch, 1.0f, &Rng());
+  auto cin = RandomNormal(sc * c.batch, 1.0f, &Rng());
+  Bf16Buffer da(a.size()), db(b.size());
+  DeviceBuffer<float> dc(cin.size()), dd(cin.size());
+  da.Upload(ToBf16(a));
+  db.Upload(ToBf16(b));
+  dc.Upload(cin);
+  cublasLtHandle_t lt;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  MatmulShape s;
+  s.name = "test";
+  s.trans_a = c.ta;
+  s.trans_b = c.tb;
+  s.m = c.m;
+  s.n = c.n;
+  s.k = c.k;
+  s.lda = lda;
+  s.ldb = ldb;
+  s.ldc = ldc;
+  s.batch = c.batch;
+  s.stride_a = sa;
+  s.stride_b = sb;
+  s.stride_c = sc;
+  s.alpha = c.alpha;
+  s.beta = c.beta;
+  const size_t ws_bytes = 32u << 20;
+  DeviceBuffer<char> ws(ws_bytes);
+  auto plan = MatmulPlan::Create(lt, s, ws_bytes);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE((*plan)->Run(AsBf16(da), AsBf16(db), c.beta != 0 ? dc.get() : nullptr,
+                           dd.get(), ws.get(), nullptr)
+                  .ok());
+  auto out = dd.Download();
+  std::vector<double> ref;
+  std::vector<float> got;
+  for (int bi = 0; bi < c.batch; ++bi) {
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const float av = c.ta ? a[bi * sa + p * lda + i] : a[bi * sa + i * lda + p];
+          const float bv = c.tb ? b[bi * sb + j * ldb + p] : b[bi * sb + p * ldb + j];
+          acc += static_cast<double>(RoundBf16(av)) * RoundBf16(bv);
+        }
+        double r = c.alpha * acc;
+        if (c.beta != 0) r += c.beta * cin[bi * sc + i * ldc + j];
+        ref.push_back(r);
+        got.push_back(out[bi * sc + i * ldc + j]);
+      }
+    }
+  }
+  EXPECT_LT(RelErr(got, ref), kFp32Tol);
+  plan->reset();
+  cublasLtDestroy(lt);
+}
+
+TEST(MatmulTest, AllTransposeFormsAgainstDoubleReference) {
+  SKIP_WITHOUT_GPU();
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      RunMatmulCase({ta, tb, 77, 88, 120, 1, 1.0f, 0.0f});
+    }
+  }
+}
+
+TEST(MatmulTest, ResidualEpilogueAndScale) {
+  SKIP_WITHOUT_GPU();
+  RunMatmulCase({false, true, 65, 72, 200, 1, 1.0f, 1.0f});
+  RunMatmulCase({false, true, 33, 40, 16, 1, 0.125f, 0.0f});
+}
+
+TEST(MatmulTest, StridedBatch) {
+  SKIP_WITHOUT_GPU();
+  RunMatmulCase({false, true, 45, 45, 16, 3, 0.25f, 0.0f});
+  RunMatmulCase({false, false, 45, 16, 45, 3, 1.0f, 0.0f});
+  RunMatmulCase({true, false, 45, 16, 45, 3, 0.25f, 0.0f});
+}
+
+TEST(MatmulTest, RejectsBadShapes) {
+  SKIP_WITHOUT_GPU();
+  cublasLtHandle_t lt;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  MatmulShape s;
+  s.name = "bad";
+  s.m = 4;
+  s.n = 4;
+  s.k = 4;
+  s.lda = 2;
+  s.ldb = 4;
+  s.ldc = 4;
+  EXPECT_EQ(MatmulPlan::Create(lt, s, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  cublasLtDestroy(lt);
+}
+
+// ------------------------------------------------------------- layernorm
+
+void LayerNormCase(int T, int C) {
+  SCOPED_TRACE(testing::Message() << "T=" << T << " C=" << C);
+  const float eps = 1e-5f;
+  auto x = RandomNormal(static_cast<size_t>(T) * C, 1.0f, &Rng());
+  for (int t = 0; t < T; ++t) x[static_cast<size_t>(t) * C] += 3.0f;  // offset mean
+  auto w = RandomNormal(C, 1.0f, &Rng());
+  auto b = RandomNormal(C, 1.0f, &Rng());
+  DeviceBuffer<float> dx(x.size()), dw(C), dbias(C), yf(x.size()), mean(T), rstd(T);
+  Bf16Buffer y16(x.size());
+  dx.Upload(x);
+  dw.Upload(w);
+  dbias.Upload(b);
+  ASSERT_EQ(LayerNormForward(dx.get(), dw.get(), dbias.get(), T, C, eps,
+                             AsBf16(y16), yf.get(), mean.get(), rstd.get(),
+                             nullptr),
+            cudaSuccess);
+  std::vector<double> ref_y, ref_mean(T), ref_rstd(T), ref_xhat;
+  for (int t = 0; t < T; ++t) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += x[t * C + c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (x[t * C + c] - m) * (x[t * C + c] - m);
+    v /= C;
+    const double r = 1.0 / std::sqrt(v + eps);
+    ref_mean[t] = m;
+    ref_rstd[t] = r;
+    for (int c = 0; c < C; ++c) {
+      ref_xhat.push_back((x[t * C + c] - m) * r);
+      ref_y.push_back(ref_xhat.back() * w[c] + b[c]);
+    }
+  }
+  EXPECT_LT(RelErr(mean.Download(), ref_mean), kFp32Tol);
+  EXPECT_LT(RelErr(rstd.Download(), ref_rstd), kFp32Tol);
+  EXPECT_LT(RelErr(yf.Download(), ref_y), kFp32Tol);
+  EXPECT_LT(RelErr(FromBf16(y16.Download()), ref_y), kBf16OutTol);
+
+  // Backward, accumulating into a random residual gradient.
+  auto dy = RandomNormal(x.size(), 1.0f, &Rng());
+  auto resid0 = RandomNormal(x.size(), 1.0f, &Rng());
+  DeviceBuffer<float> ddy(x.size()), dresid(x.size()),
+      scratch(LayerNormBackwardScratchFloats(T, C)), gw(C), gb(C);
+  Bf16Buffer dresid16(x.size());
+  ddy.Upload(dy);
+  dresid.Upload(resid0);
+  ASSERT_EQ(LayerNormBackward(ddy.get(), dx.get(), dw.get(), mean.get(),
+                              rstd.get(), T, C, true, dresid.get(),
+                              AsBf16(dresid16), scratch.get(), gw.get(),
+                              gb.get(), nullptr),
+            cudaSuccess);
+  std::vector<double> ref_dresid(x.size()), ref_gw(C, 0.0), ref_gb(C, 0.0);
+  for (int t = 0; t < T; ++t) {
+    double sg = 0, sgx = 0;
+    for (int c = 0; c < C; ++c) {
+      const double g = dy[t * C + c] * static_cast<double>(w[c]);
+      sg += g;
+      sgx += g * ref_xhat[t * C + c];
+    }
+    for (int c = 0; c < C; ++c) {
+      const double g = dy[t * C + c] * static_cast<double>(w[c]);
+      const double xh = ref_xhat[t * C + c];
+      ref_dresid[t * C + c] =
+          resid0[t * C + c] + ref_rstd[t] * (g - sg / C - xh * sgx / C);
+      ref_gw[c] += dy[t * C + c] * xh;
+      ref_gb[c] += dy[t * C + c];
+    }
+  }
+  const auto got_resid = dresid.Download();
+  EXPECT_LT(RelErr(got_resid, ref_dresid), kFp32Tol);
+  const auto got16 = dresid16.Download();
+  for (size_t i = 0; i < got16.size(); ++i) {
+    ASSERT_EQ(got16[i], test::Bf16Bits(got_resid[i])) << "element " << i;
+  }
+  EXPECT_LT(RelErr(gw.Download(), ref_gw), kFp32Tol);
+  EXPECT_LT(RelErr(gb.Download(), ref_gb), kFp32Tol);
+}
+
+TEST(LayerNormTest, ForwardBackwardAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  LayerNormCase(77, 72);
+  LayerNormCase(33, 512);
+  LayerNormCase(1024, 512);
+}
+
+// ------------------------------------------------------------------ rope
+
+TEST(RopeTest, ForwardAndBackwardAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  const int T = 37, NH = 3, HS = 16, C = NH * HS;
+  const double base = 10000.0;
+  auto in = RandomNormal(static_cast<size_t>(T) * 3 * C, 1.0f, &Rng());
+  const auto table = RopeTable(T, HS, base);
+  DeviceBuffer<float> din(in.size()), dtable(table.size());
+  Bf16Buffer out(in.size()), back(in.size());
+  din.Upload(in);
+  dtable.Upload(table);
+  ASSERT_EQ(RopeForward(din.get(), dtable.get(), T, NH, HS, AsBf16(out), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(RopeBackward(din.get(), dtable.get(), T, NH, HS, AsBf16(back), nullptr),
+            cudaSuccess);
+  std::vector<double> ref_f(in.size()), ref_b(in.size());
+  const int half = HS / 2;
+  for (int t = 0; t < T; ++t) {
+    for (int col = 0; col < 3 * C; ++col) {
+      const size_t idx = static_cast<size_t>(t) * 3 * C + col;
+      if (col >= 2 * C) {
+        ref_f[idx] = ref_b[idx] = in[idx];
+        continue;
+      }
+      const int j = col % HS;
+      const int i = j < half ? j : j - half;
+      const double a = t * std::pow(base, -2.0 * i / HS);
+      const double cs = std::cos(a), sn = std::sin(a);
+      if (j < half) {
+        ref_f[idx] = in[idx] * cs - in[idx + half] * sn;
+        ref_b[idx] = in[idx] * cs + in[idx + half] * sn;
+      } else {
+        ref_f[idx] = in[idx] * cs + in[idx - half] * sn;
+        ref_b[idx] = in[idx] * cs - in[idx - half] * sn;
+      }
+    }
+  }
+  EXPECT_LT(RelErr(FromBf16(out.Download()), ref_f), kBf16OutTol);
+  EXPECT_LT(RelErr(FromBf16(back.Download()), ref_b), kBf16OutTol);
+}
+
+// ------------------------------------------------------------- attention
+
+TEST(CausalSoftmaxTest, ForwardAndBackwardAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  const int NH = 3, T = 45;
+  const size_t n = static_cast<size_t>(NH) * T * T;
+  auto s = RandomNormal(n, 3.0f, &Rng());
+  auto dp = RandomNormal(n, 1.0f, &Rng());
+  DeviceBuffer<float> ds(n), ddp(n);
+  Bf16Buffer p16(n), dsc16(n);
+  ds.Upload(s);
+  ddp.Upload(dp);
+  ASSERT_EQ(CausalSoftmaxForward(ds.get(), NH, T, AsBf16(p16), nullptr),
+            cudaSuccess);
+  std::vector<double> ref_p(n, 0.0), ref_ds(n, 0.0);
+  for (int r = 0; r < NH * T; ++r) {
+    const int t = r % T;
+    const size_t o = static_cast<size_t>(r) * T;
+    double m = -INFINITY, sum = 0, dot = 0;
+    for (int j = 0; j <= t; ++j) m = std::max<double>(m, s[o + j]);
+    for (int j = 0; j <= t; ++j) sum += std::exp(s[o + j] - m);
+    for (int j = 0; j <= t; ++j) ref_p[o + j] = std::exp(s[o + j] - m) / sum;
+    for (int j = 0; j <= t; ++j) dot += ref_p[o + j] * dp[o + j];
+    for (int j = 0; j <= t; ++j) ref_ds[o + j] = ref_p[o + j] * (dp[o + j] - dot);
+  }
+  const auto p = ds.Download();
+  EXPECT_LT(RelErr(p, ref_p), kFp32Tol);
+  EXPECT_LT(RelErr(FromBf16(p16.Download()), ref_p), kBf16OutTol);
+  for (size_t i = 0; i < n; ++i) {
+    if (ref_p[i] == 0.0) {
+      ASSERT_EQ(p[i], 0.0f) << "above the diagonal: " << i;
+    }
+  }
+  ASSERT_EQ(CausalSoftmaxBackward(ds.get(), ddp.get(), NH, T, AsBf16(dsc16),
+                                  nullptr),
+            cudaSuccess);
+  EXPECT_LT(RelErr(FromBf16(dsc16.Download()), ref_ds), kBf16OutTol);
+}
+
+// ---------------------------------------------------------------- swiglu
+
+TEST(SwigluTest, ForwardAndBackwardAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  const int T = 33, H = 50;
+  auto gu = RandomNormal(static_cast<size_t>(T) * 2 * H, 2.0f, &Rng());
+  auto da = RandomNormal(static_cast<size_t>(T) * H, 1.0f, &Rng());
+  DeviceBuffer<float> dgu_in(gu.size()), dda(da.size());
+  Bf16Buffer a(da.size()), dgu(gu.size());
+  dgu_in.Upload(gu);
+  dda.Upload(da);
+  ASSERT_EQ(SwigluForward(dgu_in.get(), T, H, AsBf16(a), nullptr), cudaSuccess);
+  ASSERT_EQ(SwigluBackward(dgu_in.get(), dda.get(), T, H, AsBf16(dgu), nullptr),
+            cudaSuccess);
+  std::vector<double> ref_a(da.size()), ref_d(gu.size());
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < H; ++j) {
+      const double g = gu[t * 2 * H + j], u = gu[t * 2 * H + H + j];
+      const double sig = 1.0 / (1.0 + std::exp(-g));
+      const double d = da[t * H + j];
+      ref_a[t * H + j] = g * sig * u;
+      ref_d[t * 2 * H + j] = d * u * sig * (1 + g * (1 - sig));
+      ref_d[t * 2 * H + H + j] = d * g * sig;
+    }
+  }
+  EXPECT_LT(RelErr(FromBf16(a.Download()), ref_a), kBf16OutTol);
+  EXPECT_LT(RelErr(FromBf16(dgu.Download()), ref_d), kBf16OutTol);
+}
+
+// --------------------------------------------------------- cross-entropy
+
+TEST(CrossEntropyTest, LossesAndGradientsAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  const int T = 33, V = 1000;
+  auto logits = RandomNormal(static_cast<size_t>(T) * V, 3.0f, &Rng());
+  std::vector<uint32_t> targets(T);
+  for (auto& t : targets) t = static_cast<uint32_t>(Rng()() % V);
+  DeviceBuffer<float> dl(logits.size()), losses(T);
+  DeviceBuffer<uint32_t> dt(T);
+  Bf16Buffer dlog(logits.size());
+  dl.Upload(logits);
+  dt.Upload(targets);
+  ASSERT_EQ(CrossEntropyForwardBackward(dl.get(), dt.get(), T, V, 1.0f / T,
+                                        losses.get(), AsBf16(dlog), nullptr),
+            cudaSuccess);
+  std::vector<double> ref_loss(T), ref_d(logits.size());
+  for (int t = 0; t < T; ++t) {
+    const size_t o = static_cast<size_t>(t) * V;
+    double m = -INFINITY, sum = 0;
+    for (int v = 0; v < V; ++v) m = std::max<double>(m, logits[o + v]);
+    for (int v = 0; v < V; ++v) sum += std::exp(logits[o + v] - m);
+    const double lse = m + std::log(sum);
+    ref_loss[t] = lse - logits[o + targets[t]];
+    for (int v = 0; v < V; ++v) {
+      ref_d[o + v] = (std::exp(logits[o + v] - lse) -
+                      (static_cast<uint32_t>(v) == targets[t] ? 1.0 : 0.0)) /
+                     T;
+    }
+  }
+  EXPECT_LT(RelErr(losses.Download(), ref_loss), kFp32Tol);
+  EXPECT_LT(RelErr(FromBf16(dlog.Download()), ref_d), kBf16OutTol);
+
+  // A NaN logit makes that row's loss NaN (recorded, never hidden).
+  logits[5 * V + 7] = NAN;
+  dl.Upload(logits);
+  ASSERT_EQ(CrossEntropyForwardBackward(dl.get(), dt.get(), T, V, 1.0f / T,
+                                        losses.get(), nullptr, nullptr),
+            cudaSuccess);
+  const auto l2 = losses.Download();
+  EXPECT_TRUE(std::isnan(l2[5]));
+  EXPECT_TRUE(std::isfinite(l2[4]));
+}
+
+// ------------------------------------------------------------- embedding
+
+TEST(EmbeddingTest, GatherAndDeterministicScatter) {
+  SKIP_WITHOUT_GPU();
+  const int T = 50, C = 72, V = 7;  // few ids: many repeats
+  auto table = RandomNormal(static_cast<size_t>(V) * C, 1.0f, &Rng());
+  std::vector<uint32_t> tokens(T);
+  for (auto& t : tokens) t = static_cast<uint32_t>(Rng()() % (V - 1));  // id 6 unused
+  DeviceBuffer<float> dtable(table.size()), x(static_cast<size_t>(T) * C);
+  DeviceBuffer<uint32_t> dtok(T);
+  dtable.Upload(table);
+  dtok.Upload(tokens);
+  ASSERT_EQ(EmbeddingForward(dtok.get(), dtable.get(), T, C, x.get(), nullptr),
+            cudaSuccess);
+  const auto got = x.Download();
+  for (int t = 0; t < T; ++t) {
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(got[t * C + c], table[tokens[t] * C + c]);
+    }
+  }
+  auto dx = RandomNormal(static_cast<size_t>(T) * C, 1.0f, &Rng());
+  DeviceBuffer<float> ddx(dx.size());
+  ddx.Upload(dx);
+  ASSERT_EQ(EmbeddingBackward(dtok.get(), ddx.get(), T, C, dtable.get(), nullptr),
+            cudaSuccess);
+  // Same fp32 order: dE[v] + (Σ_t in increasing t).
+  std::vector<float> ref = table;
+  for (int v = 0; v < V; ++v) {
+    for (int c = 0; c < C; ++c) {
+      float total = 0.0f;
+      bool any = false;
+      for (int t = 0; t < T; ++t) {
+        if (tokens[t] == static_cast<uint32_t>(v)) {
+          total += dx[t * C + c];
+          any = true;
+        }
+      }
+      if (any) ref[v * C + c] = ref[v * C + c] + total;
+    }
+  }
+  const auto got_e = dtable.Download();
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got_e[i], ref[i]) << i;
+}
+
+// ----------------------------------------------------------------- adamw
+
+TEST(AdamWTest, BitwiseEqualToHostRule) {
+  SKIP_WITHOUT_GPU();
+  struct Tensor {
+    int64_t n;
+    bool decayed;
+  };
+  const std::vector<Tensor> tensors = {{5000, true}, {123, false}, {4097, true}};
+  std::vector<AdamWChunk> chunks;
+  int64_t n = 0;
+  for (const Tensor& t : tensors) {
+    for (int64_t b = 0; b < t.n; b += kAdamWChunk) {
+      chunks.push_back({n + b, static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, t.n - b)),
+                        t.decayed ? 1 : 0});
+    }
+    n += t.n;
+  }
+  auto p = RandomNormal(n, 0.02f, &Rng());
+  auto m = RandomNormal(n, 0.001f, &Rng());
+  auto v = RandomNormal(n, 0.001f, &Rng());
+  for (float& x : v) x = x * x;
+  auto g = RandomNormal(n, 0.01f, &Rng());
+  const AdamWHyperparameters h;
+  std::vector<AdamWDeviceScalars> table;
+  for (uint64_t t : {1, 2, 1000}) {
+    const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
+    AdamWDeviceScalars d;
+    std::memcpy(&d, &s, sizeof(d));
+    table.push_back(d);
+  }
+  DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
+  DeviceBuffer<AdamWChunk> dchunks(chunks.size());
+  DeviceBuffer<AdamWDeviceScalars> dtable(table.size());
+  DeviceBuffer<int64_t> step(1);
+  Bf16Buffer p16(n);
+  dp.Upload(p);
+  dm.Upload(m);
+  dv.Upload(v);
+  dg.Upload(g);
+  dchunks.Upload(chunks);
+  dtable.Upload(table);
+  step.Upload({1});  // table entry 1: t = 2
+  ASSERT_EQ(AdamWUpdateChunks(dchunks.get(), static_cast<int>(chunks.size()),
+                              dtable.get(), step.get(), 0, dp.get(), dm.get(),
+                              dv.get(), dg.get(), AsBf16(p16), nullptr),
+            cudaSuccess);
+  const AdamWStepScalars s = ComputeAdamWStepScalars(h, 2);
+  int64_t off = 0;
+  for (const Tensor& t : tensors) {
+    AdamWUpdateRange(s, t.decayed, t.n, p.data() + off, m.data() + off,
+                     v.data() + off, g.data() + off);
+    off += t.n;
+  }
+  const auto gp = dp.Download(), gm = dm.Download(), gv = dv.Download();
+  const auto g16 = p16.Download();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(gp[i], p[i]) << "p " << i;
+    ASSERT_EQ(gm[i], m[i]) << "m " << i;
+    ASSERT_EQ(gv[i], v[i]) << "v " << i;
+  }
+  for (int64_t i = 0; i < 5000; ++i) ASSERT_EQ(g16[i], test::Bf16Bits(p[i])) << i;
+}
+
+TEST(CastTest, RoundsToNearestEven) {
+  SKIP_WITHOUT_GPU();
+  auto x = RandomNormal(1001, 10.0f, &Rng());
+  x[0] = 1.00390625f;  // halfway between two bf16 values: even wins
+  DeviceBuffer<float> dx(x.size());
+  Bf16Buffer out(x.size());
+  dx.Upload(x);
+  ASSERT_EQ(CastToBf16(dx.get(), static_cast<int64_t>(x.size()), AsBf16(out), nullptr),
+            cudaSuccess);
+  const auto got = out.Download();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], test::Bf16Bits(x[i])) << i;
+}
+
+// ------------------------------------------------------------------ step
+
+TEST(StepKernelsTest, StageContextRingAndCounter) {
+  SKIP_WITHOUT_GPU();
+  const int T = 8, V = 100;
+  std::vector<uint32_t> ids(3 * T + 1);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(i * 3 % V);
+  ids[2 * T + 3] = 5000;  // invalid, in context 2
+  DeviceBuffer<uint32_t> dids(ids.size()), in(T), tg(T);
+  DeviceBuffer<int64_t> step(1);
+  DeviceBuffer<int> flag(1);
+  dids.Upload(ids);
+  step.Upload({1});
+  flag.Upload({0});
+  ASSERT_EQ(StageContext(dids.get(), ids.size(), step.get(), 0, T, V, in.get(),
+                         tg.get(), flag.get(), nullptr),
+            cudaSuccess);
+  auto gi = in.Download(), gt = tg.Download();
+  for (int t = 0; t < T; ++t) {
+    EXPECT_EQ(gi[t], ids[T + t]);
+    EXPECT_EQ(gt[t], ids[T + t + 1]);
+  }
+  EXPECT_EQ(flag.Download()[0], 0);
+  ASSERT_EQ(StageContext(dids.get(), ids.size(), nullptr, 2, T, V, in.get(),
+                         tg.get(), flag.get(), nullptr),
+            cudaSuccess);
+  gi = in.Download();
+  EXPECT_EQ(gi[3], 0u);
+  EXPECT_EQ(flag.Download()[0], 1);
+
+  DeviceBuffer<float> src(T), ring(3 * T);
+  std::vector<float> vals(T);
+  for (int t = 0; t < T; ++t) vals[t] = 0.5f * t;
+  src.Upload(vals);
+  ASSERT_EQ(CopyToRing(src.get(), T, step.get(), 3, ring.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(AdvanceStep(step.get(), nullptr), cudaSuccess);
+  const auto r = ring.Download();
+  for (int t = 0; t < T; ++t) EXPECT_EQ(r[T + t], vals[t]);
+  EXPECT_EQ(step.Download()[0], 2);
+  DeviceBuffer<uint64_t> times(2);
+  DeviceBuffer<int64_t> zero(1);
+  zero.Upload({0});
+  ASSERT_EQ(Timestamp(zero.get(), 1, 0, times.get(), nullptr), cudaSuccess);
+  ASSERT_EQ(Timestamp(zero.get(), 1, 1, times.get(), nullptr), cudaSuccess);
+  const auto tm = times.Download();
+  EXPECT_GT(tm[0], 0u);
+  EXPECT_GE(tm[1], tm[0]);
+}
+
+}  // namespace
+}  // namespace coppelius
