@@ -895,19 +895,26 @@ absl::StatusOr<FileKind> DetectFileKind(const std::string& path,
   if (p.size == static_cast<uint64_t>(layout.complete_bytes)) {
     ASSIGN_OR_RETURN(host_tag, PreadString(path, layout.host_offset, 8));
   }
-  if (!LooksLikeResult(p.size, p.head, host_tag, g)) return FileKind::kCache;
   const bool marker = p.head.size() >= 8 &&
                       std::memcmp(p.head.data(), kResultMarker, 8) == 0;
-  if (marker || !host_tag.empty()) return FileKind::kResult;
-  // An incomplete result of the right size: a cache whose header is
-  // plausible wins (mtime before 2100-01-01, source size < 2^50).
+  if (marker) return FileKind::kResult;
+  if (host_tag == absl::string_view(kResultHostTag, 8)) {
+    return FileKind::kResult;
+  }
+  if (p.size > static_cast<uint64_t>(layout.complete_bytes)) {
+    return FileKind::kCache;
+  }
+  // A result cut short (no tail): its first 16 bytes are four logits. A
+  // plausible cache header wins (mtime before 2100-01-01, source size
+  // < 2^50); so does a cache-sized file too short for a forward record.
   if (p.head.size() == 16) {
     const uint64_t mtime = LeU64(p.head, 0), size = LeU64(p.head, 8);
     if (mtime < 4102444800ull * 1000000000ull && size < (1ull << 50)) {
       return FileKind::kCache;
     }
+    return FileKind::kResult;
   }
-  return FileKind::kResult;
+  return FileKind::kCache;
 }
 
 TensorStats ComputeTensorStats(const float* values, int64_t n) {

@@ -10,10 +10,10 @@
 // Kind detection (FileKind::kAuto), for a model config (V, T, steps):
 //   checkpoint  the first 8 bytes are "COPPCKPT", or the file is empty (a
 //               0-byte fresh-start input);
-//   result      LooksLikeResult (trainer/result_file.h): the marker at 0, or
-//               a complete size with the host tag, or a size 12V + 4Tk with
-//               a first 16 bytes that are not a plausible cache header
-//               (mtime < 2100-01-01 and source size < 2^50);
+//   result      the marker at 0; or a complete size with the host tag at
+//               its offset; or a size below the complete size whose first
+//               16 bytes are not a plausible cache header (mtime before
+//               2100-01-01 and source size < 2^50);
 //   cache       anything else.
 // `--kind` overrides the detection.
 //
