@@ -1,0 +1,255 @@
+// File: trainer/cuda_backend_test.cc (tag "gpu")
+//
+// The CUDA backend against the CPU reference backend (same numerics rule:
+// bf16 operands at every product, fp32 elsewhere) and against itself
+// (bitwise determinism), on small configs with fresh random parameters and
+// tokens:
+//   * forward-record logits and per-row losses: rel-norm ≤ 2e-3 (both round
+//     the same values to bf16 at the same points; fp32 sums in different
+//     orders can flip a rounding, which stays at the bf16 level);
+//   * the gradient, read back as M / (1 − β1) after the first update (M starts
+//     at 0, so M = fp32(1 − β1)·g): per-tensor rel-norm ≤ 2e-2;
+//   * two backends given the same inputs: losses, P/M/V bitwise equal;
+//     BeginSnapshot/FinishSnapshot with steps enqueued in between returns the
+//     image as of BeginSnapshot.
+#include "trainer/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "trainer/adamw.h"
+#include "trainer/backend.h"
+#include "trainer/initialization.h"
+#include "trainer/model_config.h"
+#include "trainer/reference_backend.h"
+
+namespace coppelius {
+namespace {
+
+bool HasDevice() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+double RelErr(const float* a, const float* ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// A mid-sized config: several blocks of every kernel, T not a power of two.
+ModelConfig MidConfig() {
+  ModelConfig c = *ModelConfigByName("tiny");
+  c.name = "mid";
+  c.V = 1000;
+  c.T = 192;
+  c.C = 128;
+  c.L = 2;
+  c.NH = 2;
+  c.HS = 64;
+  c.hidden = 352;
+  return c;
+}
+
+struct Inputs {
+  std::vector<float> pmv;
+  std::vector<uint32_t> tokens;
+};
+
+Inputs MakeInputs(const ModelConfig& config, int contexts, uint64_t seed) {
+  Inputs in;
+  const int64_t n = NumParameters(config);
+  in.pmv.assign(3 * n, 0.0f);
+  EXPECT_TRUE(InitializeImage(config, 4, in.pmv.data()).ok());
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (int64_t i = 0; i < n; ++i) in.pmv[i] += noise(rng);  // norms too
+  in.tokens.resize(static_cast<size_t>(config.T) * contexts + 1);
+  for (auto& t : in.tokens) t = static_cast<uint32_t>(rng() % config.V);
+  return in;
+}
+
+struct RunResult {
+  std::vector<float> record;              // 3 V
+  std::vector<std::vector<float>> losses;  // per step, T
+  std::vector<float> pmv;
+  std::vector<float> final_logits;
+};
+
+RunResult RunBackend(Backend* b, const ModelConfig& config, const Inputs& in,
+                     int steps) {
+  RunResult r;
+  const int64_t n = NumParameters(config);
+  EXPECT_TRUE(b->Load(in.pmv.data(), 0).ok());
+  EXPECT_TRUE(b->SetTokens(in.tokens.data(), in.tokens.size(), 0).ok());
+  r.record.resize(3 * config.V);
+  absl::Status s = b->ForwardRecord(0, r.record.data());
+  EXPECT_TRUE(s.ok()) << s;
+  for (int i = 0; i < steps; ++i) {
+    s = b->EnqueueStep(i);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  for (int i = 0; i < steps; ++i) {
+    r.losses.emplace_back(config.T);
+    s = b->PollStep(i, r.losses.back().data());
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  r.pmv.resize(3 * n);
+  s = b->Snapshot(r.pmv.data());
+  EXPECT_TRUE(s.ok()) << s;
+  r.final_logits.resize(3 * config.V);
+  s = b->Final(steps - 1, r.final_logits.data());
+  EXPECT_TRUE(s.ok()) << s;
+  return r;
+}
+
+void CompareWithReference(const ModelConfig& config) {
+  SCOPED_TRACE(config.name);
+  const Inputs in = MakeInputs(config, 2, std::random_device{}());
+  auto cuda = CreateCudaBackend(config);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  const RunResult g = RunBackend(cuda->get(), config, in, 1);
+  ReferenceOptions options;
+  auto ref_backend = CreateReferenceBackend(config, options);
+  const RunResult r = RunBackend(ref_backend.get(), config, in, 1);
+
+  EXPECT_LT(RelErr(g.record.data(), r.record.data(), g.record.size()), 2e-3);
+  EXPECT_LT(RelErr(g.losses[0].data(), r.losses[0].data(), config.T), 2e-3);
+  EXPECT_LT(RelErr(g.final_logits.data(), r.final_logits.data(),
+                   g.final_logits.size()),
+            2e-3);
+  const int64_t n = NumParameters(config);
+  for (const TensorInfo& t : ParameterLayout(config)) {
+    const float* gm = g.pmv.data() + n + t.offset;
+    const float* rm = r.pmv.data() + n + t.offset;
+    const double err = RelErr(gm, rm, t.num_elements());
+    EXPECT_LT(err, 2e-2) << "gradient of " << t.name;
+    // P after the update: |Δp| ≈ lr, so compare the updates.
+    std::vector<float> gd(t.num_elements()), rd(t.num_elements());
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      gd[i] = g.pmv[t.offset + i] - in.pmv[t.offset + i];
+      rd[i] = r.pmv[t.offset + i] - in.pmv[t.offset + i];
+    }
+    EXPECT_LT(RelErr(gd.data(), rd.data(), t.num_elements()), 5e-2)
+        << "update of " << t.name;
+  }
+}
+
+// Runs on CPU-only machines too (target cuda_backend_nodevice_test).
+TEST(CudaBackendNoDeviceTest, FailedPreconditionWithoutDevice) {
+  if (HasDevice()) GTEST_SKIP() << "a CUDA device is present";
+  auto backend = CreateCudaBackend(*ModelConfigByName("tiny"));
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(backend.status().message().find("no CUDA device"),
+            absl::string_view::npos)
+      << backend.status();
+}
+
+TEST(CudaBackendTest, TinyMatchesReferenceBackend) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  CompareWithReference(*ModelConfigByName("tiny"));
+}
+
+TEST(CudaBackendTest, MidMatchesReferenceBackend) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  CompareWithReference(MidConfig());
+}
+
+void CheckDeterminism(const ModelConfig& config, int steps) {
+  SCOPED_TRACE(config.name);
+  const Inputs in = MakeInputs(config, steps + 1, std::random_device{}());
+  auto a = CreateCudaBackend(config);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const RunResult ra = RunBackend(a->get(), config, in, steps);
+  a->reset();
+  auto b = CreateCudaBackend(config);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const RunResult rb = RunBackend(b->get(), config, in, steps);
+  ASSERT_EQ(0, std::memcmp(ra.record.data(), rb.record.data(),
+                           ra.record.size() * 4));
+  for (int s = 0; s < steps; ++s) {
+    ASSERT_EQ(0, std::memcmp(ra.losses[s].data(), rb.losses[s].data(),
+                             config.T * 4))
+        << "step " << s;
+    for (float x : ra.losses[s]) ASSERT_TRUE(std::isfinite(x));
+  }
+  ASSERT_EQ(0, std::memcmp(ra.pmv.data(), rb.pmv.data(), ra.pmv.size() * 4));
+  ASSERT_EQ(0, std::memcmp(ra.final_logits.data(), rb.final_logits.data(),
+                           ra.final_logits.size() * 4));
+  auto telemetry = (*b)->Telemetry();
+  ASSERT_TRUE(telemetry.ok()) << telemetry.status();
+  EXPECT_EQ(telemetry->first_nonfinite_step, -1);
+  EXPECT_FALSE(telemetry->invalid_token_seen);
+  EXPECT_GT(telemetry->peak_device_memory_bytes, 0u);
+  EXPECT_EQ(telemetry->embedding_parameter_head.size(), 1024u);
+  EXPECT_EQ(0, std::memcmp(telemetry->embedding_parameter_head.data(),
+                           rb.pmv.data(), 1024 * 4));
+  EXPECT_GT(telemetry->device_end_ns[1], telemetry->device_start_ns[1]);
+}
+
+TEST(CudaBackendTest, MidIsBitwiseDeterministic) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  CheckDeterminism(MidConfig(), 4);
+}
+
+TEST(CudaBackendTest, CoppeliusIsBitwiseDeterministic) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  CheckDeterminism(*ModelConfigByName("coppelius"), 3);
+}
+
+TEST(CudaBackendTest, SplitSnapshotIsOrderedAfterEarlierSteps) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig config = *ModelConfigByName("tiny");
+  const Inputs in = MakeInputs(config, 4, std::random_device{}());
+  const int64_t n = NumParameters(config);
+  auto a = CreateCudaBackend(config);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const RunResult two = RunBackend(a->get(), config, in, 2);
+  auto b = CreateCudaBackend(config);
+  ASSERT_TRUE(b.ok()) << b.status();
+  Backend* be = b->get();
+  ASSERT_TRUE(be->Load(in.pmv.data(), 0).ok());
+  ASSERT_TRUE(be->SetTokens(in.tokens.data(), in.tokens.size(), 0).ok());
+  ASSERT_TRUE(be->EnqueueStep(0).ok());
+  ASSERT_TRUE(be->EnqueueStep(1).ok());
+  ASSERT_TRUE(be->BeginSnapshot().ok());
+  ASSERT_TRUE(be->EnqueueStep(2).ok());
+  ASSERT_TRUE(be->EnqueueStep(3).ok());
+  std::vector<float> snap(3 * n);
+  ASSERT_TRUE(be->FinishSnapshot(snap.data()).ok());
+  EXPECT_EQ(0, std::memcmp(snap.data(), two.pmv.data(), snap.size() * 4));
+  std::vector<float> losses(config.T);
+  for (int s = 0; s < 4; ++s) ASSERT_TRUE(be->PollStep(s, losses.data()).ok());
+  for (int s = 0; s < 2; ++s) {
+    std::vector<float> again(config.T);
+    EXPECT_FALSE(be->PollStep(s, again.data()).ok()) << "polled twice";
+  }
+}
+
+TEST(CudaBackendTest, InvalidTokenIsReported) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig config = *ModelConfigByName("tiny");
+  Inputs in = MakeInputs(config, 2, 7);
+  in.tokens[3] = config.V + 5;
+  auto a = CreateCudaBackend(config);
+  ASSERT_TRUE(a.ok()) << a.status();
+  RunBackend(a->get(), config, in, 1);
+  auto telemetry = (*a)->Telemetry();
+  ASSERT_TRUE(telemetry.ok());
+  EXPECT_TRUE(telemetry->invalid_token_seen);
+}
+
+}  // namespace
+}  // namespace coppelius
