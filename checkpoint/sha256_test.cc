@@ -41,7 +41,7 @@ TEST(NumChunks, Rounding) {
   EXPECT_EQ(NumChunks(1, 4), 1u);
   EXPECT_EQ(NumChunks(4, 4), 1u);
   EXPECT_EQ(NumChunks(5, 4), 2u);
-  // SPEC: 692,465,664 bytes in 4 MiB chunks = 165 full + one of 427,008.
+  // SPEC: 692,465,664 bytes in 4 MiB chunks = 165 full + one of 405,504.
   EXPECT_EQ(NumChunks(692465664, 4194304), 166u);
 }
 
