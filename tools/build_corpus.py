@@ -63,7 +63,7 @@ PACKAGES = [
 
 # SHA-256 of corpus.txt built from exactly PACKAGES (filled in after the
 # first build on the 2-core build machine; see docs/PERFORMANCE.md).
-EXPECTED_SHA256 = None
+EXPECTED_SHA256 = "d2890f78f4d1391b0ec95221b068f079bb3eb13d32670b2657b4382e72707417"
 
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 B64_VALUE = {c: i for i, c in enumerate(B64)}
