@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `inspect` binary on synthetic tiny files: exit
+# codes, one-line failures, JSON that python's json parses, and a
+# safetensors export validated independently (inspect_cli_check.py).
+set -uo pipefail
+inspect="$1"; make="$2"; check="$3"
+d="${TEST_TMPDIR:-$(mktemp -d)}/cli"
+mkdir -p "$d"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+"$make" "$d" || fail "make_testdata"
+py() { python3 "$check" "$@"; }
+
+# Reports in JSON for every kind, parsed by python.
+for f in cache.tok model.ckpt multi.ckpt fresh.ckpt complete.res partial.res marker.res; do
+  "$inspect" --config=tiny --json "$d/$f" > "$d/$f.json" || fail "inspect --json $f"
+  py json "$d/$f.json" || fail "$f.json does not parse"
+done
+"$inspect" --config=tiny --json --vocab="$d/vocab.tiktoken" "$d/complete.res" > "$d/r.json" \
+  || fail "inspect result"
+py result-json "$d/r.json" || fail "result JSON answers"
+
+# verify: exit 0 on good files.
+"$inspect" verify --config=tiny --source="$d/source.txt" "$d/cache.tok" "$d/model.ckpt" \
+  "$d/fresh.ckpt" "$d/complete.res" > "$d/ok.txt" || fail "verify of good files exited $?"
+[[ $(grep -c '^OK ' "$d/ok.txt") == 4 ]] || fail "verify OK lines: $(cat "$d/ok.txt")"
+
+# verify: corrupt chunks 2 and 7 of multi.ckpt (64 KiB chunks).
+cp "$d/multi.ckpt" "$d/corrupt.ckpt"
+"$make" corrupt "$d/corrupt.ckpt" $((2 * 65536 + 9)) || fail corrupt
+"$make" corrupt "$d/corrupt.ckpt" $((7 * 65536)) || fail corrupt
+"$inspect" verify --config=tiny "$d/corrupt.ckpt" "$d/partial.res" "$d/bad_ids.tok" \
+  "$d/model.ckpt" > "$d/bad.txt" 2> "$d/bad.err"
+rc=$?
+[[ $rc == 1 ]] || fail "verify of bad files exited $rc"
+grep -q "chunk 2 of 25" "$d/bad.txt" || fail "no chunk 2 line: $(cat "$d/bad.txt")"
+grep -q "chunk 7 of 25" "$d/bad.txt" || fail "no chunk 7 line"
+[[ $(grep -c '^FAIL ' "$d/bad.txt") == 4 ]] || fail "failure lines: $(cat "$d/bad.txt")"
+[[ $(wc -l < "$d/bad.err") == 1 ]] || fail "stderr not one line: $(cat "$d/bad.err")"
+grep -q "3 of 4 files failed" "$d/bad.err" || fail "stderr: $(cat "$d/bad.err")"
+"$inspect" verify --json --config=tiny "$d/corrupt.ckpt" "$d/model.ckpt" > "$d/v.json" 2>/dev/null
+[[ $? == 1 ]] || fail "verify --json exit"
+py verify-json "$d/v.json" 1 || fail "verify JSON"
+
+# Export, validated by python (and the safetensors package when installed).
+"$inspect" export --config=tiny --safetensors "$d/model.ckpt" -o "$d/model.safetensors" \
+  || fail "export"
+py safetensors "$d/model.safetensors" || fail "safetensors check"
+"$inspect" export --config=tiny --safetensors "$d/corrupt.ckpt" -o "$d/c.safetensors" 2> "$d/e.err"
+[[ $? == 1 && ! -e "$d/c.safetensors" ]] || fail "export of a corrupt checkpoint"
+[[ $(wc -l < "$d/e.err") == 1 ]] || fail "export error not one line"
+
+# Plot of two consecutive runs.
+"$inspect" plot --config=tiny "$d/complete.res" "$d/partial.res" -o "$d/loss.svg" || fail plot
+python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith('svg')" \
+  "$d/loss.svg" || fail "svg does not parse"
+
+# Usage errors: exit 2, one line.
+"$inspect" --kind=blob "$d/cache.tok" 2> "$d/u.err"; [[ $? == 2 ]] || fail "bad --kind"
+"$inspect" 2> "$d/u.err"; [[ $? == 2 ]] || fail "no FILE"
+"$inspect" --config=tiny "$d/missing" 2> "$d/m.err"; [[ $? == 1 ]] || fail "missing file"
+grep -q "missing" "$d/m.err" || fail "missing file not named"
+echo "inspect_cli_test: all checks passed"
