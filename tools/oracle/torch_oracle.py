@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""PyTorch oracle for the Coppelius reference backend (tests only).
+
+Builds the Coppelius model (SPEC §4) in PyTorch from a P/M/V image, trains K
+steps with torch.optim.AdamW on the same contexts of a token cache, and
+compares with what `//trainer:reference_dump` wrote:
+
+  * per-step, per-row cross-entropy (losses.f32),
+  * per-tensor gradients of step 0 (gradients_step0.f32),
+  * the final P plane (final_pmv.f32).
+
+It prints max relative errors and exits non-zero if any exceeds the bound
+given for the chosen precision (--max_loss_rel, --max_grad_rel,
+--max_param_rel). Never part of the product.
+
+Precision modes (--precision):
+  fp64      everything in float64: the exact model. Compare with a dump made
+            with --bf16=false.
+  fp32      float32 tensors, PyTorch's own matmuls (fp32 accumulation).
+            Compare with --bf16=false.
+  bf16rule  float32 tensors; every matrix product goes through BF16MatMul, a
+            transcription of the reference's documented rule: both operands
+            rounded to bf16 at the product (forward), and in backward
+            dA = bf16(dY)·bf16(B)ᵀ, dB = bf16(A)ᵀ·bf16(dY); results fp32.
+            Compare with the default dump (--bf16=true).
+  autocast  float32 parameters under torch.autocast(bfloat16) (matmul
+            outputs bf16): the usual mixed-precision recipe; looser.
+
+Files (all little-endian fp32, no header; see trainer/reference_dump.h):
+  <dump>/manifest.txt, initial_pmv.f32, losses.f32, gradients_step0.f32,
+  final_pmv.f32. The token cache is SPEC §2's: 16-byte header, u32 LE ids.
+  --pmv may instead name a checkpoint envelope with --pmv_offset giving the
+  payload's byte offset (the envelope states it).
+"""
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def read_manifest(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v
+    return out
+
+
+def parameter_layout(cfg):
+    """SPEC §4's P-plane order: (name, shape) in order; offsets follow."""
+    V, C, H, L = cfg["V"], cfg["C"], cfg["hidden"], cfg["L"]
+    layout = [("embedding", (V, C))]
+    for l in range(L):
+        p = f"blocks.{l}."
+        layout += [
+            (p + "attention_norm.weight", (C,)),
+            (p + "attention_norm.bias", (C,)),
+            (p + "attention.qkv", (3 * C, C)),
+            (p + "attention.output", (C, C)),
+            (p + "mlp_norm.weight", (C,)),
+            (p + "mlp_norm.bias", (C,)),
+            (p + "mlp.gate", (H, C)),
+            (p + "mlp.up", (H, C)),
+            (p + "mlp.down", (C, H)),
+        ]
+    layout += [("final_norm.weight", (C,)), ("final_norm.bias", (C,))]
+    offsets, off = [], 0
+    for name, shape in layout:
+        offsets.append((name, shape, off))
+        off += int(np.prod(shape))
+    return offsets, off
+
+
+def bf16_round(x):
+    return x.to(torch.bfloat16).to(x.dtype)
+
+
+class BF16MatMul(torch.autograd.Function):
+    """Y = A·B with the reference's rule (trainer/reference_backend.h)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ar, br = bf16_round(a), bf16_round(b)
+        ctx.save_for_backward(ar, br)
+        # bf16·bf16 products are exact in fp32; accumulate in float64 to
+        # mirror the reference's double accumulation, result fp32.
+        return (ar.double() @ br.double()).to(a.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        ar, br = ctx.saved_tensors
+        dyr = bf16_round(dy).double()
+        da = (dyr @ br.double().transpose(-1, -2)).to(dy.dtype)
+        db = (ar.double().transpose(-1, -2) @ dyr).to(dy.dtype)
+        return da, db
+
+
+class Model:
+    def __init__(self, cfg, params, precision):
+        self.cfg = cfg
+        self.p = params
+        self.precision = precision
+        T, HS = cfg["T"], cfg["HS"]
+        half = HS // 2
+        dtype = params["embedding"].dtype
+        pos = torch.arange(T, dtype=torch.float64)[:, None]
+        inv = 10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float64) / HS)
+        ang = pos * inv  # [T, HS/2]
+        self.cos = torch.cos(ang).to(dtype)
+        self.sin = torch.sin(ang).to(dtype)
+        self.causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+    def mm(self, a, b):
+        if self.precision == "bf16rule":
+            return BF16MatMul.apply(a, b)
+        return a @ b
+
+    def linear(self, x, w):  # y = x·Wᵀ, W [out, in]
+        return self.mm(x, w.t())
+
+    def ln(self, x, w, b):
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+
+    def rope(self, x):  # x [NH, T, HS]
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+        return torch.cat([a * self.cos - b * self.sin, b * self.cos + a * self.sin], dim=-1)
+
+    def forward(self, ids):
+        cfg, p = self.cfg, self.p
+        T, C, NH, HS = cfg["T"], cfg["C"], cfg["NH"], cfg["HS"]
+        x = p["embedding"][ids]
+        for l in range(cfg["L"]):
+            q_ = f"blocks.{l}."
+            h = self.ln(x, p[q_ + "attention_norm.weight"], p[q_ + "attention_norm.bias"])
+            qkv = self.linear(h, p[q_ + "attention.qkv"])
+            q, k, v = qkv.split(C, dim=-1)
+            q = self.rope(q.view(T, NH, HS).transpose(0, 1))
+            k = self.rope(k.view(T, NH, HS).transpose(0, 1))
+            v = v.view(T, NH, HS).transpose(0, 1)
+            scores = self.mm(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(HS))
+            scores = scores.masked_fill(~self.causal, float("-inf"))
+            probs = torch.softmax(scores.float() if self.precision == "autocast" else scores, dim=-1)
+            o = self.mm(probs, v).transpose(0, 1).reshape(T, C)
+            x = x + self.linear(o, p[q_ + "attention.output"])
+            h = self.ln(x, p[q_ + "mlp_norm.weight"], p[q_ + "mlp_norm.bias"])
+            a = F.silu(self.linear(h, p[q_ + "mlp.gate"])) * self.linear(h, p[q_ + "mlp.up"])
+            x = x + self.linear(a, p[q_ + "mlp.down"])
+        xf = self.ln(x, p["final_norm.weight"], p["final_norm.bias"])
+        return self.linear(xf, p["embedding"]).float()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dump", required=True, help="reference_dump output directory")
+    ap.add_argument("--cache", required=True, help="token cache used for the dump")
+    ap.add_argument("--pmv", default=None, help="P/M/V source (default <dump>/initial_pmv.f32)")
+    ap.add_argument("--pmv_offset", type=int, default=0, help="payload byte offset in --pmv")
+    ap.add_argument("--precision", default="bf16rule",
+                    choices=["fp64", "fp32", "bf16rule", "autocast"])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--max_loss_rel", type=float, default=None)
+    ap.add_argument("--max_grad_rel", type=float, default=None)
+    ap.add_argument("--max_param_rel", type=float, default=None)
+    ap.add_argument("--json_out", default=None)
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    m = read_manifest(f"{args.dump}/manifest.txt")
+    cfg = {k: int(m[k]) for k in ("V", "T", "C", "L", "NH", "HS", "hidden", "num_parameters")}
+    K, c0, t0 = int(m["steps"]), int(m["first_context"]), int(m["update_count"])
+    layout, n = parameter_layout(cfg)
+    assert n == cfg["num_parameters"], (n, cfg["num_parameters"])
+    T, V = cfg["T"], cfg["V"]
+
+    pmv_path = args.pmv or f"{args.dump}/initial_pmv.f32"
+    pmv = np.fromfile(pmv_path, dtype="<f4", count=3 * n, offset=args.pmv_offset)
+    if pmv.size != 3 * n:
+        sys.exit(f"{pmv_path}: {pmv.size} floats at offset {args.pmv_offset}, expected {3 * n}")
+    ids_all = np.fromfile(args.cache, dtype="<u4", offset=16)
+
+    dtype = torch.float64 if args.precision == "fp64" else torch.float32
+    dev = torch.device(args.device)
+    params, decayed, rest = {}, [], []
+    for name, shape, off in layout:
+        cnt = int(np.prod(shape))
+        t = torch.tensor(pmv[off:off + cnt].reshape(shape), dtype=dtype, device=dev,
+                         requires_grad=True)
+        params[name] = t
+        (decayed if len(shape) == 2 else rest).append(t)
+    opt = torch.optim.AdamW(
+        [{"params": decayed, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    if t0 > 0:  # continuation: the image's M, V and the in-band count
+        for name, shape, off in layout:
+            cnt = int(np.prod(shape))
+            mm_ = torch.tensor(pmv[n + off:n + off + cnt].reshape(shape), dtype=dtype, device=dev)
+            vv_ = torch.tensor(pmv[2 * n + off:2 * n + off + cnt].reshape(shape), dtype=dtype, device=dev)
+            opt.state[params[name]] = {"step": torch.tensor(float(t0)), "exp_avg": mm_, "exp_avg_sq": vv_}
+    model = Model(cfg, params, args.precision)
+    if args.precision == "autocast":
+        model.cos, model.sin = model.cos.to(dev), model.sin.to(dev)
+    model.cos, model.sin, model.causal = model.cos.to(dev), model.sin.to(dev), model.causal.to(dev)
+
+    torch_losses, grads0 = [], None
+    for s in range(K):
+        c = c0 + s
+        window = torch.tensor(ids_all[T * c:T * c + T + 1].astype(np.int64), device=dev)
+        inputs, targets = window[:-1], window[1:]
+        opt.zero_grad(set_to_none=True)
+        if args.precision == "autocast":
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                logits = model.forward(inputs)
+        else:
+            logits = model.forward(inputs)
+        rows = F.cross_entropy(logits.double() if dtype == torch.float64 else logits.float(),
+                               targets, reduction="none")
+        rows.mean().backward()
+        torch_losses.append(rows.detach().double().cpu().numpy())
+        if s == 0:
+            grads0 = {name: params[name].grad.detach().double().cpu().numpy().ravel()
+                      for name, _, _ in layout}
+        opt.step()
+
+    ours_losses = np.fromfile(f"{args.dump}/losses.f32", dtype="<f4").astype(np.float64).reshape(K, T)
+    ours_g = np.fromfile(f"{args.dump}/gradients_step0.f32", dtype="<f4").astype(np.float64)
+    ours_final = np.fromfile(f"{args.dump}/final_pmv.f32", dtype="<f4").astype(np.float64)
+    tl = np.stack(torch_losses)
+    loss_rel = float(np.max(np.abs(ours_losses - tl) / np.abs(tl)))
+    loss0_rel = float(np.max(np.abs(ours_losses[0] - tl[0]) / np.abs(tl[0])))
+    report = {"precision": args.precision, "device": str(dev), "config": m.get("config"),
+              "steps": K, "first_context": c0, "update_count": t0,
+              "dump_bf16": int(m.get("bf16_matmul_operands", "-1")),
+              "loss_max_rel": loss_rel, "step0_loss_max_rel": loss0_rel,
+              "mean_loss_ours": ours_losses.mean(axis=1).tolist(),
+              "mean_loss_torch": tl.mean(axis=1).tolist(),
+              "grad_rel": {}, "param_rel": {}}
+    # Gradients: per tensor, max |ours − torch| / max |torch| (normalised max
+    # error; elementwise relative error is meaningless near zero).
+    init = pmv[:n].astype(np.float64)
+    for name, shape, off in layout:
+        cnt = int(np.prod(shape))
+        g_t = grads0[name]
+        g_o = ours_g[off:off + cnt]
+        report["grad_rel"][name] = float(np.max(np.abs(g_o - g_t)) / max(np.max(np.abs(g_t)), 1e-30))
+        p_t = params[name].detach().double().cpu().numpy().ravel()
+        p_o = ours_final[off:off + cnt]
+        moved = np.max(np.abs(p_t - init[off:off + cnt]))
+        # Final P: max |ours − torch| relative to the largest change of the
+        # tensor over the K steps (how much of the training signal differs).
+        report["param_rel"][name] = float(np.max(np.abs(p_o - p_t)) / max(moved, 1e-30))
+    gmax = max(report["grad_rel"].items(), key=lambda kv: kv[1])
+    pmax = max(report["param_rel"].items(), key=lambda kv: kv[1])
+    report["grad_max_rel"], report["grad_worst_tensor"] = gmax[1], gmax[0]
+    report["param_max_rel"], report["param_worst_tensor"] = pmax[1], pmax[0]
+
+    print(f"oracle: precision={args.precision} device={dev} config={m.get('config')} "
+          f"K={K} c0={c0} t0={t0} dump_bf16={report['dump_bf16']}")
+    for s in range(K):
+        print(f"  step {s}: mean loss ours {report['mean_loss_ours'][s]:.7f} "
+              f"torch {report['mean_loss_torch'][s]:.7f}")
+    print(f"  per-row loss, max relative error: {loss_rel:.3e} (step 0 alone: {loss0_rel:.3e})")
+    print(f"  step-0 gradients, max over tensors of max|Δ|/max|g|: {gmax[1]:.3e} ({gmax[0]})")
+    kinds = {}
+    for name, v in report["grad_rel"].items():
+        kind = name.split(".", 2)[-1] if name.startswith("blocks.") else name
+        kinds[kind] = max(kinds.get(kind, 0.0), v)
+    for kind, v in kinds.items():
+        print(f"    {kind:28s} {v:.3e}")
+    print(f"  final P, max over tensors of max|Δ|/max|P_final − P_init|: {pmax[1]:.3e} ({pmax[0]})")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(report, f, indent=1)
+    failed = []
+    if args.max_loss_rel is not None and loss_rel > args.max_loss_rel:
+        failed.append(f"loss {loss_rel:.3e} > {args.max_loss_rel}")
+    if args.max_grad_rel is not None and gmax[1] > args.max_grad_rel:
+        failed.append(f"gradient {gmax[1]:.3e} > {args.max_grad_rel}")
+    if args.max_param_rel is not None and pmax[1] > args.max_param_rel:
+        failed.append(f"parameters {pmax[1]:.3e} > {args.max_param_rel}")
+    if failed:
+        print("oracle: FAILED: " + "; ".join(failed))
+        return 1
+    print("oracle: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
