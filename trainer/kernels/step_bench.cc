@@ -1,0 +1,399 @@
+// File: trainer/kernels/step_bench.cc
+//
+// Timings on the GPU machine (tools/gpu_checks.sh runs it):
+//   1. each kernel / product of one step at the coppelius shapes (T=1024,
+//      C=512, H=1408, NH=8, HS=64, V=12288; N = 57,705,472 for AdamW):
+//      median of 50 launches timed with CUDA events, after 5 warm-ups;
+//   2. the whole CUDA backend (trainer/cuda_backend.h): ms/step over
+//      --steps graph launches (after 20 warm-up steps), by host wall clock
+//      from the first enqueue to the last poll, and the median device time
+//      per step (device timestamps at the graph's first and last node).
+// Usage: step_bench [--config=coppelius] [--steps=300] [--kernels=1]
+// Inputs are random (never zeros); output is a table on stdout.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "trainer/backend.h"
+#include "trainer/cuda_backend.h"
+#include "trainer/initialization.h"
+#include "trainer/kernels/adamw.h"
+#include "trainer/kernels/attention.h"
+#include "trainer/kernels/cross_entropy.h"
+#include "trainer/kernels/embedding.h"
+#include "trainer/kernels/layernorm.h"
+#include "trainer/kernels/matmul.h"
+#include "trainer/kernels/rope.h"
+#include "trainer/kernels/swiglu.h"
+#include "trainer/model_config.h"
+
+namespace coppelius {
+namespace {
+
+#define CHECK_CUDA(expr)                                                  \
+  do {                                                                    \
+    cudaError_t e_ = (expr);                                              \
+    if (e_ != cudaSuccess) {                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,   \
+                   cudaGetErrorString(e_));                               \
+      return 1;                                                           \
+    }                                                                     \
+  } while (0)
+
+#define CHECK_OK(expr)                                                    \
+  do {                                                                    \
+    absl::Status s_ = (expr);                                             \
+    if (!s_.ok()) {                                                       \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__,              \
+                   s_.ToString().c_str());                                \
+      return 1;                                                           \
+    }                                                                     \
+  } while (0)
+
+struct Row {
+  std::string name;
+  double ms;
+  double bytes;  // minimal bytes moved (0 if not counted)
+  double flops;
+};
+
+std::vector<Row> g_rows;
+
+void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  if (bf16) {
+    std::vector<__nv_bfloat16> h(bytes / 2);
+    for (auto& x : h) x = __float2bfloat16(d(*rng));
+    cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice);
+  } else {
+    std::vector<float> h(bytes / 4);
+    for (auto& x : h) x = d(*rng);
+    cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice);
+  }
+  return p;
+}
+
+// Median of `reps` event-timed calls of fn (after 5 warm-ups).
+double TimeIt(const std::function<bool()>& fn, int reps = 50) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 5; ++i) fn();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a);
+    if (!fn()) return -1;
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int KernelBench() {
+  const int T = 1024, C = 512, H = 1408, NH = 8, HS = 64, V = 12288;
+  const int64_t N = 57705472;
+  std::mt19937_64 rng(1);
+  using bf = __nv_bfloat16;
+  auto F = [&](size_t n) { return static_cast<float*>(DevRandom(n * 4, &rng, false)); };
+  auto B = [&](size_t n) { return static_cast<bf*>(DevRandom(n * 2, &rng, true)); };
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return 1;
+  const size_t ws_bytes = 32u << 20;
+  void* ws = nullptr;
+  CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+  struct MmCase {
+    const char* name;
+    bool ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    int batch;
+    int64_t sa, sb, sc;
+  };
+  const std::vector<MmCase> mms = {
+      {"mm qkv fwd [T,C]x[3C,C]^T", false, true, T, 3 * C, C, C, C, 3 * C, 1, 0, 0, 0},
+      {"mm out fwd (+resid)", false, true, T, C, C, C, C, C, 1, 0, 0, 0},
+      {"mm gate|up fwd", false, true, T, 2 * H, C, C, C, 2 * H, 1, 0, 0, 0},
+      {"mm down fwd", false, true, T, C, H, H, H, C, 1, 0, 0, 0},
+      {"mm logits fwd [T,V]", false, true, T, V, C, C, C, V, 1, 0, 0, 0},
+      {"mm logits dX", false, false, T, C, V, V, C, C, 1, 0, 0, 0},
+      {"mm logits dW [V,C]", true, false, V, C, T, V, C, C, 1, 0, 0, 0},
+      {"mm gate|up dW", true, false, 2 * H, C, T, 2 * H, C, C, 1, 0, 0, 0},
+      {"mm gate|up dX", false, false, T, C, 2 * H, 2 * H, C, C, 1, 0, 0, 0},
+      {"mm att scores (8 heads)", false, true, T, T, HS, 3 * C, 3 * C, T, NH, HS, HS, int64_t{T} * T},
+      {"mm att P.v (8 heads)", false, false, T, HS, T, T, 3 * C, C, NH, int64_t{T} * T, HS, HS},
+      {"mm att dV=P^T.dy", true, false, T, HS, T, T, C, 3 * C, NH, int64_t{T} * T, HS, HS},
+  };
+  for (const MmCase& c : mms) {
+    MatmulShape s;
+    s.name = c.name;
+    s.trans_a = c.ta;
+    s.trans_b = c.tb;
+    s.m = c.m;
+    s.n = c.n;
+    s.k = c.k;
+    s.lda = c.lda;
+    s.ldb = c.ldb;
+    s.ldc = c.ldc;
+    s.batch = c.batch;
+    s.stride_a = c.sa;
+    s.stride_b = c.sb;
+    s.stride_c = c.sc;
+    auto plan = MatmulPlan::Create(lt, s, ws_bytes);
+    CHECK_OK(plan.status());
+    const size_t a_elems = (c.batch > 1 ? c.sa * c.batch : 0) + (c.ta ? c.k * c.lda : c.m * c.lda);
+    const size_t b_elems = (c.batch > 1 ? c.sb * c.batch : 0) + (c.tb ? c.n * c.ldb : c.k * c.ldb);
+    const size_t c_elems = (c.batch > 1 ? c.sc * c.batch : 0) + c.m * c.ldc;
+    bf* a = B(a_elems);
+    bf* b = B(b_elems);
+    float* d = F(c_elems);
+    MatmulPlan* p = plan->get();
+    const double ms = TimeIt([&] { return p->Run(a, b, nullptr, d, ws, nullptr).ok(); });
+    g_rows.push_back({c.name, ms, 0, 2.0 * c.m * c.n * c.k * c.batch});
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(d);
+  }
+  {
+    float* x = F(T * C);
+    float* w = F(C);
+    float* bias = F(C);
+    float* mean = F(T);
+    float* rstd = F(T);
+    bf* y = B(T * C);
+    g_rows.push_back({"layernorm fwd", TimeIt([&] {
+                        return LayerNormForward(x, w, bias, T, C, 1e-5f, y, nullptr,
+                                                mean, rstd, nullptr) == cudaSuccess;
+                      }),
+                      T * C * 6.0, 0});
+    float* dy = F(T * C);
+    float* dres = F(T * C);
+    bf* dres16 = B(T * C);
+    float* scratch = F(LayerNormBackwardScratchFloats(T, C));
+    float* dw = F(C);
+    float* db = F(C);
+    g_rows.push_back({"layernorm bwd", TimeIt([&] {
+                        return LayerNormBackward(dy, x, w, mean, rstd, T, C, true,
+                                                 dres, dres16, scratch, dw, db,
+                                                 nullptr) == cudaSuccess;
+                      }),
+                      T * C * 18.0, 0});
+  }
+  {
+    float* s = F(int64_t{NH} * T * T);
+    bf* p16 = B(int64_t{NH} * T * T);
+    float* dp = F(int64_t{NH} * T * T);
+    g_rows.push_back({"causal softmax fwd", TimeIt([&] {
+                        return CausalSoftmaxForward(s, NH, T, p16, nullptr) == cudaSuccess;
+                      }),
+                      NH * double(T) * T * 10, 0});
+    g_rows.push_back({"causal softmax bwd", TimeIt([&] {
+                        return CausalSoftmaxBackward(s, dp, NH, T, p16, nullptr) ==
+                               cudaSuccess;
+                      }),
+                      NH * double(T) * T * 10, 0});
+  }
+  {
+    float* qkv = F(T * 3 * C);
+    bf* out = B(T * 3 * C);
+    const auto table_h = RopeTable(T, HS, 10000.0);
+    float* table = F(table_h.size());
+    cudaMemcpy(table, table_h.data(), table_h.size() * 4, cudaMemcpyHostToDevice);
+    g_rows.push_back({"rope fwd", TimeIt([&] {
+                        return RopeForward(qkv, table, T, NH, HS, out, nullptr) == cudaSuccess;
+                      }),
+                      T * 3 * C * 6.0, 0});
+  }
+  {
+    float* gu = F(T * 2 * H);
+    float* da = F(T * H);
+    bf* a = B(T * H);
+    bf* dgu = B(T * 2 * H);
+    g_rows.push_back({"swiglu fwd", TimeIt([&] {
+                        return SwigluForward(gu, T, H, a, nullptr) == cudaSuccess;
+                      }),
+                      T * H * 10.0, 0});
+    g_rows.push_back({"swiglu bwd", TimeIt([&] {
+                        return SwigluBackward(gu, da, T, H, dgu, nullptr) == cudaSuccess;
+                      }),
+                      T * H * 16.0, 0});
+  }
+  {
+    float* logits = F(int64_t{T} * V);
+    bf* dl = B(int64_t{T} * V);
+    float* losses = F(T);
+    std::vector<uint32_t> tg(T);
+    for (auto& t : tg) t = rng() % V;
+    uint32_t* targets = nullptr;
+    CHECK_CUDA(cudaMalloc(&targets, T * 4));
+    cudaMemcpy(targets, tg.data(), T * 4, cudaMemcpyHostToDevice);
+    g_rows.push_back({"cross-entropy fwd+bwd", TimeIt([&] {
+                        return CrossEntropyForwardBackward(logits, targets, T, V,
+                                                           1.0f / T, losses, dl,
+                                                           nullptr) == cudaSuccess;
+                      }),
+                      double(T) * V * 6, 0});
+    float* dx = F(T * C);
+    float* emb = F(int64_t{V} * C);
+    g_rows.push_back({"embedding bwd (scatter)", TimeIt([&] {
+                        return EmbeddingBackward(targets, dx, T, C, emb, nullptr) ==
+                               cudaSuccess;
+                      }),
+                      T * C * 12.0, 0});
+  }
+  {
+    float* p = F(N);
+    float* m = F(N);
+    float* v = F(N);
+    float* g = F(N);
+    CHECK_CUDA(cudaMemset(v, 0, N * 4));  // v >= 0
+    bf* p16 = B(N);
+    std::vector<AdamWChunk> chunks;
+    for (int64_t b = 0; b < N; b += kAdamWChunk) {
+      chunks.push_back({b, static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, N - b)), 1});
+    }
+    AdamWChunk* dchunks = nullptr;
+    CHECK_CUDA(cudaMalloc(&dchunks, chunks.size() * sizeof(AdamWChunk)));
+    cudaMemcpy(dchunks, chunks.data(), chunks.size() * sizeof(AdamWChunk),
+               cudaMemcpyHostToDevice);
+    AdamWDeviceScalars s = {0.99997f, 0.9f, 0.1f, 0.95f, 0.05f, 3e-4f, 0.2f, 1e-8f};
+    AdamWDeviceScalars* ds = nullptr;
+    CHECK_CUDA(cudaMalloc(&ds, sizeof(s)));
+    cudaMemcpy(ds, &s, sizeof(s), cudaMemcpyHostToDevice);
+    g_rows.push_back({"adamw (57.7M params)", TimeIt([&] {
+                        return AdamWUpdateChunks(dchunks, static_cast<int>(chunks.size()),
+                                                 ds, nullptr, 0, p, m, v, g, p16,
+                                                 nullptr) == cudaSuccess;
+                      }, 20),
+                      N * 30.0, 0});
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cublasLtDestroy(lt);
+  return 0;
+}
+
+int BackendBench(const std::string& config_name, int steps) {
+  auto config = ModelConfigByName(config_name);
+  CHECK_OK(config.status());
+  const int64_t n = NumParameters(*config);
+  std::vector<float> pmv(3 * n);
+  CHECK_OK(InitializeImage(*config, 16, pmv.data()));
+  const int warm = 20;
+  const int contexts = warm + steps + 1;
+  std::mt19937_64 rng(2);
+  std::vector<uint32_t> tokens(static_cast<size_t>(config->T) * contexts + 1);
+  for (auto& t : tokens) t = rng() % config->V;
+  auto backend = CreateCudaBackend(*config);
+  CHECK_OK(backend.status());
+  Backend* b = backend->get();
+  CHECK_OK(b->Load(pmv.data(), 0));
+  CHECK_OK(b->SetTokens(tokens.data(), tokens.size(), 0));
+  std::vector<float> rec(3 * config->V), losses(config->T);
+  CHECK_OK(b->ForwardRecord(0, rec.data()));
+  const int in_flight = std::max(1, b->max_steps_in_flight());
+  int64_t next = 0, polled = 0;
+  double first_loss = 0, last_loss = 0;
+  auto run = [&](int64_t upto) -> absl::Status {
+    while (polled < upto) {
+      while (next < upto && next - polled < in_flight) {
+        absl::Status s = b->EnqueueStep(next++);
+        if (!s.ok()) return s;
+      }
+      absl::Status s = b->PollStep(polled, losses.data());
+      if (!s.ok()) return s;
+      double mean = 0;
+      for (float x : losses) mean += x;
+      mean /= config->T;
+      if (polled == 0) first_loss = mean;
+      last_loss = mean;
+      ++polled;
+    }
+    return absl::OkStatus();
+  };
+  CHECK_OK(run(warm));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_OK(run(warm + steps));
+  const auto t1 = std::chrono::steady_clock::now();
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(t1 - t0).count() / steps;
+  std::vector<double> dev;
+  uint64_t first_start = 0, last_end = 0;
+  for (int64_t s = warm; s < warm + steps; ++s) {
+    uint64_t a = 0, e = 0;
+    b->StepDeviceTimes(s, &a, &e);
+    if (s == warm) first_start = a;
+    last_end = e;
+    dev.push_back((e - a) / 1e6);
+  }
+  std::sort(dev.begin(), dev.end());
+  auto tel = b->Telemetry();
+  CHECK_OK(tel.status());
+  std::printf("\n== CUDA backend, config %s, %d timed steps (after %d warm-up) ==\n",
+              config_name.c_str(), steps, warm);
+  std::printf("%-44s %10.3f\n", "ms/step (host wall, enqueue..poll)", wall_ms);
+  std::printf("%-44s %10.3f\n", "ms/step (device span first..last / steps)",
+              (last_end - first_start) / 1e6 / steps);
+  std::printf("%-44s %10.3f\n", "median device time of one step graph (ms)",
+              dev[dev.size() / 2]);
+  std::printf("%-44s %10.1f\n", "peak device memory (MiB)",
+              tel->peak_device_memory_bytes / 1048576.0);
+  std::printf("%-44s %10.4f -> %.4f\n", "mean loss, step 0 -> last", first_loss,
+              last_loss);
+  std::printf("%-44s %10lld\n", "non-finite steps",
+              static_cast<long long>(tel->nonfinite_steps));
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  std::string config = "coppelius";
+  int steps = 300;
+  bool kernels = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--config=", 0) == 0) config = a.substr(9);
+    else if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
+    else if (a.rfind("--kernels=", 0) == 0) kernels = a.substr(10) != "0";
+    else {
+      std::fprintf(stderr, "usage: step_bench [--config=NAME] [--steps=N] [--kernels=0|1]\n");
+      return 2;
+    }
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+  if (kernels) {
+    if (KernelBench() != 0) return 1;
+    std::printf("\n== kernels at coppelius shapes (median of 50, ms) ==\n");
+    std::printf("%-32s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
+    double total = 0;
+    for (const Row& r : g_rows) {
+      total += r.ms;
+      std::printf("%-32s %10.4f %10.1f %10.1f\n", r.name.c_str(), r.ms,
+                  r.bytes > 0 ? r.bytes / r.ms / 1e6 : 0.0,
+                  r.flops > 0 ? r.flops / r.ms / 1e9 : 0.0);
+    }
+  }
+  return BackendBench(config, steps);
+}
+
+}  // namespace
+}  // namespace coppelius
+
+int main(int argc, char** argv) { return coppelius::Main(argc, argv); }
