@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -688,7 +689,7 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
       << "release " << t.input.update_last_release << "\n";
   if (times.count) {
     out << absl::StrFormat(
-        "  device time per step: mean %.0f ns, min %.0f, max %.0f (%d "
+        "  device time per step: mean %.1f ns, min %.0f, max %.0f (%d "
         "steps)\n",
         times.mean_ns, times.min_ns, times.max_ns, times.count);
   } else {
@@ -696,7 +697,7 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
         << t.host.backend << ")\n";
   }
   if (times.host_count) {
-    out << absl::StrFormat("  host time per step: mean %.0f ns\n",
+    out << absl::StrFormat("  host time per step: mean %.1f ns\n",
                            times.host_mean_ns);
   }
   out << "  errors: ";
@@ -853,6 +854,8 @@ std::string FormatTick(double v) { return absl::StrFormat("%.4g", v); }
 
 // ---------------------------------------------------------------- public
 
+static absl::Status InspectPath(const InspectOptions& o, std::ostream& out);
+
 absl::StatusOr<FileKind> ParseFileKind(absl::string_view name) {
   if (name.empty() || name == "auto") return FileKind::kAuto;
   if (name == "cache") return FileKind::kCache;
@@ -966,10 +969,35 @@ std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
   return out;
 }
 
-absl::Status RunInspect(const InspectOptions& o, std::ostream& out) {
-  if (o.path.empty()) {
+absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
+  if (options.path.empty()) {
     return absl::InvalidArgumentError("inspect: no FILE given");
   }
+  InspectOptions o = options;
+  // "-": stdin, spooled to a temporary file (caches and checkpoints are
+  // mapped, so they need a file).
+  std::string spool;
+  if (o.path == "-") {
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile("-"));
+    const char* tmpdir = std::getenv("TMPDIR");
+    spool = absl::StrCat(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp",
+                         "/inspect-stdin.XXXXXX");
+    int fd = mkstemp(spool.data());
+    if (fd < 0) return ErrnoStatus(errno, "creating", spool);
+    absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
+    close(fd);
+    if (!w.ok()) {
+      unlink(spool.c_str());
+      return w;
+    }
+    o.path = spool;
+  }
+  absl::Status status = InspectPath(o, out);
+  if (!spool.empty()) unlink(spool.c_str());
+  return status;
+}
+
+static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
   FileKind kind = o.kind;
   if (kind == FileKind::kAuto) {

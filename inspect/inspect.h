@@ -67,7 +67,7 @@ std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
                                   int window);
 
 struct InspectOptions {
-  std::string path;
+  std::string path;  // "-": stdin (spooled to a temporary file under $TMPDIR)
   FileKind kind = FileKind::kAuto;
   std::string config = "coppelius";  // ModelConfigByName
   std::string source;                // token cache: source text for staleness

@@ -18,6 +18,9 @@ done
 "$inspect" --config=tiny --json --vocab="$d/vocab.tiktoken" "$d/complete.res" > "$d/r.json" \
   || fail "inspect result"
 py result-json "$d/r.json" || fail "result JSON answers"
+"$inspect" --config=tiny --json --vocab="$d/vocab.tiktoken" - < "$d/complete.res" > "$d/r2.json" \
+  || fail "inspect - (stdin)"
+py result-json "$d/r2.json" || fail "result JSON answers from stdin"
 
 # verify: exit 0 on good files.
 "$inspect" verify --config=tiny --source="$d/source.txt" "$d/cache.tok" "$d/model.ckpt" \
