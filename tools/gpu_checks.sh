@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine from the repo root, after tools/stage_gpu.sh staged
+# the binaries here (device tool: carry=["stage"]). Prints a short table last;
+# full logs go to $OUT (or /tmp/gpu_checks) as gpu_checks.log.
+#   1. nvidia-smi -L
+#   2. every gpu test binary in stage/tests
+#   3. compute-sanitizer memcheck on small cases (if available)
+#   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend
+# Env: STEPS (default 300) timed steps for the benchmark; SKIP_SANITIZER=1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu_checks}
+mkdir -p "$out"
+log="$out/gpu_checks.log"
+: > "$log"
+summary=()
+note() { summary+=("$(printf '%-52s %s' "$1" "$2")"); }
+
+echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(hostname)" | tee -a "$log"
+cat stage/MANIFEST 2>/dev/null | head -2 | tee -a "$log"
+nvidia-smi -L 2>&1 | tee -a "$log"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee -a "$log"
+
+# cuBLAS(Lt) 13 may live outside /usr/local/cuda/lib64 (e.g. pip's
+# nvidia/cublas/lib): find it and put its directory first.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           /usr/lib/x86_64-linux-gnu /opt /usr/local/lib /usr/lib/python3*/ \
+           /usr/local/lib/python3*/ /opt/*/; do
+    [ -e "$d" ] || continue
+    f=$(find $d -maxdepth 7 -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+    if [ -n "$f" ]; then
+      libdir=$(dirname "$f")
+      export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      break
+    fi
+  done
+fi
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" | tee -a "$log"
+
+# 2. gpu tests
+for t in stage/tests/*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  echo "== test $name" | tee -a "$log"
+  start=$(date +%s)
+  timeout 300 "$t" >"$out/$name.log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  tail -n 40 "$out/$name.log" >> "$log"
+  grep -E '^\[  (FAILED|     OK|  SKIPPED) ' "$out/$name.log" | head -40
+  if [ $rc -eq 0 ]; then
+    n_ok=$(grep -c '^\[       OK \]' "$out/$name.log")
+    n_skip=$(grep -c '^\[  SKIPPED \]' "$out/$name.log")
+    note "test $name" "PASS ($n_ok ok, $n_skip skipped, ${secs}s)"
+  else
+    grep -E 'Failure|error|Expected|Which is|rel|FAILED' "$out/$name.log" | head -30
+    note "test $name" "FAIL rc=$rc (${secs}s)"
+  fi
+done
+
+# 3. memcheck on small cases
+if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
+  for spec in "trainer_kernels__kernels_test:-LayerNormTest.*:AdamWTest.*" \
+              "trainer__cuda_backend_test:CudaBackendTest.TinyMatchesReferenceBackend"; do
+    bin=stage/tests/${spec%%:*}
+    filter=${spec#*:}
+    [ -x "$bin" ] || continue
+    echo "== memcheck $(basename "$bin") $filter" | tee -a "$log"
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$bin" --gtest_filter="$filter" >"$out/memcheck_$(basename "$bin").log" 2>&1
+    rc=$?
+    tail -n 5 "$out/memcheck_$(basename "$bin").log" | tee -a "$log"
+    note "memcheck $(basename "$bin")" "$([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
+  done
+else
+  note "memcheck" "skipped (no compute-sanitizer or SKIP_SANITIZER=1)"
+fi
+
+# 4. benchmarks
+if [ -x stage/bin/step_bench ]; then
+  echo "== step_bench" | tee -a "$log"
+  timeout 240 stage/bin/step_bench --steps="${STEPS:-300}" >"$out/step_bench.log" 2>&1
+  rc=$?
+  cat "$out/step_bench.log" >> "$log"
+  note "step_bench" "rc=$rc"
+fi
+
+echo
+echo "================ summary ($(date -u +%H:%M:%SZ)) ================"
+[ -f "$out/step_bench.log" ] && cat "$out/step_bench.log"
+printf '%s\n' "${summary[@]}"
