@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""End-to-end test of the `make-cache` binary against tiktoken 0.14.
+
+The oracle is PyPI tiktoken==0.14.0 (tools/requirements-test.txt) with the
+SPEC §3 split pattern and a vocabulary trained by tiktoken's own pure-Python
+`_educational.bpe_train` (independent of our trainer). The cache layout is
+checked with `struct` against SPEC §2: 16-byte header (source st_mtime_ns,
+size; u64 LE) then u32 LE ids equal to tiktoken's encode with
+allowed_special="all".
+
+Also: freshness (a second run leaves the file alone), --force, stdin and
+stdout ("-"), and one-line errors with a non-zero exit for bad input.
+
+Usage (Bazel sh_test): make_cache_cli_test.py PATH/TO/make-cache
+"""
+
+import base64
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import tiktoken
+import tiktoken._educational
+
+PAT = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++"""
+       r"""|\s++$|\s+(?!\S)|\s""")
+EOT = "<|endoftext|>"
+
+SAMPLE = (
+    "The token cache holds the ids of the corpus. Don't re-encode it: it's "
+    "mapped read-only, and they'll share it.\n\n  Indented line   with   spaces\n"
+    "Numbers 12345 and 3.14159; unicode: café, naïve, Ελληνικά, 日本語, emoji 🙂.\n"
+) * 6
+
+
+def fail(message):
+    print(f"FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(binary, args, stdin=None):
+    return subprocess.run([binary] + args, input=stdin, capture_output=True)
+
+
+def parse_cache(data):
+    if len(data) < 16 or (len(data) - 16) % 4:
+        fail(f"cache of {len(data)} bytes is not 16 + 4*N")
+    mtime, size = struct.unpack_from("<QQ", data, 0)
+    ids = list(struct.unpack_from(f"<{(len(data) - 16) // 4}I", data, 16))
+    return mtime, size, ids
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    work = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+    ranks = tiktoken._educational.bpe_train(SAMPLE, 330, PAT, visualise=None)
+    vocab = os.path.join(work, "vocab.tiktoken")
+    with open(vocab, "wb") as f:
+        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+            f.write(base64.b64encode(token) + b" " + str(rank).encode() + b"\n")
+    enc = tiktoken.Encoding("test", pat_str=PAT, mergeable_ranks=ranks,
+                            special_tokens={EOT: len(ranks)})
+
+    text = (SAMPLE + EOT + "second document\n" + EOT + EOT +
+            "  trailing spaces   " + EOT + "\n\n\nlast") * 50
+    source = os.path.join(work, "corpus.txt")
+    with open(source, "w", encoding="utf-8") as f:
+        f.write(text)
+    expected_ids = enc.encode(text, allowed_special="all")
+    assert expected_ids.count(len(ranks)) == 4 * 50
+
+    # 1. File to file.
+    out = os.path.join(work, "corpus.tok")
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out, "--threads=2"])
+    if r.returncode != 0:
+        fail(f"make-cache failed: {r.stderr.decode()}")
+    st = os.stat(source)
+    mtime, size, ids = parse_cache(open(out, "rb").read())
+    if (mtime, size) != (st.st_mtime_ns, st.st_size):
+        fail(f"header {(mtime, size)} != source {(st.st_mtime_ns, st.st_size)}")
+    if ids != expected_ids:
+        first = next(i for i, (a, b) in enumerate(zip(ids, expected_ids)) if a != b)
+        fail(f"ids differ from tiktoken (len {len(ids)} vs {len(expected_ids)}, "
+             f"first difference at {first})")
+    print(f"ok: {len(ids)} ids equal tiktoken's; header = source mtime/size")
+
+    # 2. Fresh: nothing rewritten.
+    inode = os.stat(out).st_ino
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out])
+    if r.returncode != 0 or b"fresh" not in r.stderr or os.stat(out).st_ino != inode:
+        fail(f"second run should report the cache fresh: {r.stderr.decode()}")
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out, "--force"])
+    if r.returncode != 0 or os.stat(out).st_ino == inode:
+        fail("--force should rebuild")
+    # Stale after a touch.
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out])
+    if r.returncode != 0 or b"fresh" in r.stderr:
+        fail(f"a touched source should rebuild: {r.stderr.decode()}")
+    mtime, _, _ = parse_cache(open(out, "rb").read())
+    if mtime != st.st_mtime_ns + 1000:
+        fail("rebuilt header does not carry the new mtime")
+    print("ok: fresh / --force / stale")
+
+    # 3. stdin to stdout.
+    r = run(binary, [f"--vocab={vocab}", "-", "-o", "-"], stdin=text.encode())
+    if r.returncode != 0:
+        fail(f"stdin/stdout run failed: {r.stderr.decode()}")
+    mtime, size, ids = parse_cache(r.stdout)
+    if (mtime, size) != (0, len(text.encode())) or ids != expected_ids:
+        fail(f"stdin cache: header {(mtime, size)}, ids equal: {ids == expected_ids}")
+    print("ok: - to -")
+
+    # 4. Bad input: non-zero exit, one line naming the problem, no output.
+    bad_vocab = os.path.join(work, "bad.tiktoken")
+    with open(vocab, "rb") as f:
+        lines = f.read().split(b"\n")
+    with open(bad_vocab, "wb") as f:
+        f.write(b"\n".join(lines[:300]) + b"\n" + b"!!notbase64 300\n")
+    cases = [
+        ([f"--vocab={work}/missing.tiktoken", source, "-o", f"{work}/x.tok"], "missing.tiktoken"),
+        ([f"--vocab={bad_vocab}", source, "-o", f"{work}/x.tok"], "bad.tiktoken"),
+        ([f"--vocab={vocab}", f"{work}/missing.txt", "-o", f"{work}/x.tok"], "missing.txt"),
+        ([f"--vocab={vocab}", source], "-o"),
+        ([f"--vocab={vocab}", source, source, "-o", f"{work}/x.tok"], "SOURCE"),
+        ([source, "-o", f"{work}/x.tok"], "--vocab"),
+        ([f"--vocab={vocab}", source, "-o", source], "output is the source"),
+        ([f"--vocab={vocab}", source, "-o", f"{work}/no/dir/x.tok"], "x.tok"),
+    ]
+    for args, needle in cases:
+        r = run(binary, args)
+        err = r.stderr.decode()
+        if r.returncode == 0:
+            fail(f"{args}: exit 0, expected failure")
+        if err.count("\n") != 1 or needle not in err or not err.startswith("make-cache: "):
+            fail(f"{args}: expected one line mentioning {needle!r}, got {err!r}")
+        if os.path.exists(f"{work}/x.tok"):
+            fail(f"{args}: left an output")
+    with open(source, "rb") as f:
+        if f.read() != text.encode():
+            fail("the source was modified")
+    print(f"ok: {len(cases)} bad inputs refused with one-line errors")
+
+
+if __name__ == "__main__":
+    main()
