@@ -700,6 +700,27 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
     out << absl::StrFormat("  host time per step: mean %.1f ns\n",
                            times.host_mean_ns);
   }
+  {
+    const int64_t rows_kept = std::min<int64_t>(g.T, 1024);
+    std::vector<double> last(t.loss.last_row_losses.begin(),
+                             t.loss.last_row_losses.begin() + rows_kept);
+    out << absl::StrFormat("  loss block: last step mean loss %.6f over %d "
+                           "rows\n",
+                           Mean(last, 0, last.size()), rows_kept);
+    out << "    embedding gradient head (1024): "
+        << StatsText(ComputeTensorStats(t.loss.embedding_gradient_head.data(),
+                                        kResultLossWindowFloats))
+        << "\n";
+    out << "    embedding parameter head (1024): "
+        << StatsText(ComputeTensorStats(t.loss.embedding_parameter_head.data(),
+                                        kResultLossWindowFloats))
+        << "\n";
+    out << "    AdamW first moment head (1024): "
+        << StatsText(
+               ComputeTensorStats(t.loss.embedding_first_moment_head.data(),
+                                  kResultLossWindowFloats))
+        << "\n";
+  }
   out << "  errors: ";
   if (t.errors.nonfinite_steps == 0 && !t.errors.invalid_token_seen &&
       t.errors.cuda_error == 0 && t.errors.text.empty()) {

@@ -148,6 +148,10 @@ TEST_F(InspectTest, ResultReport) {
   EXPECT_THAT(text, HasSubstr("min 7, max 56 (8 steps)"));
   EXPECT_THAT(text, HasSubstr("backend: reference, c0 16"));
   EXPECT_THAT(text, HasSubstr("errors: none"));
+  // Loss block: 64 rows of 6 - 0.5 * 7 = 2.5; parameter head all 0.5.
+  EXPECT_THAT(text, HasSubstr("last step mean loss 2.500000 over 64 rows"));
+  EXPECT_THAT(text, HasSubstr("embedding parameter head (1024): mean +0.5 "
+                              "std 0 min +0.5 max +0.5 nonfinite 0"));
   EXPECT_THAT(text, Not(HasSubstr("WARNING")));
 
   const std::string partial = Report("partial.res");

@@ -1,5 +1,6 @@
 #include "trainer/result_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -257,6 +258,29 @@ TEST(ResultReader, RoundTrip) {
   std::vector<double> means = StepMeanLosses(*r);
   ASSERT_EQ(means.size(), 8u);
   EXPECT_NEAR(means[1], 9.5315, 1e-5);
+}
+
+TEST(ResultReader, CoppeliusGeometryRoundTrip) {
+  // SPEC §7 sizes: V 12,288, T 1,024 (no loss-window padding), 10,000 steps.
+  const ResultGeometry g = {12288, 1024, 10000};
+  const ResultTail tail = MakeTail(g);
+  const std::string path = WriteComplete("coppelius.res", g, tail);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 41813600);
+  auto r = ReadResult(path, g);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->complete);
+  EXPECT_EQ(r->complete_steps, 10000);
+  EXPECT_EQ(r->tail.loss.last_row_losses, tail.loss.last_row_losses);
+  EXPECT_EQ(r->tail.final_logits, tail.final_logits);
+  EXPECT_EQ(r->tail.timestamps.back().context, 3u + 9999u);
+  EXPECT_EQ(std::vector<float>(r->step_losses.end() - 1024,
+                               r->step_losses.end()),
+            Window(g, 9999));
+  // The tiny geometry reads this file as too long.
+  EXPECT_EQ(ReadResult(path, kTiny).status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST(ResultReader, TruncatedReadsAsIncomplete) {
