@@ -84,7 +84,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
 
   SourceStat source_stat;
   if (!from_stdin) {
-    ASSIGN_OR_RETURN(source_stat, StatSource(options.source_path));
+    absl::StatusOr<SourceStat> stat = StatSource(options.source_path);
+    if (!stat.ok()) return Annotate(stat.status(), "source");
+    source_stat = *stat;
     if (!to_stdout && !options.force &&
         access(options.output_path.c_str(), F_OK) == 0) {
       absl::StatusOr<TokenCache> existing =
@@ -107,8 +109,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
     }
   }
 
-  ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
-  const Encoder encoder(std::move(vocabulary));
+  absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
+  if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
+  const Encoder encoder(*std::move(vocabulary));
 
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.source_path));
   if (from_stdin) {
