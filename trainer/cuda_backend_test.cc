@@ -135,14 +135,13 @@ void CompareWithReference(const ModelConfig& config) {
     const float* rm = r.pmv.data() + n + t.offset;
     const double err = RelErr(gm, rm, t.num_elements());
     EXPECT_LT(err, 2e-2) << "gradient of " << t.name;
-    // P after the update: |Δp| ≈ lr, so compare the updates.
-    std::vector<float> gd(t.num_elements()), rd(t.num_elements());
-    for (int64_t i = 0; i < t.num_elements(); ++i) {
-      gd[i] = g.pmv[t.offset + i] - in.pmv[t.offset + i];
-      rd[i] = r.pmv[t.offset + i] - in.pmv[t.offset + i];
-    }
-    EXPECT_LT(RelErr(gd.data(), rd.data(), t.num_elements()), 5e-2)
-        << "update of " << t.name;
+    // P after the first update moves by about lr·sign(g): a sign that
+    // differs where |g| is at rounding level moves an element by 2·lr, so
+    // this is only a coarse check (the M check above is the sharp one).
+    EXPECT_LT(RelErr(g.pmv.data() + t.offset, r.pmv.data() + t.offset,
+                     t.num_elements()),
+              5e-3)
+        << "parameters of " << t.name;
   }
 }
 

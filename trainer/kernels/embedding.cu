@@ -30,11 +30,11 @@ __global__ void EmbeddingBackwardKernel(const uint32_t* __restrict__ tokens,
   }
   float* row = dembedding + static_cast<int64_t>(v) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float total = 0.0f;
+    float total = row[c];
     for (int u = t; u < T; ++u) {
       if (shared_tokens[u] == v) total += dx[static_cast<int64_t>(u) * C + c];
     }
-    row[c] = row[c] + total;
+    row[c] = total;
   }
 }
 

@@ -10,8 +10,8 @@
 // The backward ADDS to dembedding, which already holds the tied logits
 // product's contribution (dlogitsᵀ · xf). It is deterministic without
 // atomics: one block per position t; the block whose t is the first
-// occurrence of its token sums that token's rows in increasing t and adds
-// the total once: dE[v] = dE[v] + (dx[t1] + dx[t2] + ...), t1 < t2 < ...
+// occurrence of its token adds that token's rows in increasing t, in the
+// reference backend's fp32 order: ((dE[v] + dx[t1]) + dx[t2]) + ..., t1 < t2.
 #ifndef COPPELIUS_TRAINER_KERNELS_EMBEDDING_H_
 #define COPPELIUS_TRAINER_KERNELS_EMBEDDING_H_
 
