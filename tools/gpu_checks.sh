@@ -44,7 +44,7 @@ for t in stage/tests/*; do
   name=$(basename "$t")
   echo "== test $name" | tee -a "$log"
   start=$(date +%s)
-  timeout 300 "$t" >"$out/$name.log" 2>&1
+  timeout "${TEST_TIMEOUT:-150}" "$t" >"$out/$name.log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
   tail -n 40 "$out/$name.log" >> "$log"
@@ -67,7 +67,7 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; t
     filter=${spec#*:}
     [ -x "$bin" ] || continue
     echo "== memcheck $(basename "$bin") $filter" | tee -a "$log"
-    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$bin" --gtest_filter="$filter" >"$out/memcheck_$(basename "$bin").log" 2>&1
     rc=$?
     tail -n 5 "$out/memcheck_$(basename "$bin").log" | tee -a "$log"
@@ -80,7 +80,7 @@ fi
 # 4. benchmarks
 if [ -x stage/bin/step_bench ]; then
   echo "== step_bench" | tee -a "$log"
-  timeout 240 stage/bin/step_bench --steps="${STEPS:-300}" >"$out/step_bench.log" 2>&1
+  timeout 100 stage/bin/step_bench --steps="${STEPS:-300}" >"$out/step_bench.log" 2>&1
   rc=$?
   cat "$out/step_bench.log" >> "$log"
   note "step_bench" "rc=$rc"
