@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -207,26 +208,36 @@ absl::Status PublishCheckpoint(const std::string& path,
       CleanStaleTemporaries(path, options.history_dir, &ops).status(),
       absl::StrCat("publishing ", path)));
 
-  const std::vector<Sha256Digest> digests = ChunkDigests(
-      payload, payload_bytes, identity.chunk_bytes, options.threads);
   EnvelopeProvenance provenance;
   provenance.writer = options.writer;
   provenance.backend = options.backend;
   provenance.created_unix_nanos = options.created_unix_nanos;
   provenance.parent_header_sha256 = options.parent_header_sha256;
+  // The header's size does not depend on the digests' values (each is a
+  // 32-byte field), so the layout is fixed before they are computed: the
+  // payload is written while it is digested, and the prefix last.
+  const std::vector<Sha256Digest> placeholder(
+      NumChunks(payload_bytes, identity.chunk_bytes));
   absl::StatusOr<CheckpointHeader> header =
-      MakeHeader(identity, update_count, digests, provenance);
+      MakeHeader(identity, update_count, placeholder, provenance);
   if (!header.ok()) {
     return Annotate(header.status(), absl::StrCat("publishing ", path));
   }
-  ASSIGN_OR_RETURN(std::string prefix, EncodeEnvelopePrefix(*header));
-  const uint64_t total = prefix.size() + payload_bytes;
+  provenance.created_unix_nanos = header->created_unix_nanos();
+  provenance.host = header->host();
+  ASSIGN_OR_RETURN(const std::string planned_prefix,
+                   EncodeEnvelopePrefix(*header));
+  const uint64_t payload_offset = planned_prefix.size();
+  const uint64_t total = payload_offset + payload_bytes;
 
   const std::string tmp = TemporaryName(path);
   int fd = ops.open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "creating temporary", tmp);
   bool tmp_exists = true;
+  std::vector<Sha256Digest> digests;
+  std::thread digester;
   auto fail = [&](absl::Status status) {
+    if (digester.joinable()) digester.join();
     if (fd >= 0) ops.close(fd);
     if (tmp_exists) ops.unlink(tmp.c_str());
     return Annotate(status, absl::StrCat("publishing ", path,
@@ -241,12 +252,30 @@ absl::Status PublishCheckpoint(const std::string& path,
   }
   stage(PublishStage::kAllocated);
 
-  absl::Status status = WriteAt(ops, fd, prefix.data(), prefix.size(), 0, tmp);
+  // Digest from memory (never from the file: re-reading the page cache would
+  // prove nothing) on `threads` threads while this thread writes.
+  digester = std::thread([&] {
+    digests = ChunkDigests(payload, payload_bytes, identity.chunk_bytes,
+                           options.threads);
+  });
+  absl::Status status =
+      WriteAt(ops, fd, payload, payload_bytes, payload_offset, tmp);
+  if (!status.ok()) return fail(status);
+  digester.join();
+  stage(PublishStage::kPayloadWritten);
+
+  header = MakeHeader(identity, update_count, digests, provenance);
+  if (!header.ok()) return fail(header.status());
+  absl::StatusOr<std::string> prefix = EncodeEnvelopePrefix(*header);
+  if (!prefix.ok()) return fail(prefix.status());
+  if (prefix->size() != payload_offset) {
+    return fail(absl::InternalError(absl::StrFormat(
+        "header size changed from the planned layout (%d != %d bytes)",
+        prefix->size(), payload_offset)));
+  }
+  status = WriteAt(ops, fd, prefix->data(), prefix->size(), 0, tmp);
   if (!status.ok()) return fail(status);
   stage(PublishStage::kPrefixWritten);
-  status = WriteAt(ops, fd, payload, payload_bytes, prefix.size(), tmp);
-  if (!status.ok()) return fail(status);
-  stage(PublishStage::kPayloadWritten);
 
   if (ops.fsync(fd) != 0) {
     // Never retry a failed fsync: the kernel may have dropped the pages.

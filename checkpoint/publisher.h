@@ -3,13 +3,13 @@
 // Durable, atomic publication of a checkpoint envelope (SPEC §5, §6):
 //
 //   1. CleanStaleTemporaries(path): temporaries left by a killed writer go.
-//   2. SHA-256 of every chunk of the payload, from memory, on
-//      `options.threads` threads; the header is built.
-//   3. A unique temporary "<path>.tmp.<pid>.<16 hex>" is created beside
+//   2. A unique temporary "<path>.tmp.<pid>.<16 hex>" is created beside
 //      `path` (O_CREAT|O_EXCL|O_CLOEXEC, mode 0644) and posix_fallocate'd to
 //      the full size, so ENOSPC shows before any byte is written.
-//   4. The envelope is written whole (short writes and EINTR retried),
-//      fsynced, and closed (close checked).
+//   3. The payload is written at its offset (short writes and EINTR
+//      retried) while `options.threads` threads compute the SHA-256 of each
+//      chunk from memory; then the preamble + header (+ padding) is written.
+//   4. The temporary is fsynced and closed (close checked).
 //   5. With options.history_dir: DIR/update-NNNNNNNN.ckpt (the update count,
 //      at least 8 digits) is made a hard link of the temporary (via a
 //      temporary link renamed into place), and DIR is fsynced.
@@ -68,8 +68,8 @@ FileOps PosixFileOps();
 enum class PublishStage {
   kTemporaryCreated,   // temporary exists, empty
   kAllocated,          // posix_fallocate done
-  kPrefixWritten,      // preamble + header + padding written
-  kPayloadWritten,     // whole file written, not yet synced
+  kPayloadWritten,     // payload written (and digested); prefix not yet
+  kPrefixWritten,      // preamble + header + padding: whole file written
   kSynced,             // fsync of the temporary done
   kClosed,             // temporary closed
   kHistoryLinked,      // history link in place and its directory synced
