@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <queue>
 #include <string>
@@ -29,10 +30,87 @@ constexpr size_t kMaxCachedIds = 1 << 22;
 // Pieces longer than this are not cached.
 constexpr size_t kMaxCachedPieceBytes = 256;
 
+inline uint64_t Load8(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+  return w;
+}
+
+inline uint64_t Load4(const char* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+
+inline uint64_t Mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  return h;
+}
+
 }  // namespace
+
+// Key words: for n <= 16 the words read every byte (overlapping loads), so
+// (n, w0, w1) identifies the piece; for n > 16 they hold the first and last
+// 8 bytes and the hash covers every byte.
+Encoder::PieceKey Encoder::MakeKey(absl::string_view piece) {
+  const char* p = piece.data();
+  const size_t n = piece.size();
+  PieceKey k;
+  if (n >= 8) {
+    k.w0 = Load8(p);
+    k.w1 = Load8(p + n - 8);
+  } else if (n >= 4) {
+    k.w0 = Load4(p) | (Load4(p + n - 4) << 32);
+    k.w1 = 0;
+  } else {
+    k.w0 = static_cast<unsigned char>(p[0]) |
+           (static_cast<uint64_t>(static_cast<unsigned char>(p[n / 2])) << 8) |
+           (static_cast<uint64_t>(static_cast<unsigned char>(p[n - 1])) << 16);
+    k.w1 = 0;
+  }
+  uint64_t h = (k.w0 ^ (n * 0x9E3779B97F4A7C15ull)) * 0xC4CEB9FE1A85EC53ull;
+  h = (h ^ (h >> 29) ^ k.w1) * 0xFF51AFD7ED558CCDull;
+  for (size_t i = 8; i + 8 < n; i += 8) {
+    h = (h ^ (h >> 29) ^ Load8(p + i)) * 0xFF51AFD7ED558CCDull;
+  }
+  k.hash = Mix(h);
+  return k;
+}
+
+uint32_t Encoder::FindToken(absl::string_view piece, const PieceKey& key) const {
+  const size_t mask = token_slots_.size() - 1;
+  for (size_t i = key.hash & mask;; i = (i + 1) & mask) {
+    const TokenSlot& slot = token_slots_[i];
+    if (slot.rank == kNoRank) return kNoRank;
+    if (slot.w0 != key.w0 || slot.w1 != key.w1 || slot.length != piece.size()) {
+      continue;
+    }
+    if (piece.size() <= 16) return slot.rank;
+    if (std::memcmp(token_bytes_.data() + token_offsets_[slot.rank],
+                    piece.data(), piece.size()) == 0) {
+      return slot.rank;
+    }
+  }
+}
 
 Encoder::Encoder(Vocabulary vocabulary) : vocabulary_(std::move(vocabulary)) {
   const uint32_t n = vocabulary_.num_ranks();
+  size_t slots = 1;
+  while (slots < 2 * static_cast<size_t>(n)) slots <<= 1;
+  token_slots_.assign(slots, TokenSlot{0, 0, 0, kNoRank});
+  token_offsets_.reserve(n + 1);
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    absl::string_view t = vocabulary_.token(rank);
+    token_offsets_.push_back(static_cast<uint32_t>(token_bytes_.size()));
+    token_bytes_.append(t.data(), t.size());
+    const PieceKey key = MakeKey(t);
+    size_t i = key.hash & (slots - 1);
+    while (token_slots_[i].rank != kNoRank) i = (i + 1) & (slots - 1);
+    token_slots_[i] = {key.w0, key.w1, static_cast<uint32_t>(t.size()), rank};
+  }
+  token_offsets_.push_back(static_cast<uint32_t>(token_bytes_.size()));
   for (uint32_t rank = 256; rank < n; ++rank) {
     absl::string_view t = vocabulary_.token(rank);
     for (size_t k = 1; k < t.size(); ++k) {
@@ -118,18 +196,30 @@ void Encoder::BytePairMergeLong(absl::string_view piece,
 
 void Encoder::EncodePiece(absl::string_view piece, std::vector<uint32_t>* ids,
                           PieceCache* cache) const {
-  const uint32_t whole = vocabulary_.Rank(piece);
+  const PieceKey key = MakeKey(piece);
+  const uint64_t hash = key.hash;
+  const uint32_t whole = FindToken(piece, key);
   if (whole != kNoRank) {
     ids->push_back(whole);
     return;
   }
-  const bool cacheable = cache != nullptr && piece.size() <= kMaxCachedPieceBytes;
+  const bool cacheable =
+      cache != nullptr && piece.size() <= kMaxCachedPieceBytes;
+  size_t slot = 0;
   if (cacheable) {
-    auto it = cache->index_.find(piece);
-    if (it != cache->index_.end()) {
-      const uint32_t* p = cache->ids_.data() + it->second.first;
-      ids->insert(ids->end(), p, p + it->second.second);
-      return;
+    if (cache->slots_.empty()) cache->slots_.assign(1 << 12, 0);
+    const size_t mask = cache->slots_.size() - 1;
+    const uint32_t h32 = static_cast<uint32_t>(hash);
+    for (slot = (hash >> 32) & mask; cache->slots_[slot] != 0;
+         slot = (slot + 1) & mask) {
+      const PieceCache::Entry& e = cache->entries_[cache->slots_[slot] - 1];
+      if (e.hash == h32 && e.length == piece.size() &&
+          std::memcmp(cache->bytes_.data() + e.bytes_offset, piece.data(),
+                      e.length) == 0) {
+        const uint32_t* p = cache->ids_.data() + e.ids_offset;
+        ids->insert(ids->end(), p, p + e.ids_count);
+        return;
+      }
     }
   }
   const size_t before = ids->size();
@@ -138,15 +228,43 @@ void Encoder::EncodePiece(absl::string_view piece, std::vector<uint32_t>* ids,
   } else {
     BytePairMergeLong(piece, ids);
   }
-  if (cacheable) {
-    if (cache->ids_.size() > kMaxCachedIds) {
-      cache->index_.clear();
-      cache->ids_.clear();
+  if (!cacheable) return;
+  if (cache->ids_.size() > kMaxCachedIds) {
+    // Full: start over (bounded memory).
+    cache->slots_.assign(1 << 12, 0);
+    cache->entries_.clear();
+    cache->bytes_.clear();
+    cache->ids_.clear();
+    const size_t mask = cache->slots_.size() - 1;
+    for (slot = (hash >> 32) & mask; cache->slots_[slot] != 0;
+         slot = (slot + 1) & mask) {
     }
-    const uint32_t offset = static_cast<uint32_t>(cache->ids_.size());
-    const uint32_t count = static_cast<uint32_t>(ids->size() - before);
-    cache->ids_.insert(cache->ids_.end(), ids->begin() + before, ids->end());
-    cache->index_.emplace(std::string(piece), std::make_pair(offset, count));
+  }
+  PieceCache::Entry e;
+  e.hash = static_cast<uint32_t>(hash);
+  e.bytes_offset = static_cast<uint32_t>(cache->bytes_.size());
+  e.length = static_cast<uint32_t>(piece.size());
+  e.ids_offset = static_cast<uint32_t>(cache->ids_.size());
+  e.ids_count = static_cast<uint32_t>(ids->size() - before);
+  cache->bytes_.append(piece.data(), piece.size());
+  cache->ids_.insert(cache->ids_.end(), ids->begin() + before, ids->end());
+  cache->entries_.push_back(e);
+  cache->slots_[slot] = static_cast<uint32_t>(cache->entries_.size());
+  if (2 * cache->entries_.size() > cache->slots_.size()) {
+    // Grow to keep the load factor <= 1/2.
+    std::vector<uint32_t> slots(cache->slots_.size() * 2, 0);
+    const size_t mask = slots.size() - 1;
+    for (uint32_t k = 0; k < cache->entries_.size(); ++k) {
+      const PieceCache::Entry& x = cache->entries_[k];
+      const uint64_t full =
+          MakeKey(absl::string_view(cache->bytes_.data() + x.bytes_offset,
+                                    x.length))
+              .hash;
+      size_t i = (full >> 32) & mask;
+      while (slots[i] != 0) i = (i + 1) & mask;
+      slots[i] = k + 1;
+    }
+    cache->slots_.swap(slots);
   }
 }
 

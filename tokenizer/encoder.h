@@ -42,7 +42,17 @@ class PieceCache {
 
  private:
   friend class Encoder;
-  absl::flat_hash_map<std::string, std::pair<uint32_t, uint32_t>> index_;
+  struct Entry {
+    uint32_t hash;
+    uint32_t bytes_offset;  // into bytes_
+    uint32_t length;        // piece bytes
+    uint32_t ids_offset;    // into ids_
+    uint32_t ids_count;
+  };
+  // Open addressing: slots_[i] is 0 (empty) or 1 + an index into entries_.
+  std::vector<uint32_t> slots_;
+  std::vector<Entry> entries_;
+  std::string bytes_;
   std::vector<uint32_t> ids_;
 };
 
@@ -78,6 +88,15 @@ class Encoder {
 
  private:
   static constexpr uint32_t kNoRank = Vocabulary::kNoRank;
+  // A piece's lookup key: its length and two words that, with the length,
+  // identify pieces of <= 16 bytes exactly (first/last bytes otherwise).
+  struct PieceKey {
+    uint64_t w0, w1;
+    uint64_t hash;
+  };
+  static PieceKey MakeKey(absl::string_view piece);
+  // Rank of the token with bytes `piece`, or kNoRank.
+  uint32_t FindToken(absl::string_view piece, const PieceKey& key) const;
   static uint64_t PairKey(uint32_t left, uint32_t right) {
     return (static_cast<uint64_t>(left) << 32) | right;
   }
@@ -95,6 +114,17 @@ class Encoder {
                          std::vector<uint32_t>* ids) const;
 
   Vocabulary vocabulary_;
+  // Open-addressing index of the tokens (linear probing, load <= 1/2):
+  // rank kNoRank when empty; token bytes concatenated in token_bytes_ at
+  // token_offsets_[rank] .. token_offsets_[rank + 1].
+  struct TokenSlot {
+    uint64_t w0, w1;
+    uint32_t length;
+    uint32_t rank;
+  };
+  std::vector<TokenSlot> token_slots_;
+  std::string token_bytes_;
+  std::vector<uint32_t> token_offsets_;
   // (left id, right id) -> rank of the concatenated bytes, for every token
   // that splits into two tokens.
   absl::flat_hash_map<uint64_t, uint32_t> pair_ranks_;
