@@ -150,6 +150,13 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
       info.words.clear();
       info.words.shrink_to_fit();
       ++result.skipped_pairs;
+      if (progress && result.skipped_pairs <= 10) {
+        absl::FPrintF(stderr,
+                      "bpe: skipping pair \"%s\" + \"%s\" (count %d): not one "
+                      "piece on its own\n",
+                      absl::CEscape(tokens[a]), absl::CEscape(tokens[b]),
+                      top.count);
+      }
       continue;
     }
     uint32_t c;
