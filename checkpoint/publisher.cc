@@ -198,6 +198,15 @@ absl::Status PublishCheckpoint(const std::string& path,
     return absl::InvalidArgumentError(
         absl::StrCat("publishing ", path, ": chunk_bytes is 0, expected > 0"));
   }
+  // Bound the digest list before allocating it (each digest takes 34 header
+  // bytes; the header is limited to kMaxHeaderBytes).
+  const uint64_t chunks = NumChunks(payload_bytes, identity.chunk_bytes);
+  if (chunks > kMaxHeaderBytes / (kSha256Bytes + 2)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "publishing %s: %d chunks of %d bytes need more than the %d-byte "
+        "header limit; raise chunk_bytes",
+        path, chunks, identity.chunk_bytes, kMaxHeaderBytes));
+  }
   const FileOps ops =
       options.file_ops != nullptr ? *options.file_ops : PosixFileOps();
   auto stage = [&](PublishStage s) {
@@ -216,8 +225,7 @@ absl::Status PublishCheckpoint(const std::string& path,
   // The header's size does not depend on the digests' values (each is a
   // 32-byte field), so the layout is fixed before they are computed: the
   // payload is written while it is digested, and the prefix last.
-  const std::vector<Sha256Digest> placeholder(
-      NumChunks(payload_bytes, identity.chunk_bytes));
+  const std::vector<Sha256Digest> placeholder(chunks);
   absl::StatusOr<CheckpointHeader> header =
       MakeHeader(identity, update_count, placeholder, provenance);
   if (!header.ok()) {

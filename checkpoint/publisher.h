@@ -22,8 +22,19 @@
 // the new complete checkpoint, plus possibly a temporary that the next
 // CleanStaleTemporaries removes.
 //
-// A path has a single writer: CleanStaleTemporaries removes every temporary
-// of `path`, whoever made it.
+// Typical use (the run loop, every 1,000 steps, on a background thread):
+//   PublishOptions options;
+//   options.writer = "train";
+//   options.backend = backend.name();
+//   RETURN_IF_ERROR(PublishCheckpoint(out_path, CoppeliusIdentity(),
+//                                     c0 + steps_done, pmv.data(),
+//                                     pmv.size() * 4, options));
+//
+// A path has a single writer, and its publications must not overlap in time
+// (run them one after another, e.g. on one background thread):
+// CleanStaleTemporaries removes every temporary of `path`, whoever made it.
+// Distinct paths may be published concurrently. The payload buffer must stay
+// unchanged until PublishCheckpoint returns.
 #ifndef COPPELIUS_CHECKPOINT_PUBLISHER_H_
 #define COPPELIUS_CHECKPOINT_PUBLISHER_H_
 
@@ -43,7 +54,8 @@ namespace coppelius {
 // The file operations the publisher uses, each with the POSIX signature and
 // errno convention (-1 and errno set; fallocate returns the error number as
 // posix_fallocate does). Tests replace members to inject ENOSPC/EIO at a
-// byte offset, or failures of fsync, close, rename or link.
+// byte offset, or failures of fsync, close, rename or link. Every member must
+// be set (start from PosixFileOps()).
 struct FileOps {
   std::function<int(const char* path, int flags, mode_t mode)> open;
   std::function<int(int fd, off_t offset, off_t length)> fallocate;
@@ -97,8 +109,11 @@ struct PublishOptions {
 
 // Publishes `payload` (payload_bytes bytes of P, M, V fp32 LE) wrapped in an
 // envelope with `identity` and `update_count` at `path`, as described above.
-// InvalidArgument if payload_bytes != identity.payload_bytes, or the identity
-// is unusable (see MakeHeader); errno-derived statuses otherwise.
+// InvalidArgument if payload_bytes != identity.payload_bytes, the identity is
+// unusable (see MakeHeader), or the chunk digests would not fit the header
+// (more than ~490k chunks); errno-derived statuses otherwise (ENOSPC/EDQUOT
+// -> ResourceExhausted, ENOENT -> NotFound, EACCES -> PermissionDenied, EIO
+// and others -> Internal).
 absl::Status PublishCheckpoint(const std::string& path,
                                const CheckpointIdentity& identity,
                                uint64_t update_count, const void* payload,

@@ -118,6 +118,12 @@ TEST_F(PublisherTest, RefusesBadArguments) {
   CheckpointIdentity zero_chunk = TestIdentity(kPayloadBytes, 0);
   s = PublishCheckpoint(path_, zero_chunk, 1, new_.data(), kPayloadBytes, {});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  // Too many chunks for the header: refused before allocating digests.
+  CheckpointIdentity tiny_chunks = TestIdentity(uint64_t{12} << 30, 1);
+  s = PublishCheckpoint(path_, tiny_chunks, 1, new_.data(), uint64_t{12} << 30,
+                        {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(s), HasSubstr("raise chunk_bytes"));
   s = PublishCheckpoint(dir_ + "/no/such/dir/x.ckpt", id_, 1, new_.data(),
                         kPayloadBytes, {});
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);

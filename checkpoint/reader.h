@@ -19,6 +19,14 @@
 // identity mismatch naming the field and both values, or a payload call on a
 // fresh input).
 //
+// Typical use (the run loop):
+//   ASSIGN_OR_RETURN(CheckpointReader in, CheckpointReader::Open(path));
+//   if (in.IsFresh()) { ...initialize... } else {
+//     RETURN_IF_ERROR(in.CheckIdentity(run_identity));
+//     RETURN_IF_ERROR(in.ReadPayload(pmv.data(), pmv.size() * 4, 2));
+//     c0 = in.update_count();
+//   }
+//
 // The file must not be truncated by another process while mapped (the
 // publisher only ever renames new files over a path, never rewrites one).
 #ifndef COPPELIUS_CHECKPOINT_READER_H_
