@@ -493,6 +493,7 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
   const ResultTail& t = r.tail;
   int final_argmax = 0;
   bool final_consistent = true;
+  bool final_all_zero = false;
   DeviceTimes times;
   if (r.complete) {
     final_argmax = Argmax(t.final_logits.data(), g.V);
@@ -500,6 +501,8 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
                        t.host.predictions[2].token ==
                            static_cast<uint32_t>(final_argmax);
     times = UpdateTimes(r);
+    final_all_zero = std::all_of(t.final_logits.begin(), t.final_logits.end(),
+                                 [](float x) { return x == 0.0f; });
   }
   const char* status = r.complete ? "complete" : "incomplete";
 
@@ -581,6 +584,7 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
       j.EndArray();
       j.FieldInt("final_argmax_row_last", final_argmax);
       j.FieldBool("final_record_matches_prediction", final_consistent);
+      j.FieldBool("final_record_all_zero", final_all_zero);
       j.Key("errors");
       j.BeginObject();
       j.FieldInt("first_nonfinite_step", t.errors.first_nonfinite_step);
@@ -743,6 +747,11 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
     out << "token " << p.token;
     if (vocab) out << " " << Printable(TokenText(vocab, p.token));
     out << "\n";
+  }
+  if (final_all_zero) {
+    out << "  WARNING: the final record's " << g.V
+        << " logits are all +0.0: the final submission did not write row "
+        << g.T - 1 << "\n";
   }
   if (!final_consistent) {
     out << "  WARNING: final record argmax " << final_argmax

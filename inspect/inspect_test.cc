@@ -165,6 +165,21 @@ TEST_F(InspectTest, ResultReport) {
   EXPECT_THAT(json, HasSubstr("\"mean_ns\":31.5"));
 }
 
+TEST_F(InspectTest, ResultWarnsOnUnwrittenFinalRecord) {
+  std::string res = *ReadFile(Path("complete.res"));
+  // tiny final record: 4 * 512 bytes at 24736.
+  std::fill(res.begin() + 24736, res.begin() + 24736 + 2048, '\0');
+  ASSERT_TRUE(WriteFileAtomically(Path("zero_final.res"), res).ok());
+  const std::string text = Report("zero_final.res");
+  EXPECT_THAT(text, HasSubstr("WARNING: the final record's 512 logits are all "
+                              "+0.0"));
+  // Its argmax (0) no longer matches the row 63 prediction (511).
+  EXPECT_THAT(text, HasSubstr("final record argmax 0 differs from the row 63 "
+                              "prediction 511"));
+  EXPECT_THAT(Report("zero_final.res", true),
+              HasSubstr("\"final_record_all_zero\":true"));
+}
+
 TEST_F(InspectTest, VerifyGoodFiles) {
   std::string report;
   absl::Status s = Verify({"cache.tok", "model.ckpt", "multi.ckpt",
