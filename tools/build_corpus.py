@@ -196,8 +196,15 @@ def collect_documents(roots):
     for source, rel, index, data in docs:
         if b"<|endoftext|>" in data:
             die(f"{rel} chunk {index}: contains the document separator <|endoftext|>")
-    docs.sort(key=lambda d: (d[0], d[1], d[2]))
     return docs
+
+
+def order_documents(docs):
+    """The corpus order: sorted by (source, path, chunk index), then shuffled
+    with random.Random(SEED)."""
+    ordered = sorted(docs, key=lambda d: (d[0], d[1], d[2]))
+    random.Random(SEED).shuffle(ordered)
+    return ordered
 
 
 def sha256_file(path):
@@ -232,8 +239,7 @@ def main():
 
     debs = fetch_packages(os.path.join(args.work_dir, "debs"), args.allow_other_versions)
     roots = extract(debs, os.path.join(args.work_dir, "extract"))
-    docs = collect_documents(roots)
-    random.Random(SEED).shuffle(docs)
+    docs = order_documents(collect_documents(roots))
 
     tmp = f"{output}.tmp-{os.getpid()}"
     h = hashlib.sha256()
