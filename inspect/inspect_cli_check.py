@@ -7,6 +7,8 @@
                                             way the safetensors reader does,
                                             and loads it with the
                                             `safetensors` package if present
+  inspect_cli_check.py safetensors-trained FILE UPDATES   same, any values
+  inspect_cli_check.py trained-result FILE C0   a real tiny run's result
 """
 import json
 import math
@@ -44,7 +46,7 @@ def check_verify(path, failed):
         assert f["ok"] == (not f["failures"]), f
 
 
-def check_safetensors(path):
+def check_safetensors(path, update_count="16", known_values=True):
     with open(path, "rb") as f:
         data = f.read()
     assert len(data) >= 8, "HeaderTooSmall"
@@ -56,7 +58,7 @@ def check_safetensors(path):
     meta = header.pop("__metadata__")
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())
     assert meta["format"] == "pt"
-    assert meta["update_count"] == "16"
+    assert meta["update_count"] == update_count, meta
     for key in ("state_identity", "learner_identity", "data_identity",
                 "initialization_identity", "model_identity"):
         assert meta[key], key
@@ -74,28 +76,56 @@ def check_safetensors(path):
         assert count * 4 == e - b, f"{name}: shape {t['shape']} vs {e - b} bytes"
         end = e
     assert 8 + n + end == len(data), "MetadataIncompleteBuffer"
-    # Known values (inspect/testdata.h): P alternates -0.5/+0.5 by global
-    # index, final_norm.weight is 1.
+    assert len(header) == 1 + 2 * 9 + 2, sorted(header)  # tiny: L = 2
     emb = header["embedding"]
     assert emb["shape"] == [512, 64] and emb["data_offsets"][0] == 0
+    if not known_values:
+        return load_with_package(path, header)
+    # Known values (inspect/testdata.h): P alternates -0.5/+0.5 by global
+    # index, final_norm.weight is 1.
     first = struct.unpack_from("<4f", data, 8 + n)
     assert first == (-0.5, 0.5, -0.5, 0.5), first
     fw = header["final_norm.weight"]["data_offsets"]
     vals = struct.unpack_from("<64f", data, 8 + n + fw[0])
     assert all(v == 1.0 for v in vals)
-    assert len(header) == 1 + 2 * 9 + 2, sorted(header)  # tiny: L = 2
+    loaded = load_with_package(path, header)
+    if loaded is None:
+        return
+    assert float(loaded["embedding"][0, 0]) == -0.5
+    assert float(loaded["embedding"][0, 1]) == 0.5
+    assert float(loaded["final_norm.weight"].min()) == 1.0
+
+
+def load_with_package(path, header):
+    """Loads with the `safetensors` package (an independent reader), if any."""
     try:
         from safetensors.numpy import load_file  # optional oracle
     except ImportError:
         print("safetensors package not installed: skipped its load check")
-        return
+        return None
     loaded = load_file(path)
     assert set(loaded) == set(header)
-    assert loaded["embedding"].shape == (512, 64)
-    assert float(loaded["embedding"][0, 0]) == -0.5
-    assert float(loaded["embedding"][0, 1]) == 0.5
-    assert float(loaded["final_norm.weight"].min()) == 1.0
+    for name, t in header.items():
+        assert list(loaded[name].shape) == t["shape"], name
     print("safetensors package load: ok")
+    return loaded
+
+
+def check_trained(path, c0):
+    """A real tiny run's result (inspect_train_e2e_test.sh)."""
+    r = load_json(path)
+    assert r["complete"] is True and r["complete_steps"] == 8, r["status"]
+    assert r["forward_marker_left"] is False
+    losses = r["step_mean_loss"]
+    assert all(math.isfinite(x) for x in losses), losses
+    # An untrained model over V = 512 starts near ln(512) = 6.238.
+    assert abs(losses[0] - math.log(512)) < 0.5, losses[0]
+    assert r["host"]["first_context"] == int(c0), r["host"]
+    assert r["host"]["update_count"] == int(c0) + 8
+    assert r["errors"]["nonfinite_steps"] == 0
+    assert all(p["valid"] for p in r["predictions"]), r["predictions"]
+    assert r["final_record_all_zero"] is False, "final record never written"
+    assert r["final_record_matches_prediction"] is True
 
 
 def main(argv):
@@ -108,6 +138,10 @@ def main(argv):
         check_verify(argv[2], argv[3])
     elif mode == "safetensors":
         check_safetensors(argv[2])
+    elif mode == "safetensors-trained":
+        check_safetensors(argv[2], update_count=argv[3], known_values=False)
+    elif mode == "trained-result":
+        check_trained(argv[2], argv[3])
     else:
         raise SystemExit(f"unknown mode {mode}")
 
