@@ -111,6 +111,7 @@ Encoder::Encoder(Vocabulary vocabulary) : vocabulary_(std::move(vocabulary)) {
     token_slots_[i] = {key.w0, key.w1, static_cast<uint32_t>(t.size()), rank};
   }
   token_offsets_.push_back(static_cast<uint32_t>(token_bytes_.size()));
+  std::vector<PairSlot> pairs;
   for (uint32_t rank = 256; rank < n; ++rank) {
     absl::string_view t = vocabulary_.token(rank);
     for (size_t k = 1; k < t.size(); ++k) {
@@ -118,8 +119,16 @@ Encoder::Encoder(Vocabulary vocabulary) : vocabulary_(std::move(vocabulary)) {
       if (left == kNoRank) continue;
       const uint32_t right = vocabulary_.Rank(t.substr(k));
       if (right == kNoRank) continue;
-      pair_ranks_.emplace(PairKey(left, right), rank);
+      pairs.push_back({PairKey(left, right), rank});
     }
+  }
+  size_t pair_slots = 16;
+  while (pair_slots < 2 * pairs.size()) pair_slots <<= 1;
+  pair_slots_.assign(pair_slots, PairSlot{kEmptyPair, kNoRank});
+  for (const PairSlot& p : pairs) {
+    size_t i = PairHash(p.key) & (pair_slots - 1);
+    while (pair_slots_[i].key != kEmptyPair) i = (i + 1) & (pair_slots - 1);
+    pair_slots_[i] = p;
   }
 }
 

@@ -100,9 +100,19 @@ class Encoder {
   static uint64_t PairKey(uint32_t left, uint32_t right) {
     return (static_cast<uint64_t>(left) << 32) | right;
   }
+  static size_t PairHash(uint64_t key) {
+    key = (key ^ (key >> 29)) * 0xBF58476D1CE4E5B9ull;
+    return static_cast<size_t>(key >> 32);
+  }
+  // Rank of the token with bytes token(left) + token(right), or kNoRank.
   uint32_t PairRank(uint32_t left, uint32_t right) const {
-    auto it = pair_ranks_.find(PairKey(left, right));
-    return it == pair_ranks_.end() ? kNoRank : it->second;
+    const uint64_t key = PairKey(left, right);
+    const size_t mask = pair_slots_.size() - 1;
+    for (size_t i = PairHash(key) & mask;; i = (i + 1) & mask) {
+      const PairSlot& slot = pair_slots_[i];
+      if (slot.key == key) return slot.rank;
+      if (slot.key == kEmptyPair) return kNoRank;
+    }
   }
   // `pieces` is scratch space.
   void EncodeSegmentRange(absl::string_view segment, size_t begin, size_t end,
@@ -127,7 +137,13 @@ class Encoder {
   std::vector<uint32_t> token_offsets_;
   // (left id, right id) -> rank of the concatenated bytes, for every token
   // that splits into two tokens.
-  absl::flat_hash_map<uint64_t, uint32_t> pair_ranks_;
+  // Open addressing (linear probing, load <= 1/2); key kEmptyPair = empty.
+  static constexpr uint64_t kEmptyPair = ~0ull;
+  struct PairSlot {
+    uint64_t key;
+    uint32_t rank;
+  };
+  std::vector<PairSlot> pair_slots_;
 };
 
 }  // namespace coppelius
