@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/command_line.h"
 #include "trainer/backends.h"
 #include "trainer/run.h"
 
@@ -35,7 +36,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
       "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference]");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  coppelius::NormalizedCommandLine command_line(argc, argv);
+  std::vector<char*> rest =
+      absl::ParseCommandLine(command_line.argc(), command_line.argv());
   if (rest.size() > 1) {
     std::cerr << "train: unexpected argument " << rest[1] << std::endl;
     return 2;
