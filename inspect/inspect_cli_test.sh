@@ -57,6 +57,11 @@ py safetensors "$d/model.safetensors" || fail "safetensors check"
 python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith('svg')" \
   "$d/loss.svg" || fail "svg does not parse"
 
+# Dash spellings and -o - (stdout).
+"$inspect" plot --config=tiny "$d/complete.res" -o - > "$d/stdout.svg" || fail "plot -o -"
+grep -q "<svg" "$d/stdout.svg" || fail "plot -o - wrote no SVG"
+"$inspect" --config=tiny --json --kind=result "$d/complete.res" > /dev/null || fail "--kind=result"
+
 # Usage errors: exit 2, one line.
 "$inspect" --kind=blob "$d/cache.tok" 2> "$d/u.err"; [[ $? == 2 ]] || fail "bad --kind"
 "$inspect" 2> "$d/u.err"; [[ $? == 2 ]] || fail "no FILE"

@@ -17,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "inspect/inspect.h"
 
 ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
@@ -51,7 +52,9 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  coppelius::NormalizedCommandLine command_line(argc, argv);
+  std::vector<char*> args =
+      absl::ParseCommandLine(command_line.argc(), command_line.argv());
   std::vector<std::string> rest(args.begin() + 1, args.end());
   auto kind = coppelius::ParseFileKind(absl::GetFlag(FLAGS_kind));
   if (!kind.ok()) return Fail(kind.status());
