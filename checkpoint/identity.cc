@@ -47,11 +47,12 @@ std::string ModelIdentity(const ModelShape& s) {
       "coppelius-model:decoder-pre-norm", IdentityPart("vocabulary", s.vocabulary),
       IdentityPart("context", s.context), IdentityPart("width", s.width),
       IdentityPart("layers", s.layers), IdentityPart("heads", s.heads),
-      IdentityPart("head", s.head_size), "|mlp:swiglu",
-      IdentityPart("hidden", s.mlp_hidden), "|norm:layernorm-affine",
+      IdentityPart("head-size", s.head_size), "|mlp:swiglu",
+      IdentityPart("hidden", s.mlp_hidden), "|norm:layernorm-weight-bias",
       IdentityPart("epsilon", s.norm_epsilon_numerator),
-      IdentityPart("/", s.norm_epsilon_denominator), "|rope:rotate-half",
-      IdentityPart("base", s.rope_base), "|tied-embedding");
+      IdentityPart("/", s.norm_epsilon_denominator),
+      "|positions:rope-rotate-half", IdentityPart("base", s.rope_base),
+      "|attention:causal-softmax|output:tied-embedding");
 }
 
 CheckpointIdentity CoppeliusIdentity() {

@@ -72,8 +72,10 @@ struct ModelShape {
 };
 
 // "coppelius-model:decoder-pre-norm|vocabulary=V|context=T|width=C|layers=L
-// |heads=NH|head=HS|mlp:swiglu|hidden=H|norm:layernorm-affine|epsilon=a|/=b
-// |rope:rotate-half|base=B|tied-embedding" (one line, no spaces).
+// |heads=NH|head-size=HS|mlp:swiglu|hidden=H|norm:layernorm-weight-bias
+// |epsilon=a|/=b|positions:rope-rotate-half|base=B|attention:causal-softmax
+// |output:tied-embedding" (one line, no spaces). The same string as
+// trainer/model_config.cc's MakeIdentities writes for a config.
 std::string ModelIdentity(const ModelShape& shape);
 
 // The full identity of the Coppelius run (SPEC §6): the strings above for

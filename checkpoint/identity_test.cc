@@ -42,11 +42,13 @@ TEST(Identity, CoppeliusIdentityMatchesSpec) {
   EXPECT_EQ(id.payload_bytes, 692465664u);
   EXPECT_EQ(id.chunk_bytes, 4194304u);
   EXPECT_EQ(id.run_steps, 10000u);
+  // The model identity the run writes (trainer/model_config.cc), typed out.
   EXPECT_EQ(id.model,
             "coppelius-model:decoder-pre-norm|vocabulary=12288|context=1024|"
-            "width=512|layers=16|heads=8|head=64|mlp:swiglu|hidden=1408|"
-            "norm:layernorm-affine|epsilon=1|/=100000|rope:rotate-half|"
-            "base=10000|tied-embedding");
+            "width=512|layers=16|heads=8|head-size=64|mlp:swiglu|hidden=1408|"
+            "norm:layernorm-weight-bias|epsilon=1|/=100000|"
+            "positions:rope-rotate-half|base=10000|attention:causal-softmax|"
+            "output:tied-embedding");
 }
 
 TEST(Identity, NumbersChangeTheStrings) {
