@@ -285,6 +285,13 @@ def main(argv):
       failures += 1
     else:
       ranks2 = load_ranks(vocab2)
+      # Our writer must produce exactly tiktoken's dump_tiktoken_bpe bytes.
+      python_dump = os.path.join(tmpdir, "python.tiktoken")
+      dump_ranks(ranks2, python_dump)
+      with open(vocab2, "rb") as f, open(python_dump, "rb") as g:
+        if f.read() != g.read():
+          print("MISMATCH: our rank file differs from dump_tiktoken_bpe's bytes")
+          failures += 1
       failures += run_suite("ours-1000", ours, vocab2, ranks2)
 
   print("%s in %.1fs" % ("FAILED" if failures else "PASSED", time.time() - start))
