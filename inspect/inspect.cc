@@ -11,12 +11,14 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "checkpoint/envelope.h"
 #include "checkpoint/reader.h"
@@ -494,6 +496,7 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
   int final_argmax = 0;
   bool final_consistent = true;
   bool final_all_zero = false;
+  bool loss_block_matches = true;
   DeviceTimes times;
   if (r.complete) {
     final_argmax = Argmax(t.final_logits.data(), g.V);
@@ -501,6 +504,16 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
                        t.host.predictions[2].token ==
                            static_cast<uint32_t>(final_argmax);
     times = UpdateTimes(r);
+    if (r.complete_steps > 0) {
+      const int64_t rows_kept = std::min<int64_t>(g.T, 1024);
+      loss_block_matches = std::equal(
+          t.loss.last_row_losses.begin(),
+          t.loss.last_row_losses.begin() + rows_kept,
+          r.step_losses.end() - g.T,
+          [](float a, float b) {
+            return std::memcmp(&a, &b, sizeof(float)) == 0;
+          });
+    }
     final_all_zero = std::all_of(t.final_logits.begin(), t.final_logits.end(),
                                  [](float x) { return x == 0.0f; });
   }
@@ -585,6 +598,7 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
       j.FieldInt("final_argmax_row_last", final_argmax);
       j.FieldBool("final_record_matches_prediction", final_consistent);
       j.FieldBool("final_record_all_zero", final_all_zero);
+      j.FieldBool("loss_block_matches_last_window", loss_block_matches);
       j.Key("errors");
       j.BeginObject();
       j.FieldInt("first_nonfinite_step", t.errors.first_nonfinite_step);
@@ -747,6 +761,11 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
     out << "token " << p.token;
     if (vocab) out << " " << Printable(TokenText(vocab, p.token));
     out << "\n";
+  }
+  if (!loss_block_matches) {
+    out << "  WARNING: the loss block's per-row cross-entropy differs from the "
+           "last step window (step "
+        << g.steps - 1 << ")\n";
   }
   if (final_all_zero) {
     out << "  WARNING: the final record's " << g.V
@@ -1022,9 +1041,15 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
     }
     o.path = spool;
   }
-  absl::Status status = InspectPath(o, out);
-  if (!spool.empty()) unlink(spool.c_str());
-  return status;
+  if (spool.empty()) return InspectPath(o, out);
+  // Reports and errors name "-", not the spool file.
+  std::ostringstream report;
+  absl::Status status = InspectPath(o, report);
+  unlink(spool.c_str());
+  out << absl::StrReplaceAll(report.str(), {{spool, "-"}});
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrReplaceAll(status.message(),
+                                                         {{spool, "-"}}));
 }
 
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
@@ -1097,6 +1122,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
 
 std::string RenderLossSvg(const std::vector<double>& per_step,
                           const std::vector<double>& smoothed,
+                          const std::vector<size_t>& run_starts,
                           absl::string_view title) {
   const double width = 800, height = 480;
   const double left = 70, right = 20, top = 40, bottom = 50;
@@ -1148,6 +1174,12 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
       "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" "
       "transform=\"rotate(-90 16 %.1f)\">mean cross-entropy loss (nats)</text>\n",
       top + ph / 2, top + ph / 2));
+  for (size_t start : run_starts) {
+    absl::StrAppend(&svg, absl::StrFormat(
+        "<line class=\"run-start\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+        "y2=\"%.1f\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>\n",
+        X(start), top, X(start), top + ph));
+  }
   auto polyline = [&](const std::vector<double>& v, const char* color,
                       const char* extra, const char* id) {
     std::string pts;
@@ -1184,9 +1216,11 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
   std::vector<double> means;
+  std::vector<size_t> run_starts;
   for (const std::string& path : o.results) {
     ASSIGN_OR_RETURN(ResultFile r, ReadResult(path, ResultGeometryOf(config)));
     std::vector<double> m = StepMeanLosses(r);
+    if (!means.empty() && !m.empty()) run_starts.push_back(means.size());
     means.insert(means.end(), m.begin(), m.end());
   }
   if (means.empty()) {
@@ -1199,7 +1233,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   const std::string title = absl::StrCat(
       "Coppelius (", config.name, ") loss, ", o.results.size(), " run",
       o.results.size() == 1 ? "" : "s", ", ", means.size(), " steps");
-  const std::string svg = RenderLossSvg(means, smoothed, title);
+  const std::string svg = RenderLossSvg(means, smoothed, run_starts, title);
   if (o.output == "-") {
     out << svg;
     out.flush();

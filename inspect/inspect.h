@@ -123,8 +123,11 @@ struct PlotOptions {
 absl::Status RunPlot(const PlotOptions& options, std::ostream& out);
 
 // Renders the SVG text for per-step mean losses (pure; used by RunPlot).
+// `run_starts` are the steps where a later run's file begins (dashed
+// vertical lines; empty for one run).
 std::string RenderLossSvg(const std::vector<double>& per_step,
                           const std::vector<double>& smoothed,
+                          const std::vector<size_t>& run_starts,
                           absl::string_view title);
 
 struct ExportOptions {

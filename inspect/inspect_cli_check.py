@@ -126,6 +126,7 @@ def check_trained(path, c0):
     assert all(p["valid"] for p in r["predictions"]), r["predictions"]
     assert r["final_record_all_zero"] is False, "final record never written"
     assert r["final_record_matches_prediction"] is True
+    assert r["loss_block_matches_last_window"] is True
 
 
 def main(argv):

@@ -21,6 +21,7 @@ py result-json "$d/r.json" || fail "result JSON answers"
 "$inspect" --config=tiny --json --vocab="$d/vocab.tiktoken" - < "$d/complete.res" > "$d/r2.json" \
   || fail "inspect - (stdin)"
 py result-json "$d/r2.json" || fail "result JSON answers from stdin"
+grep -q '"path":"-"' "$d/r2.json" || fail "stdin report does not name -"
 
 # verify: exit 0 on good files.
 "$inspect" verify --config=tiny --source="$d/source.txt" "$d/cache.tok" "$d/model.ckpt" \

@@ -154,6 +154,14 @@ TEST_F(InspectTest, ResultReport) {
   EXPECT_THAT(text, HasSubstr("embedding parameter head (1024): mean +0.5 "
                               "std 0 min +0.5 max +0.5 nonfinite 0"));
   EXPECT_THAT(text, Not(HasSubstr("WARNING")));
+  // The loss block's window 0 equals step 7's window (both 2.5): no warning;
+  // changing one row of the last window brings it.
+  std::string res = *ReadFile(Path("complete.res"));
+  res[6144 + 7 * 256 + 4 * 10] ^= 1;
+  ASSERT_TRUE(WriteFileAtomically(Path("lossdiff.res"), res).ok());
+  EXPECT_THAT(Report("lossdiff.res"),
+              HasSubstr("WARNING: the loss block's per-row cross-entropy "
+                        "differs from the last step window (step 7)"));
 
   const std::string partial = Report("partial.res");
   EXPECT_THAT(partial, HasSubstr("status: incomplete, 3 of 8 step windows"));
@@ -332,6 +340,10 @@ TEST_F(InspectTest, PlotConsecutiveRuns) {
   const size_t pts = svg.find("points=\"", at) + 8;
   const std::string points = svg.substr(pts, svg.find('"', pts) - pts);
   EXPECT_EQ(std::count(points.begin(), points.end(), ','), 11);
+  // One boundary between the two runs.
+  EXPECT_EQ(svg.find("class=\"run-start\""),
+            svg.rfind("class=\"run-start\""));
+  EXPECT_NE(svg.find("class=\"run-start\""), std::string::npos);
   o.results = {Path("marker.res")};
   EXPECT_EQ(RunPlot(o, out).code(), absl::StatusCode::kInvalidArgument);
 }
