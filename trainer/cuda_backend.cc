@@ -362,6 +362,15 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Alloc(&ln_scratch_, LayerNormBackwardScratchFloats(T_, C_),
                         "LayerNorm partials"));
 
+  // The causal softmax kernels never write above the diagonal of their bf16
+  // outputs: zero those buffers once.
+  for (int l = 0; l < L_; ++l) {
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(att16_[l], 0, NH * T * T * sizeof(bf16), stream_),
+        "cudaMemsetAsync(attention bf16)");
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ds16_, 0, NH * T * T * sizeof(bf16), stream_),
+                       "cudaMemsetAsync(dS)");
   CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(reinterpret_cast<void**>(&loss_ring_), kRingSlots * T * sizeof(float),
                     cudaHostAllocMapped),

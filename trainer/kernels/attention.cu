@@ -30,8 +30,8 @@ __global__ void CausalSoftmaxForwardKernel(float* __restrict__ s, int NH,
   for (int j = lane; j <= t; j += 32) sum += expf(r[j] - m);
   sum = WarpSum(sum);
   const float inv = 1.0f / sum;
-  for (int j = lane; j < T; j += 32) {
-    const float p = j <= t ? expf(r[j] - m) * inv : 0.0f;
+  for (int j = lane; j <= t; j += 32) {
+    const float p = expf(r[j] - m) * inv;
     r[j] = p;
     r16[j] = __float2bfloat16_rn(p);
   }
@@ -52,9 +52,8 @@ __global__ void CausalSoftmaxBackwardKernel(const float* __restrict__ p,
   for (int j = lane; j <= t; j += 32) dot += pr[j] * dpr[j];
   dot = WarpSum(dot);
   __nv_bfloat16* out = ds + row * T;
-  for (int j = lane; j < T; j += 32) {
-    const float v = j <= t ? pr[j] * (dpr[j] - dot) : 0.0f;
-    out[j] = __float2bfloat16_rn(v);
+  for (int j = lane; j <= t; j += 32) {
+    out[j] = __float2bfloat16_rn(pr[j] * (dpr[j] - dot));
   }
 }
 

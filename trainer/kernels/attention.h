@@ -18,8 +18,10 @@
 // Layout: scores / probabilities [NH, T, T] row-major fp32 (head-major);
 // the forward kernel works in place (S in, P out) and also writes P rounded
 // to bf16 (the operand of P · v and Pᵀ · dy). The backward kernel reads P
-// and dP fp32 and writes dS rounded to bf16. Entries above the diagonal are
-// written as exact zeros, so the full products need no mask.
+// and dP fp32 and writes dS rounded to bf16. Only the causal part (j ≤ t) is
+// read or written: above the diagonal the fp32 buffer keeps S, and the bf16
+// outputs must hold zeros there — the CALLER zeroes those buffers once (the
+// kernels never write there), so the full products need no mask.
 // Reductions: one warp per row, fixed butterfly order (deterministic).
 #ifndef COPPELIUS_TRAINER_KERNELS_ATTENTION_H_
 #define COPPELIUS_TRAINER_KERNELS_ATTENTION_H_

@@ -14,27 +14,63 @@ __global__ void EmbeddingForwardKernel(const uint32_t* __restrict__ tokens,
   x[i] = embedding[static_cast<int64_t>(tokens[t]) * C + c];
 }
 
-// One block per position t; threads stride over the C columns.
-__global__ void EmbeddingBackwardKernel(const uint32_t* __restrict__ tokens,
-                                        const float* __restrict__ dx, int T,
-                                        int C, float* __restrict__ dembedding) {
-  extern __shared__ uint32_t shared_tokens[];
+constexpr int kBackwardThreads = 256;
+
+// One block per position t. The block finds, in parallel, whether an earlier
+// position holds the same id (then another block owns it) and the ordered
+// list of later positions that do (ballot + prefix counts, chunk by chunk);
+// then each thread adds those rows to its columns in increasing t.
+// Shared memory: tokens [T] and the list [T].
+__global__ void __launch_bounds__(kBackwardThreads)
+    EmbeddingBackwardKernel(const uint32_t* __restrict__ tokens,
+                            const float* __restrict__ dx, int T, int C,
+                            float* __restrict__ dembedding) {
+  extern __shared__ uint32_t shared[];
+  uint32_t* shared_tokens = shared;
+  uint32_t* list = shared + T;
+  __shared__ int warp_counts[kBackwardThreads / 32];
+  __shared__ int total;
+  __shared__ int earlier;
   for (int i = threadIdx.x; i < T; i += blockDim.x) {
     shared_tokens[i] = tokens[i];
+  }
+  if (threadIdx.x == 0) {
+    total = 0;
+    earlier = 0;
   }
   __syncthreads();
   const int t = blockIdx.x;
   const uint32_t v = shared_tokens[t];
-  for (int i = 0; i < t; ++i) {
-    if (shared_tokens[i] == v) return;  // an earlier block owns this token
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  for (int base = 0; base < T; base += kBackwardThreads) {
+    const int u = base + threadIdx.x;
+    const bool match = u < T && shared_tokens[u] == v;
+    if (match && u < t) earlier = 1;
+    const unsigned ballot = __ballot_sync(0xffffffffu, match && u >= t);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    if (match && u >= t) {
+      int offset = total;
+      for (int w = 0; w < warp; ++w) offset += warp_counts[w];
+      offset += __popc(ballot & ((1u << lane) - 1u));
+      list[offset] = static_cast<uint32_t>(u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kBackwardThreads / 32; ++w) total += warp_counts[w];
+    }
+    __syncthreads();
   }
+  if (earlier) return;  // uniform across the block
+  const int count = total;
   float* row = dembedding + static_cast<int64_t>(v) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float total = row[c];
-    for (int u = t; u < T; ++u) {
-      if (shared_tokens[u] == v) total += dx[static_cast<int64_t>(u) * C + c];
+    float acc = row[c];
+    for (int i = 0; i < count; ++i) {
+      acc += dx[static_cast<int64_t>(list[i]) * C + c];
     }
-    row[c] = total;
+    row[c] = acc;
   }
 }
 
@@ -52,10 +88,15 @@ cudaError_t EmbeddingForward(const uint32_t* tokens, const float* embedding,
 
 cudaError_t EmbeddingBackward(const uint32_t* tokens, const float* dx, int T,
                               int C, float* dembedding, cudaStream_t stream) {
-  const int threads = C >= 256 ? 256 : ((C + 31) / 32) * 32;
-  const size_t shared = static_cast<size_t>(T) * sizeof(uint32_t);
-  EmbeddingBackwardKernel<<<T, threads, shared, stream>>>(tokens, dx, T, C,
-                                                          dembedding);
+  const size_t shared = 2 * static_cast<size_t>(T) * sizeof(uint32_t);
+  if (shared > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        EmbeddingBackwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(shared));
+    if (e != cudaSuccess) return e;
+  }
+  EmbeddingBackwardKernel<<<T, kBackwardThreads, shared, stream>>>(
+      tokens, dx, T, C, dembedding);
   return cudaGetLastError();
 }
 

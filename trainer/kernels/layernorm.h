@@ -19,7 +19,9 @@
 // (`dresid_bf16`, the operand of the next product backward). dweight/dbias
 // use fixed-order partials: block b sums rows [b·R, b·R + R) (R =
 // kLayerNormBackwardRows) in row order into partials[b][2][C]; a second
-// kernel sums the blocks in order. No atomics.
+// kernel sums the blocks in order. No atomics. One warp per row; for
+// C = 128·k (k ≤ 8, e.g. C = 512) a lane keeps its 4k elements of the row in
+// registers (16-byte loads), otherwise it loops over the row.
 #ifndef COPPELIUS_TRAINER_KERNELS_LAYERNORM_H_
 #define COPPELIUS_TRAINER_KERNELS_LAYERNORM_H_
 
@@ -30,7 +32,7 @@
 
 namespace coppelius {
 
-constexpr int kLayerNormBackwardRows = 32;
+constexpr int kLayerNormBackwardRows = 16;
 
 // Floats of scratch LayerNormBackward needs for `T` rows of width `C`.
 inline size_t LayerNormBackwardScratchFloats(int T, int C) {
