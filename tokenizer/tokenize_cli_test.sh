@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `tokenize` binary: subcommands, `-` for stdio,
+# hyphenated flags, one-line errors with a non-zero exit, no partial output.
+set -uo pipefail
+bin="$1"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+fail=0
+check() {  # check NAME CONDITION...
+  local name="$1"; shift
+  if "$@"; then echo "ok   ${name}"; else echo "FAIL ${name}"; fail=1; fi
+}
+one_line_error() {  # one_line_error STDERR_FILE PATTERN
+  [[ $(wc -l < "$1") -eq 1 ]] && grep -q -- "$2" "$1"
+}
+
+# Training corpus: 300 short documents.
+for i in $(seq 1 300); do
+  printf 'The quick brown fox %d jumps over the lazy dog.\nIt'"'"'s here.\n<|endoftext|>\n' "$i"
+done > "$tmp/corpus.txt"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/v.tiktoken" --vocab-size=300 --progress=false 2> "$tmp/err"
+check "train exits 0" test $? -eq 0
+check "train writes 299 ranks" test "$(wc -l < "$tmp/v.tiktoken")" -eq 299
+
+printf 'The fox<|endoftext|>lazy dog' > "$tmp/in.txt"
+"$bin" encode --vocab="$tmp/v.tiktoken" --allow-special --format=text - -o - < "$tmp/in.txt" > "$tmp/ids.txt"
+check "encode stdin->stdout" test $? -eq 0
+check "special id 299 emitted" grep -qw 299 "$tmp/ids.txt"
+"$bin" decode --vocab="$tmp/v.tiktoken" --format=text - -o - < "$tmp/ids.txt" > "$tmp/back.txt"
+check "decode round trip" cmp -s "$tmp/in.txt" "$tmp/back.txt"
+
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o - | od -An -tu4 -v | xargs > "$tmp/u32.txt"
+"$bin" encode --vocab="$tmp/v.tiktoken" --format=text "$tmp/in.txt" -o - | xargs > "$tmp/text.txt"
+check "u32 and text formats agree" cmp -s "$tmp/u32.txt" "$tmp/text.txt"
+check "special not allowed by default" test "$(grep -cw 299 "$tmp/text.txt")" -eq 0
+
+head -c 4096 /dev/urandom > "$tmp/rand.bin"
+"$bin" encode --vocab="$tmp/v.tiktoken" --threads=2 "$tmp/rand.bin" -o "$tmp/rand.u32" &&
+  "$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/rand.u32" -o "$tmp/rand.back"
+check "random bytes round trip" cmp -s "$tmp/rand.bin" "$tmp/rand.back"
+
+"$bin" 2> "$tmp/err"; rc=$?
+check "no args: exit 1, one line" test $rc -eq 1 -a "$(wc -l < "$tmp/err")" -eq 1
+"$bin" frobnicate x -o y 2> "$tmp/err"
+check "unknown subcommand" one_line_error "$tmp/err" 'unknown subcommand "frobnicate"'
+"$bin" encode --vocab="$tmp/missing.tiktoken" "$tmp/in.txt" -o "$tmp/o" 2> "$tmp/err"
+check "missing vocabulary" one_line_error "$tmp/err" "NOT_FOUND.*missing.tiktoken"
+"$bin" encode --vocab="$tmp/v.tiktoken" --format=u16 "$tmp/in.txt" -o "$tmp/o" 2> "$tmp/err"
+check "bad --format" one_line_error "$tmp/err" "expected u32 or text"
+head -c 1000 "$tmp/v.tiktoken" > "$tmp/trunc.tiktoken"
+"$bin" encode --vocab="$tmp/trunc.tiktoken" "$tmp/in.txt" -o "$tmp/o" 2> "$tmp/err"
+check "truncated vocabulary" one_line_error "$tmp/err" "DATA_LOSS.*trunc.tiktoken:[0-9]* (byte [0-9]*)"
+printf '1 2 300 4\n' > "$tmp/bad.txt"
+"$bin" decode --vocab="$tmp/v.tiktoken" --format=text "$tmp/bad.txt" -o "$tmp/never" 2> "$tmp/err"
+check "out-of-range id" one_line_error "$tmp/err" "bad.txt: id 300 at position 2 is out of range \[0, 300)"
+check "no partial output" test ! -e "$tmp/never"
+printf 'abc' > "$tmp/odd.u32"
+"$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/odd.u32" -o "$tmp/never" 2> "$tmp/err"
+check "truncated u32" one_line_error "$tmp/err" "DATA_LOSS.*odd.u32: size 3 bytes"
+exit $fail
