@@ -191,12 +191,17 @@ struct ResultTail {
 };
 
 // Checks the tail's invariants for `geometry` (the same checks ReadResult
-// applies to a file): vector sizes, steps_done == steps, counters
-// (issued == steps + 2, completed <= issued), semaphore issue counts 1,
-// steps, 1, update_count == first_context + steps, prediction tokens < V
-// where valid, text fields printable and short enough, timestamp order,
-// kinds, steps and contexts as documented on ResultTimestamp, device and
-// host end >= start where both are set.
+// applies to a file; docs/FORMATS.md "## Result file" lists them per
+// block): vector sizes (loss windows <= 1,024, final record V, steps + 2
+// timestamps); a fresh input has size 0, update count 0 and a zero digest;
+// issued == steps + 2, completed <= issued, update_last_release == the
+// update semaphore's completion value; semaphore issue counts 1, steps, 1;
+// first non-finite step -1 iff the count is 0; steps_done == steps,
+// first_context == the input's update count, update_count == first_context
+// + steps, publications <= steps; prediction tokens < V where valid; text
+// fields printable and short enough; timestamp order, kinds, steps and
+// contexts as documented on ResultTimestamp; end >= start wherever both
+// are set.
 // Errors: InvalidArgument naming the field, what was expected and found.
 absl::Status ValidateResultTail(const ResultGeometry& geometry,
                                 const ResultTail& tail);
