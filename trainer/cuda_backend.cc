@@ -97,6 +97,30 @@ class CudaBackend final : public Backend {
                   const float* c, float* d) {
     return plan.Run(a, b, c, d, workspace_, stream_);
   }
+  // The same on the side stream (its own workspace), between Fork and Join.
+  absl::Status MmSide(const MatmulPlan& plan, const bf16* a, const bf16* b,
+                      float* d) {
+    return plan.Run(a, b, nullptr, d, side_workspace_, side_stream_);
+  }
+  // Fork: the side stream waits for everything enqueued so far on the main
+  // stream. Join: the main stream waits for the side stream. Used (only
+  // inside the step graph's capture) to run independent products of the
+  // backward concurrently; each writes its own buffer, so results do not
+  // depend on the overlap.
+  absl::Status Fork() {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_event_, stream_),
+                         "cudaEventRecord(fork)");
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream_, fork_event_, 0),
+                         "cudaStreamWaitEvent(fork)");
+    return absl::OkStatus();
+  }
+  absl::Status Join() {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(join_event_, side_stream_),
+                         "cudaEventRecord(join)");
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, join_event_, 0),
+                         "cudaStreamWaitEvent(join)");
+    return absl::OkStatus();
+  }
   void NotePeakMemory();
   absl::Status ForwardPass(const int64_t* step, int64_t fixed_index,
                            bool training);
@@ -114,6 +138,10 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   cudaStream_t snapshot_stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr;
+  cudaEvent_t join_event_ = nullptr;
+  void* side_workspace_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   std::vector<void*> allocations_;
   void* workspace_ = nullptr;
@@ -200,6 +228,9 @@ CudaBackend::~CudaBackend() {
   // Best effort: errors during teardown cannot be reported.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (snapshot_stream_ != nullptr) cudaStreamSynchronize(snapshot_stream_);
+  if (side_stream_ != nullptr) cudaStreamSynchronize(side_stream_);
+  if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
+  if (join_event_ != nullptr) cudaEventDestroy(join_event_);
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
   for (cudaEvent_t& e : step_events_) {
@@ -221,6 +252,7 @@ CudaBackend::~CudaBackend() {
   if (time_ring_ != nullptr) cudaFreeHost(time_ring_);
   if (logit_rows_host_ != nullptr) cudaFreeHost(logit_rows_host_);
   if (snapshot_stream_ != nullptr) cudaStreamDestroy(snapshot_stream_);
+  if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -251,6 +283,15 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags(snapshot)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags(side)");
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags(fork)");
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags(join)");
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_), "cublasLtCreate");
   for (cudaEvent_t& e : step_events_) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
@@ -267,6 +308,8 @@ absl::Status CudaBackend::Init() {
     char* ws = nullptr;
     RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt workspace"));
     workspace_ = ws;
+    RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt side workspace"));
+    side_workspace_ = ws;
   }
   RETURN_IF_ERROR(Alloc(&pmv_, 3 * N_, "P/M/V"));
   RETURN_IF_ERROR(Alloc(&grad_, N_, "gradients"));
@@ -635,10 +678,12 @@ absl::Status CudaBackend::BackwardPass() {
   const float* P = pmv_;
   float* G = grad_;
   // Tied output product: dE = dlogitsᵀ · xf (overwrites), dxf = dlogits · E.
+  RETURN_IF_ERROR(Fork());
   RETURN_IF_ERROR(
-      Mm(*p_demb_, dlogits16_, xf16_, nullptr, G + offsets_.embedding));
+      MmSide(*p_demb_, dlogits16_, xf16_, G + offsets_.embedding));
   RETURN_IF_ERROR(
       Mm(*p_dxf_, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
+  RETURN_IF_ERROR(Join());
   CUDA_RETURN_IF_ERROR(
       LayerNormBackward(dh32_, x_[L_], P + offsets_.final_norm_weight, meanf_,
                         rstdf_, T, C, /*accumulate=*/false, dresid_, dresid16_,
@@ -648,12 +693,16 @@ absl::Status CudaBackend::BackwardPass() {
   for (int l = L_ - 1; l >= 0; --l) {
     const BlockOffsets& o = offsets_.blocks[l];
     // MLP: x_next = xmid + down(a).
-    RETURN_IF_ERROR(Mm(*p_dw_down_, dresid16_, a16_[l], nullptr, G + o.down));
+    RETURN_IF_ERROR(Fork());
+    RETURN_IF_ERROR(MmSide(*p_dw_down_, dresid16_, a16_[l], G + o.down));
     RETURN_IF_ERROR(Mm(*p_dx_down_, dresid16_, p16_ + o.down, nullptr, da32_));
+    RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16_, stream_),
                          "SwigluBackward");
-    RETURN_IF_ERROR(Mm(*p_dw_gu_, dgu16_, h2_[l], nullptr, G + o.gate));
+    RETURN_IF_ERROR(Fork());
+    RETURN_IF_ERROR(MmSide(*p_dw_gu_, dgu16_, h2_[l], G + o.gate));
     RETURN_IF_ERROR(Mm(*p_dx_gu_, dgu16_, p16_ + o.gate, nullptr, dh32_));
+    RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
         LayerNormBackward(dh32_, xmid_[l], P + o.mlp_norm_weight, mean2_[l],
                           rstd2_[l], T, C, /*accumulate=*/true, dresid_,
@@ -661,26 +710,34 @@ absl::Status CudaBackend::BackwardPass() {
                           G + o.mlp_norm_bias, stream_),
         "LayerNormBackward(mlp_norm)");
     // Attention: xmid = x + y · Woᵀ.
-    RETURN_IF_ERROR(Mm(*p_dw_out_, dresid16_, y16_[l], nullptr, G + o.output));
+    RETURN_IF_ERROR(Fork());
+    RETURN_IF_ERROR(MmSide(*p_dw_out_, dresid16_, y16_[l], G + o.output));
     RETURN_IF_ERROR(Mm(*p_dx_out_, dresid16_, p16_ + o.output, nullptr, dy32_));
+    RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
         CastToBf16(dy32_, static_cast<int64_t>(T) * C, dy16_, stream_),
         "CastToBf16(dy)");
     const bf16* q = qkv16_[l];
     const bf16* k = q + C;
     const bf16* v = q + 2 * C;
+    RETURN_IF_ERROR(Fork());
+    RETURN_IF_ERROR(MmSide(*p_dv_, att16_[l], dy16_, dqkv32_ + 2 * C));
     RETURN_IF_ERROR(Mm(*p_dp_, dy16_, v, nullptr, dp32_));
-    RETURN_IF_ERROR(Mm(*p_dv_, att16_[l], dy16_, nullptr, dqkv32_ + 2 * C));
+    RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
         CausalSoftmaxBackward(att32_[l], dp32_, NH, T, ds16_, stream_),
         "CausalSoftmaxBackward");
+    RETURN_IF_ERROR(Fork());
+    RETURN_IF_ERROR(MmSide(*p_dk_, ds16_, q, dqkv32_ + C));
     RETURN_IF_ERROR(Mm(*p_dq_, ds16_, k, nullptr, dqkv32_));
-    RETURN_IF_ERROR(Mm(*p_dk_, ds16_, q, nullptr, dqkv32_ + C));
+    RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
         RopeBackward(dqkv32_, rope_table_, T, NH, HS, dqkv16_, stream_),
         "RopeBackward");
-    RETURN_IF_ERROR(Mm(*p_dw_qkv_, dqkv16_, h1_[l], nullptr, G + o.qkv));
+    RETURN_IF_ERROR(Fork());
+    RETURN_IF_ERROR(MmSide(*p_dw_qkv_, dqkv16_, h1_[l], G + o.qkv));
     RETURN_IF_ERROR(Mm(*p_dx_qkv_, dqkv16_, p16_ + o.qkv, nullptr, dh32_));
+    RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
         LayerNormBackward(dh32_, x_[l], P + o.attention_norm_weight, mean1_[l],
                           rstd1_[l], T, C, /*accumulate=*/true, dresid_,

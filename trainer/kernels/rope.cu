@@ -23,25 +23,24 @@ std::vector<float> RopeTable(int T, int HS, double base) {
 
 namespace {
 
-// Thread per element of [T, 3C]; `inverse` selects the backward rotation.
+// Grid (column blocks, T): thread per element of row t = blockIdx.y;
+// `kInverse` selects the backward rotation. 32-bit index arithmetic.
 template <bool kInverse>
 __global__ void RopeKernel(const float* __restrict__ in,
                            const float* __restrict__ table, int T, int NH,
                            int HS, __nv_bfloat16* __restrict__ out) {
   const int C = NH * HS;
-  const int64_t n = static_cast<int64_t>(T) * 3 * C;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= n) return;
-  const int t = static_cast<int>(idx / (3 * C));
-  const int col = static_cast<int>(idx % (3 * C));
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= 3 * C) return;
+  const int t = blockIdx.y;
+  const int64_t idx = static_cast<int64_t>(t) * 3 * C + col;
   float value = in[idx];
   if (col < 2 * C) {
     const int half = HS / 2;
     const int j = col % HS;
     const int i = j < half ? j : j - half;
-    const float cs = table[static_cast<int64_t>(t) * half + i];
-    const float sn = table[static_cast<int64_t>(T) * half +
-                           static_cast<int64_t>(t) * half + i];
+    const float cs = table[t * half + i];
+    const float sn = table[T * half + t * half + i];
     if (!kInverse) {
       if (j < half) {
         value = value * cs - in[idx + half] * sn;
@@ -62,11 +61,10 @@ __global__ void RopeKernel(const float* __restrict__ in,
 template <bool kInverse>
 cudaError_t LaunchRope(const float* in, const float* table, int T, int NH,
                        int HS, __nv_bfloat16* out, cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(T) * 3 * NH * HS;
   const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  RopeKernel<kInverse><<<blocks, threads, 0, stream>>>(in, table, T, NH, HS,
-                                                       out);
+  const dim3 grid((3 * NH * HS + threads - 1) / threads, T);
+  RopeKernel<kInverse><<<grid, threads, 0, stream>>>(in, table, T, NH, HS,
+                                                     out);
   return cudaGetLastError();
 }
 

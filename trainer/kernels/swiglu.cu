@@ -8,10 +8,10 @@ namespace {
 
 __global__ void SwigluForwardKernel(const float* __restrict__ gu, int T, int H,
                                     __nv_bfloat16* __restrict__ a) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(T) * H) return;
-  const int64_t t = idx / H;
-  const int64_t j = idx % H;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;  // grid (., T)
+  if (j >= H) return;
+  const int64_t t = blockIdx.y;
+  const int64_t idx = t * H + j;
   const float g = gu[t * 2 * H + j];
   const float u = gu[t * 2 * H + H + j];
   const float sig = 1.0f / (1.0f + expf(-g));
@@ -21,10 +21,10 @@ __global__ void SwigluForwardKernel(const float* __restrict__ gu, int T, int H,
 __global__ void SwigluBackwardKernel(const float* __restrict__ gu,
                                      const float* __restrict__ da, int T,
                                      int H, __nv_bfloat16* __restrict__ dgu) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(T) * H) return;
-  const int64_t t = idx / H;
-  const int64_t j = idx % H;
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;  // grid (., T)
+  if (j >= H) return;
+  const int64_t t = blockIdx.y;
+  const int64_t idx = t * H + j;
   const float g = gu[t * 2 * H + j];
   const float u = gu[t * 2 * H + H + j];
   const float d = da[idx];
@@ -40,19 +40,17 @@ __global__ void SwigluBackwardKernel(const float* __restrict__ gu,
 
 cudaError_t SwigluForward(const float* gu, int T, int H, __nv_bfloat16* a,
                           cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(T) * H;
   const int threads = 256;
-  SwigluForwardKernel<<<static_cast<unsigned>((n + threads - 1) / threads),
-                        threads, 0, stream>>>(gu, T, H, a);
+  const dim3 grid((H + threads - 1) / threads, T);
+  SwigluForwardKernel<<<grid, threads, 0, stream>>>(gu, T, H, a);
   return cudaGetLastError();
 }
 
 cudaError_t SwigluBackward(const float* gu, const float* da, int T, int H,
                            __nv_bfloat16* dgu, cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(T) * H;
   const int threads = 256;
-  SwigluBackwardKernel<<<static_cast<unsigned>((n + threads - 1) / threads),
-                         threads, 0, stream>>>(gu, da, T, H, dgu);
+  const dim3 grid((H + threads - 1) / threads, T);
+  SwigluBackwardKernel<<<grid, threads, 0, stream>>>(gu, da, T, H, dgu);
   return cudaGetLastError();
 }
 
