@@ -37,10 +37,14 @@ uint64_t PairKey(uint32_t left, uint32_t right) {
 uint32_t PairLeft(uint64_t key) { return static_cast<uint32_t>(key >> 32); }
 uint32_t PairRight(uint64_t key) { return static_cast<uint32_t>(key); }
 
+constexpr uint32_t kNone = UINT32_MAX;
+
 struct PairInfo {
-  int64_t count = 0;           // weighted occurrences, >= 0
-  std::vector<uint32_t> words;  // words that held the pair (may be stale)
-  bool skipped = false;         // rule 5: never merged
+  int64_t count = 0;  // weighted occurrences, >= 0
+  // Symbol positions where the pair started when it was counted (may be
+  // stale or repeated; checked when used). Empty for skipped pairs.
+  std::vector<uint32_t> positions;
+  bool skipped = false;  // rule 5: never merged
 };
 
 // Max-heap order: higher count first; on equal counts the smaller key, i.e.
@@ -54,9 +58,14 @@ struct HeapEntry {
   }
 };
 
-struct Word {
-  std::vector<uint32_t> ids;
-  int64_t count;
+// Every distinct pre-token of >= 2 bytes as a doubly linked list of symbols,
+// all in one array; merging a pair at position p keeps p (now the merged id)
+// and unlinks the next symbol.
+struct Symbols {
+  std::vector<uint32_t> id;     // token id; kNone once merged away
+  std::vector<uint32_t> prev;   // kNone at the pre-token start
+  std::vector<uint32_t> next;   // kNone at the pre-token end
+  std::vector<int64_t> weight;  // count of the pre-token holding the symbol
 };
 
 // True when `bytes` pre-tokenizes, on its own, as exactly one piece.
@@ -66,7 +75,8 @@ bool IsSinglePiece(absl::string_view bytes) {
   return pieces.size() == 1;
 }
 
-// Steps 2-5 of the header on distinct pre-tokens sorted by bytes.
+// Steps 2-5 of the header on distinct pre-tokens sorted by bytes. Each merge
+// costs O(occurrences of the pair), whatever the pre-token lengths.
 absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
     const std::vector<std::pair<absl::string_view, uint64_t>>& distinct,
     int vocab_size, bool progress) {
@@ -83,25 +93,40 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
     token_ids.emplace(tokens.back(), b);
   }
 
-  // Words with at least two bytes (single bytes hold no pair).
-  std::vector<Word> words;
+  uint64_t total_symbols = 0;
+  uint64_t with_pairs = 0;
   for (const auto& [bytes, count] : distinct) {
     result.total_pretokens += count;
-    if (bytes.size() < 2) continue;
-    Word w;
-    w.count = static_cast<int64_t>(count);
-    w.ids.assign(bytes.begin(), bytes.end());
-    for (uint32_t& id : w.ids) id &= 0xff;  // char may be signed
-    words.push_back(std::move(w));
+    if (bytes.size() >= 2) {
+      total_symbols += bytes.size();
+      ++with_pairs;
+    }
   }
-
+  if (total_symbols >= kNone) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "distinct pre-tokens hold %d bytes, expected < 2^32 - 1",
+        total_symbols));
+  }
+  Symbols sym;
+  sym.id.reserve(total_symbols);
+  sym.prev.reserve(total_symbols);
+  sym.next.reserve(total_symbols);
+  sym.weight.reserve(total_symbols);
   absl::flat_hash_map<uint64_t, PairInfo> pairs;
-  for (uint32_t wi = 0; wi < words.size(); ++wi) {
-    const Word& w = words[wi];
-    for (size_t i = 0; i + 1 < w.ids.size(); ++i) {
-      PairInfo& p = pairs[PairKey(w.ids[i], w.ids[i + 1])];
-      p.count += w.count;
-      if (p.words.empty() || p.words.back() != wi) p.words.push_back(wi);
+  for (const auto& [bytes, count] : distinct) {
+    const size_t n = bytes.size();
+    if (n < 2) continue;
+    const uint32_t base = static_cast<uint32_t>(sym.id.size());
+    for (size_t i = 0; i < n; ++i) {
+      sym.id.push_back(static_cast<unsigned char>(bytes[i]));
+      sym.prev.push_back(i == 0 ? kNone : base + i - 1);
+      sym.next.push_back(i + 1 < n ? base + i + 1 : kNone);
+      sym.weight.push_back(static_cast<int64_t>(count));
+    }
+    for (size_t i = 0; i + 1 < n; ++i) {
+      PairInfo& p = pairs[PairKey(sym.id[base + i], sym.id[base + i + 1])];
+      p.count += static_cast<int64_t>(count);
+      p.positions.push_back(base + i);
     }
   }
   std::vector<HeapEntry> initial;
@@ -111,17 +136,32 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
                                       std::move(initial));
   if (progress) {
     absl::FPrintF(stderr,
-                  "bpe: %d distinct pre-tokens (%d with pairs), %d distinct "
-                  "pairs, %.1f s\n",
-                  distinct.size(), words.size(), pairs.size(),
+                  "bpe: %d distinct pre-tokens (%d with pairs, %d bytes), %d "
+                  "distinct pairs, %.1f s\n",
+                  distinct.size(), with_pairs, total_symbols, pairs.size(),
                   SecondsSince(start));
   }
 
-  std::vector<uint32_t> last_seen(words.size(), UINT32_MAX);
-  std::vector<std::pair<uint64_t, int64_t>> deltas;
   std::vector<uint64_t> increased;
-  std::vector<uint32_t> merged_ids;
   Clock::time_point last_report = Clock::now();
+  absl::Status delta_status;
+  // Adds `delta` to the count of (left, right); a positive delta records
+  // `position` as an occurrence.
+  auto apply = [&](uint32_t left, uint32_t right, int64_t delta,
+                   uint32_t position) {
+    const uint64_t key = PairKey(left, right);
+    PairInfo& p = pairs[key];
+    p.count += delta;
+    if (p.count < 0 && delta_status.ok()) {
+      delta_status = absl::InternalError(absl::StrFormat(
+          "bpe: negative count %d for pair (%d, %d) after merge %d", p.count,
+          left, right, result.merges));
+    }
+    if (delta > 0 && !p.skipped) {
+      p.positions.push_back(position);
+      increased.push_back(key);
+    }
+  };
 
   while (tokens.size() < num_ranks) {
     if (heap.empty()) {
@@ -147,8 +187,7 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
     std::string merged = tokens[a] + tokens[b];
     if (!IsSinglePiece(merged)) {
       info.skipped = true;
-      info.words.clear();
-      info.words.shrink_to_fit();
+      info.positions = {};
       ++result.skipped_pairs;
       if (progress && result.skipped_pairs <= 10) {
         absl::FPrintF(stderr,
@@ -169,60 +208,36 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
       tokens.push_back(merged);
       token_ids.emplace(std::move(merged), c);
     }
+
+    // `info` may dangle once `pairs` grows: take the positions first. In
+    // ascending order, so each pre-token is merged left to right without
+    // overlap ("aaa" -> [aa, a]).
+    std::vector<uint32_t> occurrences = std::move(info.positions);
+    info.positions = {};
+    std::sort(occurrences.begin(), occurrences.end());
+    occurrences.erase(std::unique(occurrences.begin(), occurrences.end()),
+                      occurrences.end());
+    increased.clear();
+    for (uint32_t p : occurrences) {
+      if (sym.id[p] != a) continue;
+      const uint32_t q = sym.next[p];
+      if (q == kNone || sym.id[q] != b) continue;
+      const int64_t w = sym.weight[p];
+      const uint32_t x = sym.prev[p];
+      const uint32_t r = sym.next[q];
+      if (x != kNone) apply(sym.id[x], a, -w, kNone);
+      apply(a, b, -w, kNone);
+      if (r != kNone) apply(b, sym.id[r], -w, kNone);
+      sym.id[p] = c;
+      sym.id[q] = kNone;
+      sym.next[p] = r;
+      if (r != kNone) sym.prev[r] = p;
+      if (x != kNone) apply(sym.id[x], c, w, x);
+      if (r != kNone) apply(c, sym.id[r], w, p);
+    }
+    RETURN_IF_ERROR(delta_status);
     const uint32_t merge_index = static_cast<uint32_t>(result.merges);
     ++result.merges;
-
-    // `info` may dangle once `pairs` grows: take the word list first.
-    std::vector<uint32_t> affected = std::move(info.words);
-    info.words = {};
-    increased.clear();
-    for (uint32_t wi : affected) {
-      if (last_seen[wi] == merge_index) continue;
-      last_seen[wi] = merge_index;
-      Word& w = words[wi];
-      const std::vector<uint32_t>& old = w.ids;
-      merged_ids.clear();
-      bool changed = false;
-      for (size_t i = 0; i < old.size();) {
-        if (i + 1 < old.size() && old[i] == a && old[i + 1] == b) {
-          merged_ids.push_back(c);
-          i += 2;
-          changed = true;
-        } else {
-          merged_ids.push_back(old[i]);
-          ++i;
-        }
-      }
-      if (!changed) continue;
-      deltas.clear();
-      for (size_t i = 0; i + 1 < old.size(); ++i) {
-        deltas.push_back({PairKey(old[i], old[i + 1]), -w.count});
-      }
-      for (size_t i = 0; i + 1 < merged_ids.size(); ++i) {
-        deltas.push_back({PairKey(merged_ids[i], merged_ids[i + 1]), w.count});
-      }
-      std::sort(deltas.begin(), deltas.end());
-      for (size_t i = 0; i < deltas.size();) {
-        const uint64_t key = deltas[i].first;
-        int64_t d = 0;
-        for (; i < deltas.size() && deltas[i].first == key; ++i) {
-          d += deltas[i].second;
-        }
-        if (d == 0) continue;
-        PairInfo& p = pairs[key];
-        p.count += d;
-        if (p.count < 0) {
-          return absl::InternalError(absl::StrFormat(
-              "bpe: negative count %d for pair (%d, %d) at merge %d", p.count,
-              PairLeft(key), PairRight(key), merge_index));
-        }
-        if (d > 0 && !p.skipped) {
-          if (p.words.empty() || p.words.back() != wi) p.words.push_back(wi);
-          increased.push_back(key);
-        }
-      }
-      w.ids.swap(merged_ids);
-    }
     auto merged_it = pairs.find(top.key);
     if (merged_it != pairs.end() && merged_it->second.count != 0) {
       return absl::InternalError(absl::StrFormat(
@@ -232,7 +247,10 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
     std::sort(increased.begin(), increased.end());
     increased.erase(std::unique(increased.begin(), increased.end()),
                     increased.end());
-    for (uint64_t key : increased) heap.push({pairs[key].count, key});
+    for (uint64_t key : increased) {
+      const int64_t count = pairs[key].count;
+      if (count > 0) heap.push({count, key});
+    }
 
     if (progress && SecondsSince(last_report) >= 2.0) {
       last_report = Clock::now();

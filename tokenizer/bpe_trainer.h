@@ -16,8 +16,11 @@
 //      count, ties broken by (left id, right id) ascending (a total order, so
 //      no hash-iteration dependence); replace its occurrences in every
 //      pre-token left to right without overlap; update the counts of the
-//      neighbouring pairs incrementally (occurrence index per pair + lazy
-//      max-heap; memory bounded by the distinct pre-tokens and their pairs).
+//      neighbouring pairs incrementally. Pre-tokens are linked lists of
+//      symbols in one array; each pair keeps the positions where it occurs
+//      and a lazy max-heap orders the pairs, so a merge costs O(occurrences
+//      of the pair), even inside one huge pre-token. Memory is bounded by the
+//      bytes of the distinct pre-tokens (about 100 bytes per byte).
 //   4. The merged token's bytes are bytes(left) + bytes(right).
 //        - If those bytes are already a token (another pair produced them
 //          earlier), the merge still happens in the pre-tokens, with the

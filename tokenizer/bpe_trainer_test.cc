@@ -275,6 +275,37 @@ TEST(TrainBpeOnCounts, EqualsNaiveReferenceOnRandomCounts) {
               static_cast<unsigned long>(duplicates));
 }
 
+TEST(TrainBpe, LongPreTokensEqualNaiveReference) {
+  // Single pre-tokens of many bytes (letter runs over a 3-letter alphabet)
+  // exercise overlapping and consecutive merges inside one pre-token.
+  std::mt19937 rng(3);
+  std::string corpus;
+  for (int doc = 0; doc < 3; ++doc) {
+    for (int i = 0; i < 6000; ++i) corpus += "abc"[rng() % 3];
+    corpus += doc == 1 ? " " : "<|endoftext|>";
+    for (int i = 0; i < 3000; ++i) corpus += "aab"[rng() % 3];
+    corpus += "<|endoftext|>";
+  }
+  auto counts = NaiveCounts(corpus);
+  EXPECT_LE(counts.size(), 8u);
+  std::vector<std::string> want = NaiveTrain(counts, 256 + 1 + 300);
+  auto got = TrainBpe(corpus, static_cast<int>(want.size()) + 1, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->tokens, want);
+}
+
+TEST(TrainBpe, HugePreTokenIsFast) {
+  // One 4 MB pre-token: the cost per merge is the pair's occurrences, not
+  // the pre-token length (a full rescan per merge would take minutes).
+  std::mt19937 rng(4);
+  std::string corpus;
+  for (int i = 0; i < (4 << 20); ++i) corpus += "abcdefgh"[rng() % 8];
+  auto got = TrainBpe(corpus, 4000, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->distinct_pretokens, 1u);
+  EXPECT_EQ(got->tokens.size(), 3999u);
+}
+
 TEST(TrainBpe, IdenticalForAnyThreadCount) {
   // Several documents plus one segment longer than the 1 MiB counting chunk
   // (cut at safe boundaries), so threads really split the work.
