@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
@@ -810,9 +811,24 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
       }
       if (reader->IsFresh()) return v;
       if (!reader->VerifyPayload(o.threads).ok()) {
+        // One line per bad chunk; the reader's per-chunk message ends with
+        // "(1 of N chunks differ)", replaced by the true count.
+        std::vector<std::string> lines;
         for (uint64_t i = 0; i < reader->num_chunks(); ++i) {
           absl::Status s = reader->VerifyChunk(i);
-          if (!s.ok()) v.failures.push_back(std::string(s.message()));
+          if (s.ok()) continue;
+          std::string line(s.message());
+          const size_t paren = line.rfind(" (");
+          if (paren != std::string::npos &&
+              absl::EndsWith(line, "chunks differ)")) {
+            line.resize(paren);
+          }
+          lines.push_back(std::move(line));
+        }
+        for (std::string& line : lines) {
+          v.failures.push_back(absl::StrCat(line, " (", lines.size(), " of ",
+                                            reader->num_chunks(),
+                                            " chunks differ)"));
         }
       }
       return v;

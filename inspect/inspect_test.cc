@@ -226,6 +226,8 @@ TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   EXPECT_THAT(lines[1], HasSubstr("FAIL " + Path("corrupt.ckpt")));
   EXPECT_THAT(lines[1], HasSubstr("chunk 3 of 25"));
   EXPECT_THAT(lines[2], HasSubstr("chunk 10 of 25"));
+  EXPECT_THAT(lines[1], HasSubstr("(2 of 25 chunks differ)"));
+  EXPECT_THAT(lines[2], HasSubstr("(2 of 25 chunks differ)"));
   EXPECT_THAT(lines[3], HasSubstr("FAIL " + Path("partial.res")));
   // 6144 + 3 * 256 + 100 = 7012 bytes of 27744.
   EXPECT_THAT(lines[3], HasSubstr("size 7012 bytes, expected 27744 (3 of 8"));
