@@ -1,13 +1,16 @@
 #include "tokenizer/pretokenizer.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tokenizer/unicode_tables.h"
 
 namespace coppelius {
 namespace {
@@ -97,6 +100,48 @@ TEST(Pretokenize, PiecesConcatenateToInputOnRandomBytes) {
     Pretokenize(text, &pieces);
     for (absl::string_view p : pieces) ASSERT_FALSE(p.empty());
     ASSERT_EQ(absl::StrJoin(pieces, ""), text);
+  }
+}
+
+// SPEC §3: an ill-formed subpart splits exactly as U+FFFD would (one "other"
+// character). Replacing each subpart by U+FFFD (the text tiktoken would see,
+// as Python's errors="replace") must give the same pieces, subpart for
+// U+FFFD; tiktoken_diff_test checks U+FFFD's own splitting against tiktoken.
+TEST(Pretokenize, IllFormedSubpartsSplitLikeReplacementCharacter) {
+  std::mt19937 rng(13);
+  const unsigned char kBytes[] = {'a', ' ', '1', '!', '\'', 's', '\n', 0x80,
+                                  0xC3, 0xA9, 0xE2, 0x82, 0xF0, 0x9F, 0xED,
+                                  0xA0, 0xFF, 0xC2, 0x85};
+  for (int iter = 0; iter < 5000; ++iter) {
+    std::string raw, replaced;
+    std::vector<size_t> raw_ends, replaced_ends;  // character boundaries
+    const int n = rng() % 24;
+    for (int i = 0; i < n; ++i) raw += static_cast<char>(kBytes[rng() % 19]);
+    const auto* p = reinterpret_cast<const unsigned char*>(raw.data());
+    const auto* end = p + raw.size();
+    while (p < end) {
+      Utf8Char c = DecodeUtf8(p, end);
+      replaced += c.valid ? std::string(reinterpret_cast<const char*>(p),
+                                        c.length)
+                          : std::string("\xEF\xBF\xBD");
+      p += c.length;
+      raw_ends.push_back(p - reinterpret_cast<const unsigned char*>(raw.data()));
+      replaced_ends.push_back(replaced.size());
+    }
+    std::vector<absl::string_view> a, b;
+    Pretokenize(raw, &a);
+    Pretokenize(replaced, &b);
+    ASSERT_EQ(a.size(), b.size()) << absl::CHexEscape(raw);
+    size_t end_a = 0, end_b = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      end_a += a[i].size();
+      end_b += b[i].size();
+      // Piece i ends after the same number of characters in both.
+      auto ka = std::find(raw_ends.begin(), raw_ends.end(), end_a);
+      auto kb = std::find(replaced_ends.begin(), replaced_ends.end(), end_b);
+      ASSERT_EQ(ka - raw_ends.begin(), kb - replaced_ends.begin())
+          << absl::CHexEscape(raw);
+    }
   }
 }
 
