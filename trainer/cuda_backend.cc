@@ -124,6 +124,17 @@ class CudaBackend final : public Backend {
   void NotePeakMemory();
   absl::Status ForwardPass(const int64_t* step, int64_t fixed_index,
                            bool training);
+  // AdamW of chunks [begin, end) on `stream` (update number from the step
+  // counter).
+  absl::Status AdamWRange(int begin, int end, cudaStream_t stream) {
+    if (end <= begin) return absl::OkStatus();
+    CUDA_RETURN_IF_ERROR(
+        AdamWUpdateChunks(chunks_ + begin, end - begin, adam_table_,
+                          step_counter_, 0, pmv_, pmv_ + N_, pmv_ + 2 * N_,
+                          grad_, p16_, stream),
+        "AdamWUpdateChunks");
+    return absl::OkStatus();
+  }
   absl::Status BackwardPass();
   absl::Status EnqueueStepBody();
   absl::Status BuildStepGraph();
@@ -165,6 +176,14 @@ class CudaBackend final : public Backend {
   AdamWDeviceScalars* adam_table_ = nullptr;
   AdamWChunk* chunks_ = nullptr;
   int num_chunks_ = 0;
+  // Chunk ranges [begin, end) of each block's tensors; the rest (embedding
+  // at the start, final norm at the end) are updated after the backward.
+  std::vector<std::pair<int, int>> layer_chunks_;
+  int embedding_chunks_end_ = 0;
+  int final_chunks_begin_ = 0;
+  cudaStream_t adam_stream_ = nullptr;
+  cudaEvent_t adam_fork_event_ = nullptr;
+  cudaEvent_t adam_join_event_ = nullptr;
   float* rope_table_ = nullptr;
   uint64_t update_count_ = 0;
   bool loaded_ = false;
@@ -230,6 +249,9 @@ CudaBackend::~CudaBackend() {
   if (snapshot_stream_ != nullptr) cudaStreamSynchronize(snapshot_stream_);
   if (side_stream_ != nullptr) cudaStreamSynchronize(side_stream_);
   if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
+  if (adam_stream_ != nullptr) cudaStreamSynchronize(adam_stream_);
+  if (adam_fork_event_ != nullptr) cudaEventDestroy(adam_fork_event_);
+  if (adam_join_event_ != nullptr) cudaEventDestroy(adam_join_event_);
   if (join_event_ != nullptr) cudaEventDestroy(join_event_);
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
@@ -253,6 +275,7 @@ CudaBackend::~CudaBackend() {
   if (logit_rows_host_ != nullptr) cudaFreeHost(logit_rows_host_);
   if (snapshot_stream_ != nullptr) cudaStreamDestroy(snapshot_stream_);
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
+  if (adam_stream_ != nullptr) cudaStreamDestroy(adam_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -292,6 +315,15 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(join)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&adam_stream_, cudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags(adamw)");
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&adam_fork_event_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags(adamw fork)");
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&adam_join_event_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags(adamw join)");
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_), "cublasLtCreate");
   for (cudaEvent_t& e : step_events_) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
@@ -334,14 +366,48 @@ absl::Status CudaBackend::Init() {
 
   // AdamW work list: chunks of at most kAdamWChunk elements, tensor by tensor.
   std::vector<AdamWChunk> chunks;
+  layer_chunks_.assign(L_, {0, 0});
   for (const TensorInfo& t : ParameterLayout(config_)) {
     const int64_t n = t.num_elements();
+    int layer = -1;
+    for (int l = 0; l < L_; ++l) {
+      const int64_t begin = offsets_.blocks[l].attention_norm_weight;
+      const int64_t end = offsets_.blocks[l].down + C * H;
+      if (t.offset >= begin && t.offset < end) layer = l;
+    }
+    if (layer >= 0 && layer_chunks_[layer].second == 0) {
+      layer_chunks_[layer].first = static_cast<int>(chunks.size());
+    }
+    if (t.offset == offsets_.embedding) embedding_chunks_end_ = 0;
+    if (t.offset == offsets_.final_norm_weight) {
+      final_chunks_begin_ = static_cast<int>(chunks.size());
+    }
     for (int64_t b = 0; b < n; b += kAdamWChunk) {
       AdamWChunk c;
       c.begin = t.offset + b;
       c.count = static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, n - b));
       c.decayed = t.decayed ? 1 : 0;
       chunks.push_back(c);
+    }
+    if (layer >= 0) {
+      layer_chunks_[layer].second = static_cast<int>(chunks.size());
+    }
+    if (t.offset == offsets_.embedding) {
+      embedding_chunks_end_ = static_cast<int>(chunks.size());
+    }
+  }
+  // The layout is embedding, blocks 0..L-1, final norm (SPEC §4): check the
+  // ranges tile the list, so every element is updated exactly once.
+  {
+    int next = embedding_chunks_end_;
+    for (int l = 0; l < L_; ++l) {
+      if (layer_chunks_[l].first != next) {
+        return absl::InternalError("cuda backend: AdamW chunk ranges do not tile");
+      }
+      next = layer_chunks_[l].second;
+    }
+    if (next != final_chunks_begin_) {
+      return absl::InternalError("cuda backend: AdamW chunk ranges do not tile");
     }
   }
   num_chunks_ = static_cast<int>(chunks.size());
@@ -744,6 +810,16 @@ absl::Status CudaBackend::BackwardPass() {
                           dresid16_, ln_scratch_, G + o.attention_norm_weight,
                           G + o.attention_norm_bias, stream_),
         "LayerNormBackward(attention_norm)");
+    // Block l's gradients are complete and its weights are not read again
+    // this step: update it on the AdamW stream, overlapping the backward of
+    // the blocks below (memory-bound AdamW next to latency-bound products).
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_fork_event_, stream_),
+                         "cudaEventRecord(adamw fork)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(adam_stream_, adam_fork_event_, 0),
+        "cudaStreamWaitEvent(adamw fork)");
+    RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
+                               adam_stream_));
   }
   CUDA_RETURN_IF_ERROR(
       EmbeddingBackward(inputs_, dresid_, T, C, G + offsets_.embedding,
@@ -758,10 +834,13 @@ absl::Status CudaBackend::EnqueueStepBody() {
       "Timestamp(step start)");
   RETURN_IF_ERROR(ForwardPass(step_counter_, 0, /*training=*/true));
   RETURN_IF_ERROR(BackwardPass());
-  CUDA_RETURN_IF_ERROR(
-      AdamWUpdateChunks(chunks_, num_chunks_, adam_table_, step_counter_, 0,
-                        pmv_, pmv_ + N_, pmv_ + 2 * N_, grad_, p16_, stream_),
-      "AdamWUpdateChunks");
+  // Embedding and final norm (read at the start of the backward) last.
+  RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
+  RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_join_event_, adam_stream_),
+                       "cudaEventRecord(adamw join)");
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, adam_join_event_, 0),
+                       "cudaStreamWaitEvent(adamw join)");
   CUDA_RETURN_IF_ERROR(CopyToRing(losses_, T_, step_counter_, kRingSlots,
                                   loss_ring_dev_, stream_),
                        "CopyToRing(losses)");
