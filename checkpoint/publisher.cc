@@ -56,12 +56,13 @@ absl::Status WriteAt(const FileOps& ops, int fd, const void* data, size_t size,
     ssize_t n = ops.pwrite(fd, p, n_try, static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Annotate(ErrnoStatus(errno, "writing", file),
-                      absl::StrCat("at offset ", offset));
+      return ErrnoStatus(errno, absl::StrCat("writing at offset ", offset, " of"),
+                         file);
     }
     if (n == 0) {
-      return Annotate(ErrnoStatus(ENOSPC, "writing", file),
-                      absl::StrCat("at offset ", offset, " (wrote 0 bytes)"));
+      return ErrnoStatus(
+          ENOSPC, absl::StrCat("writing at offset ", offset, " (0 bytes written) of"),
+          file);
     }
     p += n;
     size -= static_cast<size_t>(n);
@@ -240,7 +241,10 @@ absl::Status PublishCheckpoint(const std::string& path,
 
   const std::string tmp = TemporaryName(path);
   int fd = ops.open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "creating temporary", tmp);
+  if (fd < 0) {
+    return Annotate(ErrnoStatus(errno, "creating temporary", tmp),
+                    absl::StrCat("publishing ", path));
+  }
   bool tmp_exists = true;
   std::vector<Sha256Digest> digests;
   std::thread digester;
@@ -255,8 +259,8 @@ absl::Status PublishCheckpoint(const std::string& path,
 
   int err = ops.fallocate(fd, 0, static_cast<off_t>(total));
   if (err != 0 && err != EOPNOTSUPP && err != EINVAL && err != ENOSYS) {
-    return fail(Annotate(ErrnoStatus(err, "allocating", tmp),
-                         absl::StrCat(total, " bytes")));
+    return fail(
+        ErrnoStatus(err, absl::StrCat("allocating ", total, " bytes for"), tmp));
   }
   stage(PublishStage::kAllocated);
 
@@ -299,10 +303,13 @@ absl::Status PublishCheckpoint(const std::string& path,
     const std::string history = HistoryPath(options.history_dir, update_count);
     const std::string history_tmp = TemporaryName(history);
     if (ops.link(tmp.c_str(), history_tmp.c_str()) != 0) {
-      return fail(Annotate(ErrnoStatus(errno, "hard-linking", history_tmp),
-                           absl::StrCat("history link of ", tmp,
-                                        " (history_dir must be on the same "
-                                        "filesystem)")));
+      const absl::Status link_error = ErrnoStatus(
+          errno, absl::StrCat("hard-linking ", tmp, " as"), history_tmp);
+      return fail(absl::Status(
+          link_error.code(),
+          absl::StrCat(link_error.message(),
+                       " (history_dir must be on the same filesystem as the "
+                       "checkpoint)")));
     }
     if (ops.rename(history_tmp.c_str(), history.c_str()) != 0) {
       const int e = errno;

@@ -242,6 +242,7 @@ TEST_F(PublisherTest, DiskFullMidWriteKeepsOldCheckpoint) {
     EXPECT_THAT(Msg(s), HasSubstr("No space left on device"));
     EXPECT_THAT(Msg(s), HasSubstr("previous checkpoint untouched"));
     EXPECT_THAT(Msg(s), HasSubstr("model.ckpt.tmp."));
+    if (k == 4097) std::printf("example: %s\n", s.ToString().c_str());
     ExpectOldIntactAndNoTemporary();
   }
   // EIO mid-write: Internal, same guarantees.
@@ -309,6 +310,7 @@ TEST_F(PublisherTest, FailuresAtEachOperationKeepOldCheckpoint) {
         PublishCheckpoint(path_, id_, 2000, new_.data(), kPayloadBytes, options);
     EXPECT_FALSE(s.ok()) << c.name;
     EXPECT_THAT(Msg(s), HasSubstr(c.message)) << c.name << ": " << s;
+    std::printf("example: %s\n", s.ToString().c_str());
     ExpectOldIntactAndNoTemporary();
   }
 }

@@ -181,6 +181,7 @@ TEST_F(ReaderTest, FlippedByteInEachChunkNamesTheChunk) {
                                 HasSubstr(expected_hex), HasSubstr(actual_hex),
                                 HasSubstr("1 of 5 chunks differ")))
           << s;
+      if (chunk == 4 && off == end - 1) std::printf("example: %s\n", s.ToString().c_str());
       EXPECT_EQ(r->VerifyChunk(chunk).code(), absl::StatusCode::kDataLoss);
       for (uint64_t other = 0; other < 5; ++other) {
         if (other != chunk) EXPECT_TRUE(r->VerifyChunk(other).ok());
