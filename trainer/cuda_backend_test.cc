@@ -18,7 +18,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <random>
 #include <vector>
@@ -143,10 +145,16 @@ void CompareWithReference(const ModelConfig& config) {
     EXPECT_LT(RelErr(g.final_logits.data(), rows.data(), rows.size()), 1e-2);
   }
   const int64_t n = NumParameters(config);
+  double worst = 0;
+  std::string worst_name;
   for (const TensorInfo& t : ParameterLayout(config)) {
     const float* gm = g.pmv.data() + n + t.offset;
     const float* rm = r.pmv.data() + n + t.offset;
     const double err = RelErr(gm, rm, t.num_elements());
+    if (!(err <= worst)) {
+      worst = err;
+      worst_name = t.name;
+    }
     EXPECT_LT(err, 2e-2) << "gradient of " << t.name;
     // P after the first update moves by about lr·sign(g): a sign that
     // differs where |g| is at rounding level moves an element by 2·lr, so
@@ -156,6 +164,13 @@ void CompareWithReference(const ModelConfig& config) {
               5e-3)
         << "parameters of " << t.name;
   }
+  std::printf(
+      "[ %s ] rel-norm errors vs reference: record logits %.3g, row losses "
+      "%.3g, worst gradient %.3g (%s)\n",
+      config.name.c_str(),
+      RelErr(g.record.data(), r.record.data(), g.record.size()),
+      RelErr(g.losses[0].data(), r.losses[0].data(), config.T), worst,
+      worst_name.c_str());
 }
 
 // Runs on CPU-only machines too (target cuda_backend_nodevice_test).
