@@ -7,13 +7,19 @@
 //   2. Each segment is split into pieces by Pretokenize (pretokenizer.h).
 //   3. A piece whose bytes are a token is emitted whole (tiktoken's
 //      whole-piece shortcut).
-//   4. Otherwise tiktoken's `byte_pair_merge`: start from single bytes and
-//      repeatedly merge the adjacent pair whose concatenated bytes have the
-//      lowest rank, leftmost first on ties, until no pair is a token.
-//      Implemented over ids with a (left id, right id) -> rank map built from
-//      every split of every token into two tokens; pieces of 128+ bytes use a
-//      heap over a linked list (O(n log n)), shorter ones a linear scan.
+//   4. Otherwise tiktoken's `byte_pair_merge` (openai/tiktoken src/lib.rs):
+//      start from single bytes and repeatedly merge the adjacent pair whose
+//      concatenated bytes have the lowest rank, leftmost first on ties,
+//      until no pair is a token. Every part is always a token, so this is
+//      implemented over ids with a (left id, right id) -> rank table built
+//      from every split of every token into two tokens (equivalent to
+//      tiktoken's lookup of the concatenated bytes). Pieces of 128+ bytes use
+//      a heap over a linked list (O(n log n)), shorter ones a linear scan.
 // Ids are u32: 0..N-1 the ranks, N = V - 1 the special token.
+//
+// Speed (docs/PERFORMANCE.md "Tokenizer"): token and pair lookups are
+// open-addressing tables; BPE results of non-token pieces are memoized in a
+// per-thread PieceCache.
 //
 // Thread safety: an Encoder is immutable after construction; all methods are
 // const and may be called concurrently.
@@ -24,7 +30,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
