@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -74,7 +75,13 @@ class CudaBackend final : public Backend {
   absl::Status FinishSnapshot(float* pmv) override;
   absl::Status Final(uint64_t context, float* logits) override;
   absl::StatusOr<BackendTelemetry> Telemetry() override;
-  int max_steps_in_flight() const override { return kMaxInFlight; }
+  // Fewer than checkpoint_interval, so at most one snapshot is pending at a
+  // time under the run loop's protocol (a snapshot begun after step s is
+  // finished max_steps_in_flight() enqueues later).
+  int max_steps_in_flight() const override {
+    return static_cast<int>(std::min<int64_t>(
+        kMaxInFlight, std::max<int64_t>(0, config_.checkpoint_interval - 1)));
+  }
   void StepDeviceTimes(int64_t step, uint64_t* start_ns,
                        uint64_t* end_ns) override;
 
@@ -1021,7 +1028,21 @@ absl::Status CudaBackend::FinishSnapshot(float* pmv) {
   snapshot_pending_ = false;
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(snapshot_done_),
                        "cudaEventSynchronize(snapshot)");
-  std::memcpy(pmv, snapshot_host_, 3 * N_ * sizeof(float));
+  // 692 MB for coppelius: copy with several threads so the host is back
+  // quickly (the device keeps running the steps already enqueued).
+  const int64_t total = 3 * N_;
+  const int workers = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(8, total / (1 << 20))));
+  std::vector<std::thread> threads;
+  auto copy = [&](int w) {
+    const int64_t begin = total * w / workers;
+    const int64_t end = total * (w + 1) / workers;
+    std::memcpy(pmv + begin, snapshot_host_ + begin,
+                (end - begin) * sizeof(float));
+  };
+  for (int w = 1; w < workers; ++w) threads.emplace_back(copy, w);
+  copy(0);
+  for (std::thread& t : threads) t.join();
   return absl::OkStatus();
 }
 
