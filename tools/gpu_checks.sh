@@ -48,7 +48,9 @@ for t in stage/tests/*; do
   rc=$?
   secs=$(( $(date +%s) - start ))
   tail -n 40 "$out/$name.log" >> "$log"
-  grep -E '^\[  (FAILED|     OK|  SKIPPED) ' "$out/$name.log" | head -40
+  grep -E '^\[  (FAILED|     OK|  SKIPPED) |rel-norm errors' "$out/$name.log" | head -40
+  while IFS= read -r line; do summary+=("  $line"); done \
+    < <(grep -E 'rel-norm errors' "$out/$name.log" | head -4)
   if [ $rc -eq 0 ]; then
     n_ok=$(grep -c '^\[       OK \]' "$out/$name.log")
     n_skip=$(grep -c '^\[  SKIPPED \]' "$out/$name.log")
