@@ -31,7 +31,18 @@ if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
 fi
 
 # Test-only Python oracles (pinned): tiktoken for the tokenizer differential test.
-if ! python3 -c 'import tiktoken, sys; sys.exit(tiktoken.__version__ != "0.14.0")' 2>/dev/null; then
+# Every pin in tools/requirements-test.txt must be installed at its version.
+if ! python3 - <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+for line in open("tools/requirements-test.txt"):
+    line = line.split("#")[0].strip()
+    if line:
+        name, want = line.split("==")
+        if version(name) != want:
+            sys.exit(1)
+PY
+then
   echo "setup: installing test oracles from tools/requirements-test.txt" >&2
   python3 -m pip install -q --disable-pip-version-check -r tools/requirements-test.txt 2>&1 \
     || python3 -m pip install -q --break-system-packages --disable-pip-version-check -r tools/requirements-test.txt
