@@ -1,6 +1,9 @@
 #include "checkpoint/reader.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -304,6 +307,48 @@ TEST_F(ReaderTest, HeaderLengthPastTheEndAndHugeSizes) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
     EXPECT_THAT(Msg(r.status()), HasSubstr(c.message));
   }
+}
+
+// Virtual memory of this process in bytes (VmSize).
+uint64_t VmSizeBytes() {
+  const std::string status = *ReadFile("/proc/self/status");
+  const size_t at = status.find("VmSize:");
+  return std::stoull(status.substr(at + 7)) * 1024;
+}
+
+TEST_F(ReaderTest, HugeDeclaredSizesAllocateNothing) {
+  // Declared header sizes up to 2^62 and a 2^60-byte payload in a file of a
+  // few KB. In a child whose address space may grow by only 64 MiB, Open
+  // must refuse each (DataLoss) rather than allocate or die: the header
+  // allocation is bounded by kMaxHeaderBytes (16 MiB) and the file size.
+  std::vector<std::string> paths;
+  for (uint64_t header : {kMaxHeaderBytes, kMaxHeaderBytes + 1,
+                          uint64_t{1} << 40, uint64_t{1} << 62}) {
+    Preamble q = *DecodePreamble(good_, good_.size(), "x");
+    q.header_bytes = header;
+    q.payload_offset = PayloadOffsetFor(header);
+    q.payload_bytes = uint64_t{1} << 60;
+    std::string bytes = good_;
+    bytes.replace(0, 128, EncodePreamble(q));
+    paths.push_back(Variant(bytes));
+  }
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const uint64_t limit = VmSizeBytes() + (64 << 20);
+    struct rlimit rl = {limit, limit};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+    for (const std::string& p : paths) {
+      absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(p);
+      if (r.ok() || r.status().code() != absl::StatusCode::kDataLoss) _exit(1);
+    }
+    _exit(0);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus)) << "child died with signal "
+                                  << WTERMSIG(wstatus);
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
 }
 
 // An envelope whose header is `header` (digest valid) and payload `payload`.
