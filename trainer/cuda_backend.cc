@@ -8,7 +8,8 @@
 //   xmid_[l] fp32 [T,C], LayerNorm mean/rstd [T] x2, h1_/h2_ bf16 [T,C]
 //   (normed inputs), qkv16_ bf16 [T,3C] (rotated q, k and v), att32_ fp32
 //   [NH,T,T] (probabilities), att16_ bf16 [NH,T,T], y16_ bf16 [T,C]
-//   (attention output, head h at columns h·HS), gu_ fp32 [T,2H] (gate|up),
+//   (attention output, head h at columns h·HS, the bf16 result of P·v),
+//   gu_ fp32 [T,2H] (gate|up),
 //   a16_ bf16 [T,H]. x_[L] is the final residual.
 #include "trainer/cuda_backend.h"
 
@@ -201,7 +202,6 @@ class CudaBackend final : public Backend {
   float* rstdf_ = nullptr;
   bf16* xf16_ = nullptr;
   float* qkv32_ = nullptr;
-  float* y32_ = nullptr;
   float* logits_ = nullptr;
   bf16* dlogits16_ = nullptr;
   float* losses_ = nullptr;
@@ -211,7 +211,6 @@ class CudaBackend final : public Backend {
   float* dh32_ = nullptr;
   float* da32_ = nullptr;
   bf16* dgu16_ = nullptr;
-  float* dy32_ = nullptr;
   bf16* dy16_ = nullptr;
   float* dp32_ = nullptr;
   bf16* ds16_ = nullptr;
@@ -460,7 +459,6 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Alloc(&rstdf_, T, "final rstd"));
   RETURN_IF_ERROR(Alloc(&xf16_, T * C, "final norm output"));
   RETURN_IF_ERROR(Alloc(&qkv32_, T * 3 * C, "qkv fp32"));
-  RETURN_IF_ERROR(Alloc(&y32_, T * C, "attention output fp32"));
   RETURN_IF_ERROR(Alloc(&logits_, T * V, "logits"));
   RETURN_IF_ERROR(Alloc(&dlogits16_, T * V, "dlogits"));
   RETURN_IF_ERROR(Alloc(&losses_, T, "losses"));
@@ -469,7 +467,6 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Alloc(&dh32_, T * C, "dh"));
   RETURN_IF_ERROR(Alloc(&da32_, T * H, "da"));
   RETURN_IF_ERROR(Alloc(&dgu16_, T * 2 * H, "dgu"));
-  RETURN_IF_ERROR(Alloc(&dy32_, T * C, "dy"));
   RETURN_IF_ERROR(Alloc(&dy16_, T * C, "dy bf16"));
   RETURN_IF_ERROR(Alloc(&dp32_, NH * T * T, "dP"));
   RETURN_IF_ERROR(Alloc(&ds16_, NH * T * T, "dS"));
@@ -576,6 +573,7 @@ absl::Status CudaBackend::Init() {
     s.lda = T;
     s.ldb = 3 * C;
     s.ldc = C;
+    s.d_bf16 = true;  // y only feeds the output product
     RETURN_IF_ERROR(Plan(&p_pv_, heads(s, T * T, HS_, HS_)));
   }
   RETURN_IF_ERROR(Plan(&p_dxf_, linear_dx("logits dX", V, C)));
@@ -584,7 +582,11 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Plan(&p_dw_down_, linear_dw("down dW", C, H)));
   RETURN_IF_ERROR(Plan(&p_dx_gu_, linear_dx("gate|up dX", 2 * H, C)));
   RETURN_IF_ERROR(Plan(&p_dw_gu_, linear_dw("gate|up dW", 2 * H, C)));
-  RETURN_IF_ERROR(Plan(&p_dx_out_, linear_dx("output dX", C, C)));
+  {
+    MatmulShape s = linear_dx("output dX", C, C);
+    s.d_bf16 = true;  // dy only feeds the attention products
+    RETURN_IF_ERROR(Plan(&p_dx_out_, s));
+  }
   RETURN_IF_ERROR(Plan(&p_dw_out_, linear_dw("output dW", C, C)));
   RETURN_IF_ERROR(Plan(&p_dx_qkv_, linear_dx("qkv dX", 3 * C, C)));
   RETURN_IF_ERROR(Plan(&p_dw_qkv_, linear_dw("qkv dW", 3 * C, C)));
@@ -717,10 +719,7 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
     CUDA_RETURN_IF_ERROR(
         CausalSoftmaxForward(att32_[l], NH, T, att16_[l], stream_),
         "CausalSoftmaxForward");
-    RETURN_IF_ERROR(Mm(*p_pv_, att16_[l], v, nullptr, y32_));
-    CUDA_RETURN_IF_ERROR(
-        CastToBf16(y32_, static_cast<int64_t>(T) * C, y16_[l], stream_),
-        "CastToBf16(attention output)");
+    RETURN_IF_ERROR(p_pv_->RunBf16(att16_[l], v, y16_[l], workspace_, stream_));
     RETURN_IF_ERROR(Mm(*p_out_, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
     CUDA_RETURN_IF_ERROR(
         LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,
@@ -785,11 +784,9 @@ absl::Status CudaBackend::BackwardPass() {
     // Attention: xmid = x + y · Woᵀ.
     RETURN_IF_ERROR(Fork());
     RETURN_IF_ERROR(MmSide(*p_dw_out_, dresid16_, y16_[l], G + o.output));
-    RETURN_IF_ERROR(Mm(*p_dx_out_, dresid16_, p16_ + o.output, nullptr, dy32_));
+    RETURN_IF_ERROR(
+        p_dx_out_->RunBf16(dresid16_, p16_ + o.output, dy16_, workspace_, stream_));
     RETURN_IF_ERROR(Join());
-    CUDA_RETURN_IF_ERROR(
-        CastToBf16(dy32_, static_cast<int64_t>(T) * C, dy16_, stream_),
-        "CastToBf16(dy)");
     const bf16* q = qkv16_[l];
     const bf16* k = q + C;
     const bf16* v = q + 2 * C;

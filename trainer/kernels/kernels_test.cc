@@ -151,6 +151,61 @@ TEST(MatmulTest, StridedBatch) {
   RunMatmulCase({true, false, 45, 16, 45, 3, 0.25f, 0.0f});
 }
 
+// A bf16 result is the fp32 result rounded to nearest even (checked against
+// an fp32-result plan of the same shape: the two plans may sum in different
+// orders, so a few roundings may differ; truncation would differ in ~half).
+TEST(MatmulTest, Bf16ResultIsRoundedFp32) {
+  SKIP_WITHOUT_GPU();
+  const int64_t M = 77, N = 96, K = 200;
+  auto a = RandomNormal(M * K, 1.0f, &Rng());
+  auto b = RandomNormal(N * K, 1.0f, &Rng());
+  Bf16Buffer da(a.size()), db(b.size()), d16(M * N);
+  DeviceBuffer<float> d32(M * N);
+  da.Upload(ToBf16(a));
+  db.Upload(ToBf16(b));
+  cublasLtHandle_t lt;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const size_t ws_bytes = 32u << 20;
+  DeviceBuffer<char> ws(ws_bytes);
+  MatmulShape s;
+  s.name = "fp32 result";
+  s.trans_b = true;
+  s.m = M;
+  s.n = N;
+  s.k = K;
+  s.lda = K;
+  s.ldb = K;
+  s.ldc = N;
+  auto p32 = MatmulPlan::Create(lt, s, ws_bytes);
+  ASSERT_TRUE(p32.ok()) << p32.status();
+  s.name = "bf16 result";
+  s.d_bf16 = true;
+  auto p16 = MatmulPlan::Create(lt, s, ws_bytes);
+  ASSERT_TRUE(p16.ok()) << p16.status();
+  ASSERT_TRUE((*p32)->Run(AsBf16(da), AsBf16(db), nullptr, d32.get(), ws.get(), nullptr).ok());
+  ASSERT_TRUE((*p16)->RunBf16(AsBf16(da), AsBf16(db), AsBf16(d16), ws.get(), nullptr).ok());
+  EXPECT_FALSE((*p16)->Run(AsBf16(da), AsBf16(db), nullptr, d32.get(), ws.get(), nullptr).ok());
+  const auto f = d32.Download();
+  const auto h = d16.Download();
+  int mismatches = 0;
+  for (size_t i = 0; i < f.size(); ++i) mismatches += h[i] != test::Bf16Bits(f[i]);
+  EXPECT_LE(mismatches, static_cast<int>(f.size() / 100)) << "of " << f.size();
+  std::vector<double> ref(M * N);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; ++p) {
+        acc += static_cast<double>(RoundBf16(a[i * K + p])) * RoundBf16(b[j * K + p]);
+      }
+      ref[i * N + j] = acc;
+    }
+  }
+  EXPECT_LT(RelErr(FromBf16(h), ref), kBf16OutTol);
+  p32->reset();
+  p16->reset();
+  cublasLtDestroy(lt);
+}
+
 TEST(MatmulTest, RejectsBadShapes) {
   SKIP_WITHOUT_GPU();
   cublasLtHandle_t lt;

@@ -65,6 +65,10 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
         ", ldb=", s.ldb, " needs ", b_cols, ", ldc=", s.ldc, " needs ", s.n,
         ")"));
   }
+  if (s.d_bf16 && s.beta != 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a bf16 result takes no accumulator (beta 0)"));
+  }
   if (s.alignment_bytes < 4 || (s.alignment_bytes & (s.alignment_bytes - 1))) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": alignment_bytes must be a power of two >= 4"));
@@ -105,8 +109,8 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
     st = MakeLayout(CUDA_R_16BF, lb_rows, lb_cols, s.lda, s.batch, s.stride_a,
                     &plan->layout_b_, what);
     if (!st.ok()) return st;
-    st = MakeLayout(CUDA_R_32F, s.n, s.m, s.ldc, s.batch, s.stride_c,
-                    &plan->layout_c_, what);
+    st = MakeLayout(s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F, s.n, s.m, s.ldc,
+                    s.batch, s.stride_c, &plan->layout_c_, what);
     if (!st.ok()) return st;
   }
 
@@ -150,6 +154,26 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
 absl::Status MatmulPlan::Run(const __nv_bfloat16* a, const __nv_bfloat16* b,
                              const float* c, float* d, void* workspace,
                              cudaStream_t stream) const {
+  if (shape_.d_bf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "matmul ", shape_.name, ": plan has a bf16 result, use RunBf16"));
+  }
+  return RunRaw(a, b, c, d, workspace, stream);
+}
+
+absl::Status MatmulPlan::RunBf16(const __nv_bfloat16* a,
+                                 const __nv_bfloat16* b, __nv_bfloat16* d,
+                                 void* workspace, cudaStream_t stream) const {
+  if (!shape_.d_bf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "matmul ", shape_.name, ": plan has an fp32 result, use Run"));
+  }
+  return RunRaw(a, b, nullptr, d, workspace, stream);
+}
+
+absl::Status MatmulPlan::RunRaw(const void* a, const void* b, const void* c,
+                                void* d, void* workspace,
+                                cudaStream_t stream) const {
   const uintptr_t mask = static_cast<uintptr_t>(shape_.alignment_bytes) - 1;
   if ((reinterpret_cast<uintptr_t>(a) & mask) ||
       (reinterpret_cast<uintptr_t>(b) & mask) ||

@@ -51,6 +51,10 @@ struct MatmulShape {
   float beta = 0.0f;
   // Every pointer given to Run() must be aligned to this many bytes.
   int alignment_bytes = 16;
+  // D (and C) in bf16 instead of fp32: the fp32 result rounded to bf16 by
+  // the product's epilogue (round to nearest even), for results that only
+  // feed another product. Use RunBf16().
+  bool d_bf16 = false;
 };
 
 class MatmulPlan {
@@ -73,10 +77,17 @@ class MatmulPlan {
                    const float* c, float* d, void* workspace,
                    cudaStream_t stream) const;
 
+  // For plans with d_bf16 (beta must be 0).
+  absl::Status RunBf16(const __nv_bfloat16* a, const __nv_bfloat16* b,
+                       __nv_bfloat16* d, void* workspace,
+                       cudaStream_t stream) const;
+
   const MatmulShape& shape() const { return shape_; }
 
  private:
   MatmulPlan() = default;
+  absl::Status RunRaw(const void* a, const void* b, const void* c, void* d,
+                      void* workspace, cudaStream_t stream) const;
 
   MatmulShape shape_;
   cublasLtHandle_t handle_ = nullptr;
