@@ -79,6 +79,26 @@ else
   note "memcheck" "skipped (no compute-sanitizer or SKIP_SANITIZER=1)"
 fi
 
+# 3b. end-to-end: `train` on the tiny config with the cuda backend
+if [ -x stage/bin/train ]; then
+  e2e="$out/e2e"
+  mkdir -p "$e2e"
+  python3 - "$e2e/tokens.cache" <<'PY'
+import random, struct, sys
+random.seed(5)
+ids = [random.randrange(512) for _ in range(8 * 64 + 1)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<QQ", 0, 0) + struct.pack("<%dI" % len(ids), *ids))
+PY
+  : > "$e2e/fresh"
+  timeout 60 stage/bin/train --config=tiny --backend=cuda --progress=false \
+    --tokens="$e2e/tokens.cache" --checkpoint_in="$e2e/fresh" \
+    --checkpoint_out="$e2e/ck" --result="$e2e/result" >"$out/e2e_train.log" 2>&1
+  rc=$?
+  tail -n 5 "$out/e2e_train.log" | tee -a "$log"
+  note "train --config=tiny --backend=cuda" "rc=$rc $(stat -c %s "$e2e/result" 2>/dev/null) bytes of result"
+fi
+
 # 4. benchmarks
 if [ -x stage/bin/step_bench ]; then
   echo "== step_bench" | tee -a "$log"
