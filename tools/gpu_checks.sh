@@ -81,7 +81,7 @@ fi
 
 # 3b. end-to-end: `train` on the tiny config with the cuda backend
 if [ -x stage/bin/train ]; then
-  e2e="$out/e2e"
+  e2e=/tmp/coppelius_e2e
   mkdir -p "$e2e"
   python3 - "$e2e/tokens.cache" <<'PY'
 import random, struct, sys
