@@ -13,7 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "common/command_line.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenize.h"
 
@@ -88,29 +88,9 @@ absl::Status Run(const std::vector<char*>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  // Accept --flag-name spellings for --flag_name (before any '=').
-  // Also join "-o VALUE" into "--o=VALUE" (absl warns on a value "-").
-  std::vector<std::string> storage;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if ((a == "-o" || a == "--o") && i + 1 < argc) {
-      storage.push_back(absl::StrCat("--o=", argv[++i]));
-    } else {
-      storage.push_back(a);
-    }
-  }
-  std::vector<char*> fixed;
-  for (std::string& a : storage) {
-    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
-      size_t eq = a.find('=');
-      std::string name = a.substr(0, eq == std::string::npos ? a.size() : eq);
-      a = absl::StrCat("--", absl::StrReplaceAll(name.substr(2), {{"-", "_"}}),
-                       eq == std::string::npos ? "" : a.substr(eq));
-    }
-    fixed.push_back(&a[0]);
-  }
+  coppelius::NormalizedCommandLine command_line(argc, argv);
   std::vector<char*> args =
-      absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
+      absl::ParseCommandLine(command_line.argc(), command_line.argv());
   absl::Status status = Run(args);
   if (!status.ok()) {
     std::cerr << "tokenize: " << status << std::endl;
