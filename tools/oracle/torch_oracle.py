@@ -104,10 +104,14 @@ class BF16MatMul(torch.autograd.Function):
 
 
 class Model:
-    def __init__(self, cfg, params, precision):
+    def __init__(self, cfg, params, precision, elementwise_double=False):
         self.cfg = cfg
         self.p = params
         self.precision = precision
+        # Evaluate non-matmul ops in float64 and round the result to the
+        # parameters' dtype, as the reference does (its rule), so bf16
+        # rounding boundaries see the same fp32 operands.
+        self.ew = elementwise_double
         T, HS = cfg["T"], cfg["HS"]
         half = HS // 2
         dtype = params["embedding"].dtype
@@ -116,6 +120,7 @@ class Model:
         ang = pos * inv  # [T, HS/2]
         self.cos = torch.cos(ang).to(dtype)
         self.sin = torch.sin(ang).to(dtype)
+        self.cos64, self.sin64 = torch.cos(ang), torch.sin(ang)
         self.causal = torch.ones(T, T, dtype=torch.bool).tril()
 
     def mm(self, a, b):
@@ -126,13 +131,28 @@ class Model:
     def linear(self, x, w):  # y = x·Wᵀ, W [out, in]
         return self.mm(x, w.t())
 
+    def ew_in(self, *xs):
+        return [x.double() for x in xs] if self.ew else list(xs)
+
+    def ew_out(self, y, like):
+        return y.to(like.dtype) if self.ew else y
+
     def ln(self, x, w, b):
-        return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+        xx, ww, bb = self.ew_in(x, w, b)
+        # ε is SPEC's 1e-5 as the fp32 value the kernels use.
+        eps = float(np.float32(1e-5)) if self.ew else 1e-5
+        return self.ew_out(F.layer_norm(xx, (x.shape[-1],), ww, bb, eps=eps), x)
 
     def rope(self, x):  # x [NH, T, HS]
         half = x.shape[-1] // 2
-        a, b = x[..., :half], x[..., half:]
-        return torch.cat([a * self.cos - b * self.sin, b * self.cos + a * self.sin], dim=-1)
+        (xx,) = self.ew_in(x)
+        cos, sin = (self.cos64, self.sin64) if self.ew else (self.cos, self.sin)
+        a, b = xx[..., :half], xx[..., half:]
+        return self.ew_out(torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1), x)
+
+    def add(self, x, y):
+        xx, yy = self.ew_in(x, y)
+        return self.ew_out(xx + yy, x)
 
     def forward(self, ids):
         cfg, p = self.cfg, self.p
@@ -148,12 +168,16 @@ class Model:
             v = v.view(T, NH, HS).transpose(0, 1)
             scores = self.mm(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(HS))
             scores = scores.masked_fill(~self.causal, float("-inf"))
-            probs = torch.softmax(scores.float() if self.precision == "autocast" else scores, dim=-1)
+            if self.ew:
+                probs = torch.softmax(scores.double(), dim=-1).to(scores.dtype)
+            else:
+                probs = torch.softmax(scores.float() if self.precision == "autocast" else scores, dim=-1)
             o = self.mm(probs, v).transpose(0, 1).reshape(T, C)
-            x = x + self.linear(o, p[q_ + "attention.output"])
+            x = self.add(x, self.linear(o, p[q_ + "attention.output"]))
             h = self.ln(x, p[q_ + "mlp_norm.weight"], p[q_ + "mlp_norm.bias"])
-            a = F.silu(self.linear(h, p[q_ + "mlp.gate"])) * self.linear(h, p[q_ + "mlp.up"])
-            x = x + self.linear(a, p[q_ + "mlp.down"])
+            g, u = self.ew_in(self.linear(h, p[q_ + "mlp.gate"]), self.linear(h, p[q_ + "mlp.up"]))
+            a = self.ew_out(F.silu(g) * u, h)
+            x = self.add(x, self.linear(a, p[q_ + "mlp.down"]))
         xf = self.ln(x, p["final_norm.weight"], p["final_norm.bias"])
         return self.linear(xf, p["embedding"]).float()
 
@@ -166,6 +190,9 @@ def main():
     ap.add_argument("--pmv_offset", type=int, default=0, help="payload byte offset in --pmv")
     ap.add_argument("--precision", default="bf16rule",
                     choices=["fp64", "fp32", "bf16rule", "autocast"])
+    ap.add_argument("--elementwise_double", action="store_true",
+                    help="bf16rule: evaluate LayerNorm, RoPE, softmax, SiLU·up and "
+                         "residual adds in float64, rounded to fp32 (as the reference)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--max_loss_rel", type=float, default=None)
     ap.add_argument("--max_grad_rel", type=float, default=None)
@@ -205,10 +232,9 @@ def main():
             mm_ = torch.tensor(pmv[n + off:n + off + cnt].reshape(shape), dtype=dtype, device=dev)
             vv_ = torch.tensor(pmv[2 * n + off:2 * n + off + cnt].reshape(shape), dtype=dtype, device=dev)
             opt.state[params[name]] = {"step": torch.tensor(float(t0)), "exp_avg": mm_, "exp_avg_sq": vv_}
-    model = Model(cfg, params, args.precision)
-    if args.precision == "autocast":
-        model.cos, model.sin = model.cos.to(dev), model.sin.to(dev)
+    model = Model(cfg, params, args.precision, args.elementwise_double)
     model.cos, model.sin, model.causal = model.cos.to(dev), model.sin.to(dev), model.causal.to(dev)
+    model.cos64, model.sin64 = model.cos64.to(dev), model.sin64.to(dev)
 
     torch_losses, grads0 = [], None
     for s in range(K):
@@ -221,7 +247,8 @@ def main():
                 logits = model.forward(inputs)
         else:
             logits = model.forward(inputs)
-        rows = F.cross_entropy(logits.double() if dtype == torch.float64 else logits.float(),
+        ce_double = dtype == torch.float64 or args.elementwise_double
+        rows = F.cross_entropy(logits.double() if ce_double else logits.float(),
                                targets, reduction="none")
         rows.mean().backward()
         torch_losses.append(rows.detach().double().cpu().numpy())
@@ -262,7 +289,8 @@ def main():
     report["grad_max_rel"], report["grad_worst_tensor"] = gmax[1], gmax[0]
     report["param_max_rel"], report["param_worst_tensor"] = pmax[1], pmax[0]
 
-    print(f"oracle: precision={args.precision} device={dev} config={m.get('config')} "
+    report["elementwise_double"] = bool(args.elementwise_double)
+    print(f"oracle: precision={args.precision}{' +elementwise_double' if args.elementwise_double else ''} device={dev} config={m.get('config')} "
           f"K={K} c0={c0} t0={t0} dump_bf16={report['dump_bf16']}")
     for s in range(K):
         print(f"  step {s}: mean loss ours {report['mean_loss_ours'][s]:.7f} "
