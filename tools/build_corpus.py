@@ -32,7 +32,7 @@ next to it (`<output>.manifest.json`) it is left alone. Prints the SHA-256 of
 the output; with the pinned versions it must be EXPECTED_SHA256 (the build
 warns when it differs, e.g. with --allow-other-versions).
 
-Usage: tools/build_corpus.py [--work-dir data/corpus] [--output PATH]
+Usage: tools/build_corpus.py [--work-dir DIR] [--output|--out PATH]
                              [--allow-other-versions] [--force]
 """
 
@@ -217,11 +217,17 @@ def sha256_file(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work-dir", default="data/corpus")
-    parser.add_argument("--output", default=None, help="default: WORK_DIR/corpus.txt")
+    parser.add_argument("--work-dir", default=None,
+                        help="downloads and extraction; default: the output's "
+                        "directory, else data/corpus")
+    parser.add_argument("--output", "--out", default=None,
+                        help="default: WORK_DIR/corpus.txt")
     parser.add_argument("--allow-other-versions", action="store_true")
     parser.add_argument("--force", action="store_true", help="rebuild even if present")
     args = parser.parse_args()
+    if args.work_dir is None:
+        args.work_dir = os.path.dirname(args.output) if args.output else "data/corpus"
+        args.work_dir = args.work_dir or "."
     output = args.output or os.path.join(args.work_dir, "corpus.txt")
     manifest_path = output + ".manifest.json"
 
