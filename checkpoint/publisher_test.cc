@@ -73,7 +73,9 @@ class PublisherTest : public ::testing::Test {
   // The previous checkpoint is byte-for-byte intact and nothing else is in
   // the directory.
   void ExpectOldIntactAndNoTemporary() {
-    EXPECT_EQ(*ReadFile(path_), old_bytes_);
+    absl::StatusOr<std::string> now = ReadFile(path_);
+    ASSERT_TRUE(now.ok()) << now.status();
+    EXPECT_EQ(*now, old_bytes_);
     EXPECT_THAT(ListDir(dir_), ElementsAre("model.ckpt"));
   }
 

@@ -27,6 +27,8 @@
 //     c0 = in.update_count();
 //   }
 //
+// Const methods may be called from several threads at once.
+//
 // The file must not be truncated by another process while mapped (the
 // publisher only ever renames new files over a path, never rewrites one).
 #ifndef COPPELIUS_CHECKPOINT_READER_H_
