@@ -192,6 +192,7 @@ class CudaBackend final : public Backend {
   cudaStream_t adam_stream_ = nullptr;
   cudaEvent_t adam_fork_event_ = nullptr;
   cudaEvent_t adam_join_event_ = nullptr;
+  cudaEvent_t side_done_event_ = nullptr;
   float* rope_table_ = nullptr;
   uint64_t update_count_ = 0;
   bool loaded_ = false;
@@ -258,6 +259,7 @@ CudaBackend::~CudaBackend() {
   if (adam_stream_ != nullptr) cudaStreamSynchronize(adam_stream_);
   if (adam_fork_event_ != nullptr) cudaEventDestroy(adam_fork_event_);
   if (adam_join_event_ != nullptr) cudaEventDestroy(adam_join_event_);
+  if (side_done_event_ != nullptr) cudaEventDestroy(side_done_event_);
   if (join_event_ != nullptr) cudaEventDestroy(join_event_);
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
@@ -330,6 +332,9 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&adam_join_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(adamw join)");
+  CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&side_done_event_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags(side done)");
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_), "cublasLtCreate");
   for (cudaEvent_t& e : step_events_) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
@@ -756,12 +761,19 @@ absl::Status CudaBackend::BackwardPass() {
   RETURN_IF_ERROR(
       Mm(*p_dxf_, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
   RETURN_IF_ERROR(Join());
+  // LayerNorm backward: the rows on the main stream, the dweight/dbias
+  // reduction (off the critical path) on the side stream; the side stream
+  // is joined before the next LayerNorm backward reuses the partials.
   CUDA_RETURN_IF_ERROR(
-      LayerNormBackward(dh32_, x_[L_], P + offsets_.final_norm_weight, meanf_,
-                        rstdf_, T, C, /*accumulate=*/false, dresid_, dresid16_,
-                        ln_scratch_, G + offsets_.final_norm_weight,
-                        G + offsets_.final_norm_bias, stream_),
-      "LayerNormBackward(final_norm)");
+      LayerNormBackwardRows(dh32_, x_[L_], P + offsets_.final_norm_weight,
+                            meanf_, rstdf_, T, C, /*accumulate=*/false,
+                            dresid_, dresid16_, ln_scratch_, stream_),
+      "LayerNormBackwardRows(final_norm)");
+  RETURN_IF_ERROR(Fork());
+  CUDA_RETURN_IF_ERROR(
+      LayerNormBackwardReduce(ln_scratch_, T, C, G + offsets_.final_norm_weight,
+                              G + offsets_.final_norm_bias, side_stream_),
+      "LayerNormBackwardReduce(final_norm)");
   for (int l = L_ - 1; l >= 0; --l) {
     const BlockOffsets& o = offsets_.blocks[l];
     // MLP: x_next = xmid + down(a).
@@ -776,11 +788,15 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(Mm(*p_dx_gu_, dgu16_, p16_ + o.gate, nullptr, dh32_));
     RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
-        LayerNormBackward(dh32_, xmid_[l], P + o.mlp_norm_weight, mean2_[l],
-                          rstd2_[l], T, C, /*accumulate=*/true, dresid_,
-                          dresid16_, ln_scratch_, G + o.mlp_norm_weight,
-                          G + o.mlp_norm_bias, stream_),
-        "LayerNormBackward(mlp_norm)");
+        LayerNormBackwardRows(dh32_, xmid_[l], P + o.mlp_norm_weight,
+                              mean2_[l], rstd2_[l], T, C, /*accumulate=*/true,
+                              dresid_, dresid16_, ln_scratch_, stream_),
+        "LayerNormBackwardRows(mlp_norm)");
+    RETURN_IF_ERROR(Fork());
+    CUDA_RETURN_IF_ERROR(
+        LayerNormBackwardReduce(ln_scratch_, T, C, G + o.mlp_norm_weight,
+                                G + o.mlp_norm_bias, side_stream_),
+        "LayerNormBackwardReduce(mlp_norm)");
     // Attention: xmid = x + y · Woᵀ.
     RETURN_IF_ERROR(Fork());
     RETURN_IF_ERROR(MmSide(*p_dw_out_, dresid16_, y16_[l], G + o.output));
@@ -809,11 +825,19 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(Mm(*p_dx_qkv_, dqkv16_, p16_ + o.qkv, nullptr, dh32_));
     RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
-        LayerNormBackward(dh32_, x_[l], P + o.attention_norm_weight, mean1_[l],
-                          rstd1_[l], T, C, /*accumulate=*/true, dresid_,
-                          dresid16_, ln_scratch_, G + o.attention_norm_weight,
-                          G + o.attention_norm_bias, stream_),
-        "LayerNormBackward(attention_norm)");
+        LayerNormBackwardRows(dh32_, x_[l], P + o.attention_norm_weight,
+                              mean1_[l], rstd1_[l], T, C, /*accumulate=*/true,
+                              dresid_, dresid16_, ln_scratch_, stream_),
+        "LayerNormBackwardRows(attention_norm)");
+    RETURN_IF_ERROR(Fork());
+    CUDA_RETURN_IF_ERROR(
+        LayerNormBackwardReduce(ln_scratch_, T, C, G + o.attention_norm_weight,
+                                G + o.attention_norm_bias, side_stream_),
+        "LayerNormBackwardReduce(attention_norm)");
+    // The block's AdamW (below) reads these norm gradients: the AdamW stream
+    // waits for the side stream too (the main stream does not).
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
+                         "cudaEventRecord(side done)");
     // Block l's gradients are complete and its weights are not read again
     // this step: update it on the AdamW stream, overlapping the backward of
     // the blocks below (memory-bound AdamW next to latency-bound products).
@@ -822,9 +846,15 @@ absl::Status CudaBackend::BackwardPass() {
     CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(adam_stream_, adam_fork_event_, 0),
         "cudaStreamWaitEvent(adamw fork)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(adam_stream_, side_done_event_, 0),
+        "cudaStreamWaitEvent(adamw after side)");
     RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
                                adam_stream_));
   }
+  // The tied dE product ran on the side stream (joined since); join the
+  // side stream's last reduction too before the capture ends.
+  RETURN_IF_ERROR(Join());
   CUDA_RETURN_IF_ERROR(
       EmbeddingBackward(inputs_, dresid_, T, C, G + offsets_.embedding,
                         stream_),

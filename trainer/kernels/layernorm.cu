@@ -308,32 +308,48 @@ cudaError_t LayerNormForward(const float* x, const float* weight,
                           rstd, stream);
 }
 
+cudaError_t LayerNormBackwardRows(const float* dy, const float* x,
+                                  const float* weight, const float* mean,
+                                  const float* rstd, int T, int C,
+                                  bool accumulate, float* dresid,
+                                  __nv_bfloat16* dresid_bf16, float* scratch,
+                                  cudaStream_t stream) {
+  const bool vec = C % 128 == 0 && Aligned16(dy) && Aligned16(x) &&
+                   Aligned16(weight) && Aligned16(dresid) &&
+                   (reinterpret_cast<uintptr_t>(dresid_bf16) & 7u) == 0;
+  if (vec && C == 512) {
+    return LaunchBackward<4>(dy, x, weight, mean, rstd, T, C, accumulate,
+                             dresid, dresid_bf16, scratch, stream);
+  }
+  if (vec && C == 128) {
+    return LaunchBackward<1>(dy, x, weight, mean, rstd, T, C, accumulate,
+                             dresid, dresid_bf16, scratch, stream);
+  }
+  return LaunchBackward<0>(dy, x, weight, mean, rstd, T, C, accumulate, dresid,
+                           dresid_bf16, scratch, stream);
+}
+
+cudaError_t LayerNormBackwardReduce(const float* scratch, int T, int C,
+                                    float* dweight, float* dbias,
+                                    cudaStream_t stream) {
+  const int blocks = (T + kLayerNormBackwardRows - 1) / kLayerNormBackwardRows;
+  const int threads = 256;
+  LayerNormParamReduceKernel<<<(2 * C + threads - 1) / threads, threads, 0,
+                               stream>>>(scratch, blocks, C, dweight, dbias);
+  return cudaGetLastError();
+}
+
 cudaError_t LayerNormBackward(const float* dy, const float* x,
                               const float* weight, const float* mean,
                               const float* rstd, int T, int C, bool accumulate,
                               float* dresid, __nv_bfloat16* dresid_bf16,
                               float* scratch, float* dweight, float* dbias,
                               cudaStream_t stream) {
-  const bool vec = C % 128 == 0 && Aligned16(dy) && Aligned16(x) &&
-                   Aligned16(weight) && Aligned16(dresid) &&
-                   (reinterpret_cast<uintptr_t>(dresid_bf16) & 7u) == 0;
-  cudaError_t e;
-  if (vec && C == 512) {
-    e = LaunchBackward<4>(dy, x, weight, mean, rstd, T, C, accumulate, dresid,
-                          dresid_bf16, scratch, stream);
-  } else if (vec && C == 128) {
-    e = LaunchBackward<1>(dy, x, weight, mean, rstd, T, C, accumulate, dresid,
-                          dresid_bf16, scratch, stream);
-  } else {
-    e = LaunchBackward<0>(dy, x, weight, mean, rstd, T, C, accumulate, dresid,
-                          dresid_bf16, scratch, stream);
-  }
+  const cudaError_t e =
+      LayerNormBackwardRows(dy, x, weight, mean, rstd, T, C, accumulate,
+                            dresid, dresid_bf16, scratch, stream);
   if (e != cudaSuccess) return e;
-  const int blocks = (T + kLayerNormBackwardRows - 1) / kLayerNormBackwardRows;
-  const int threads = 256;
-  LayerNormParamReduceKernel<<<(2 * C + threads - 1) / threads, threads, 0,
-                               stream>>>(scratch, blocks, C, dweight, dbias);
-  return cudaGetLastError();
+  return LayerNormBackwardReduce(scratch, T, C, dweight, dbias, stream);
 }
 
 }  // namespace coppelius

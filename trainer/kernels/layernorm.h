@@ -46,6 +46,21 @@ cudaError_t LayerNormForward(const float* x, const float* weight,
                              __nv_bfloat16* y_bf16, float* y_f32, float* mean,
                              float* rstd, cudaStream_t stream);
 
+// The two halves of LayerNormBackward, for callers that run the (off the
+// critical path) parameter reduction on another stream: Rows writes dresid,
+// dresid_bf16 and the partials in `scratch`; Reduce sums the partials into
+// dweight/dbias. Reduce must run after Rows and before the next Rows that
+// reuses `scratch`.
+cudaError_t LayerNormBackwardRows(const float* dy, const float* x,
+                                  const float* weight, const float* mean,
+                                  const float* rstd, int T, int C,
+                                  bool accumulate, float* dresid,
+                                  __nv_bfloat16* dresid_bf16, float* scratch,
+                                  cudaStream_t stream);
+cudaError_t LayerNormBackwardReduce(const float* scratch, int T, int C,
+                                    float* dweight, float* dbias,
+                                    cudaStream_t stream);
+
 // Writes dweight[C] and dbias[C] (overwritten, not accumulated).
 cudaError_t LayerNormBackward(const float* dy, const float* x,
                               const float* weight, const float* mean,
