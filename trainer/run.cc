@@ -288,6 +288,9 @@ absl::Status RunTrain(const TrainOptions& options,
     }
   }
 
+  // --- The backend: never chosen implicitly, no host fallback.
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   backend_factory(options.backend, config));
   // --- The initial image (verifying every chunk of a continued checkpoint).
   std::vector<float> pmv(3 * num_parameters);
   if (input.IsFresh()) {
@@ -310,9 +313,6 @@ absl::Status RunTrain(const TrainOptions& options,
               input_stat.header_digest.begin());
   }
 
-  // --- The backend: never chosen implicitly, no host fallback.
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                   backend_factory(options.backend, config));
   RETURN_IF_ERROR(Annotate(backend->Load(pmv.data(), c0), "loading P/M/V"));
   RETURN_IF_ERROR(Annotate(backend->SetTokens(ids, num_ids, c0),
                            "staging the token stream"));
