@@ -242,6 +242,25 @@ class CudaBackend final : public Backend {
   std::vector<char> consumed_;  // per step: polled (or saved)
   std::map<int64_t, std::vector<float>> saved_losses_;
   std::vector<std::pair<uint64_t, uint64_t>> step_times_;
+  // Per step: device time at the end of the forward (after the CE) and at
+  // the end of the main stream's backward (before the embedding's AdamW).
+  std::vector<std::pair<uint64_t, uint64_t>> phase_times_;
+
+ public:
+  // For benchmarks: start, forward end, backward end, end (ns) of `step`,
+  // valid after PollStep(step).
+  bool PhaseTimes(int64_t step, uint64_t ns[4]) const {
+    if (step < 0 || step >= static_cast<int64_t>(step_times_.size())) {
+      return false;
+    }
+    ns[0] = step_times_[step].first;
+    ns[1] = phase_times_[step].first;
+    ns[2] = phase_times_[step].second;
+    ns[3] = step_times_[step].second;
+    return true;
+  }
+
+ private:
   std::vector<float> last_row_losses_;
   int64_t last_polled_ = -1;
   int64_t first_nonfinite_step_ = -1;
@@ -496,10 +515,10 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&loss_ring_dev_), loss_ring_, 0),
                        "cudaHostGetDevicePointer(loss ring)");
   CUDA_RETURN_IF_ERROR(
-      cudaHostAlloc(reinterpret_cast<void**>(&time_ring_), (kRingSlots * 2 + 6) * sizeof(uint64_t),
+      cudaHostAlloc(reinterpret_cast<void**>(&time_ring_), (kRingSlots * 4 + 6) * sizeof(uint64_t),
                     cudaHostAllocMapped),
       "cudaHostAlloc(time ring)");
-  std::memset(time_ring_, 0, (kRingSlots * 2 + 6) * sizeof(uint64_t));
+  std::memset(time_ring_, 0, (kRingSlots * 4 + 6) * sizeof(uint64_t));
   CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&time_ring_dev_), time_ring_, 0),
                        "cudaHostGetDevicePointer(time ring)");
   CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&logit_rows_host_), 3 * V * sizeof(float)),
@@ -866,8 +885,15 @@ absl::Status CudaBackend::EnqueueStepBody() {
   CUDA_RETURN_IF_ERROR(
       Timestamp(step_counter_, kRingSlots, 0, time_ring_dev_, stream_),
       "Timestamp(step start)");
+  uint64_t* phase_ring = time_ring_dev_ + kRingSlots * 2 + 6;
   RETURN_IF_ERROR(ForwardPass(step_counter_, 0, /*training=*/true));
+  CUDA_RETURN_IF_ERROR(
+      Timestamp(step_counter_, kRingSlots, 0, phase_ring, stream_),
+      "Timestamp(forward end)");
   RETURN_IF_ERROR(BackwardPass());
+  CUDA_RETURN_IF_ERROR(
+      Timestamp(step_counter_, kRingSlots, 1, phase_ring, stream_),
+      "Timestamp(backward end)");
   // Embedding and final norm (read at the start of the backward) last.
   RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
   RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
@@ -924,6 +950,7 @@ absl::Status CudaBackend::BuildStepGraph() {
                        "cudaGraphUpload(step)");
   consumed_.assign(contexts, 0);
   step_times_.assign(contexts, {0, 0});
+  phase_times_.assign(contexts, {0, 0});
   NotePeakMemory();
   return absl::OkStatus();
 }
@@ -935,6 +962,10 @@ absl::Status CudaBackend::SaveSlot(int64_t step) {
   std::vector<float> losses(loss_ring_ + static_cast<int64_t>(slot) * T_,
                             loss_ring_ + static_cast<int64_t>(slot + 1) * T_);
   step_times_[step] = {time_ring_[slot * 2], time_ring_[slot * 2 + 1]};
+  {
+    const uint64_t* phase = time_ring_ + kRingSlots * 2 + 6;
+    phase_times_[step] = {phase[slot * 2], phase[slot * 2 + 1]};
+  }
   saved_losses_[step] = std::move(losses);
   consumed_[step] = 1;
   return absl::OkStatus();
@@ -994,6 +1025,10 @@ absl::Status CudaBackend::PollStep(int64_t step, float* row_losses) {
     losses.assign(loss_ring_ + static_cast<int64_t>(slot) * T_,
                   loss_ring_ + static_cast<int64_t>(slot + 1) * T_);
     step_times_[step] = {time_ring_[slot * 2], time_ring_[slot * 2 + 1]};
+    {
+      const uint64_t* phase = time_ring_ + kRingSlots * 2 + 6;
+      phase_times_[step] = {phase[slot * 2], phase[slot * 2 + 1]};
+    }
     consumed_[step] = 1;
   }
   bool finite = true;
@@ -1162,6 +1197,11 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 }
 
 }  // namespace
+
+bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]) {
+  auto* cuda = dynamic_cast<CudaBackend*>(backend);
+  return cuda != nullptr && cuda->PhaseTimes(step, ns);
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
     const ModelConfig& config) {

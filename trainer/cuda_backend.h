@@ -24,6 +24,7 @@
 #ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_
 #define COPPELIUS_TRAINER_CUDA_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,12 @@ namespace coppelius {
 // other CUDA/cuBLAS failures (naming the call and the code).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
     const ModelConfig& config);
+
+// For benchmarks: device times (ns) of step `step` of a CUDA backend: start,
+// end of the forward (after the cross-entropy), end of the main stream's
+// backward, end of the step graph. False if `backend` is not a CUDA backend
+// or the step was not polled yet.
+bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]);
 
 }  // namespace coppelius
 

@@ -333,7 +333,7 @@ int BackendBench(const std::string& config_name, int steps) {
   const auto t1 = std::chrono::steady_clock::now();
   const double wall_ms =
       std::chrono::duration<double, std::milli>(t1 - t0).count() / steps;
-  std::vector<double> dev;
+  std::vector<double> dev, fwd, bwd, tail;
   uint64_t first_start = 0, last_end = 0;
   for (int64_t s = warm; s < warm + steps; ++s) {
     uint64_t a = 0, e = 0;
@@ -341,7 +341,18 @@ int BackendBench(const std::string& config_name, int steps) {
     if (s == warm) first_start = a;
     last_end = e;
     dev.push_back((e - a) / 1e6);
+    uint64_t ph[4];
+    if (CudaStepPhaseTimes(b, s, ph)) {
+      fwd.push_back((ph[1] - ph[0]) / 1e6);
+      bwd.push_back((ph[2] - ph[1]) / 1e6);
+      tail.push_back((ph[3] - ph[2]) / 1e6);
+    }
   }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   std::sort(dev.begin(), dev.end());
   auto tel = b->Telemetry();
   CHECK_OK(tel.status());
@@ -352,6 +363,9 @@ int BackendBench(const std::string& config_name, int steps) {
               (last_end - first_start) / 1e6 / steps);
   std::printf("%-44s %10.3f\n", "median device time of one step graph (ms)",
               dev[dev.size() / 2]);
+  std::printf("%-44s %10.3f\n", "  forward incl. CE (median ms)", median(fwd));
+  std::printf("%-44s %10.3f\n", "  backward + overlapped block AdamW", median(bwd));
+  std::printf("%-44s %10.3f\n", "  embedding/final AdamW, join, ring", median(tail));
   std::printf("%-44s %10.1f\n", "peak device memory (MiB)",
               tel->peak_device_memory_bytes / 1048576.0);
   std::printf("%-44s %10.4f -> %.4f\n", "mean loss, step 0 -> last", first_loss,
