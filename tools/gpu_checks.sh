@@ -53,7 +53,7 @@ for t in stage/tests/*; do
     < <(grep -E 'rel-norm errors' "$out/$name.log" | head -4)
   if [ $rc -eq 0 ]; then
     n_ok=$(grep -c '^\[       OK \]' "$out/$name.log")
-    n_skip=$(grep -c '^\[  SKIPPED \]' "$out/$name.log")
+    n_skip=$(grep -cE '^\[  SKIPPED \] [A-Za-z0-9_]+\.[A-Za-z0-9_]+ \(' "$out/$name.log")
     note "test $name" "PASS ($n_ok ok, $n_skip skipped, ${secs}s)"
   else
     grep -E 'Failure|error|Expected|Which is|rel|FAILED' "$out/$name.log" | head -30
