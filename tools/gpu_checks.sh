@@ -21,21 +21,7 @@ cat stage/MANIFEST 2>/dev/null | head -2 | tee -a "$log"
 nvidia-smi -L 2>&1 | tee -a "$log"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee -a "$log"
 
-# cuBLAS(Lt) 13 may live outside /usr/local/cuda/lib64 (e.g. pip's
-# nvidia/cublas/lib): find it and put its directory first.
-if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-           /usr/lib/x86_64-linux-gnu /opt /usr/local/lib /usr/lib/python3*/ \
-           /usr/local/lib/python3*/ /opt/*/; do
-    [ -e "$d" ] || continue
-    f=$(find $d -maxdepth 7 -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
-    if [ -n "$f" ]; then
-      libdir=$(dirname "$f")
-      export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      break
-    fi
-  done
-fi
+source tools/gpu_env.sh
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" | tee -a "$log"
 
 # 2. gpu tests

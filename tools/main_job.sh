@@ -49,7 +49,7 @@ fi
 
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
   log "no NVIDIA GPU on this machine: stopping before training (train never runs on the host)."
-  log "on a GPU machine, run: tools/main_job.sh   (or, with staged binaries: BIN=stage CORPUS=$CORPUS tools/main_job.sh)"
+  log "on a GPU machine, run: tools/main_job.sh   (or, with staged binaries: BIN=stage/bin CORPUS=$CORPUS tools/main_job.sh)"
   exit 0
 fi
 

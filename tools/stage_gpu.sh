@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 # package elsewhere does not load right now).
 gpu_tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null | sort) ||
   gpu_tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//trainer/...))' 2>/dev/null | sort)
-bins="//trainer/kernels:step_bench"
-if bazel query //trainer:train >/dev/null 2>&1; then bins="$bins //trainer:train"; fi
+bins="//trainer/kernels:step_bench //trainer:train //trainer:reference_dump \
+  //tokenizer:tokenize //tokencache:make_cache //inspect:inspect"
 echo "building: $gpu_tests $bins"
 bazel build $gpu_tests $bins
 
@@ -32,6 +32,18 @@ for b in $bins; do
 done
 chmod u+w stage/tests/* stage/bin/*
 strip --strip-debug stage/tests/* stage/bin/* 2>/dev/null || true
+# The main job's inputs (tools/gpu_results.sh): the corpus (xz, ~24 MB; the
+# GPU machine cannot run apt-get download) and the trained vocabulary.
+if [[ -s data/corpus/corpus.txt && -s data/vocab.tiktoken ]]; then
+  mkdir -p stage/data
+  cp data/vocab.tiktoken stage/data/
+  if [[ ! -s data/corpus/corpus.txt.xz || data/corpus/corpus.txt -nt data/corpus/corpus.txt.xz ]]; then
+    xz -T2 -6 -c data/corpus/corpus.txt > data/corpus/corpus.txt.xz
+  fi
+  cp data/corpus/corpus.txt.xz stage/data/
+else
+  echo "stage_gpu: no data/corpus/corpus.txt or data/vocab.tiktoken: run tools/main_job.sh first to stage the main job's inputs" >&2
+fi
 {
   echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- trainer tools || echo ' (+ uncommitted changes)')"
   echo "staged $(date -u +%Y-%m-%dT%H:%M:%SZ)"
