@@ -27,7 +27,7 @@ $oracle --dump "$work/fp32" --precision fp32 --max_loss_rel 1e-6 --max_grad_rel 
 $oracle --dump "$work/cont" --precision fp64 --pmv "$work/fp32/final_pmv.f32" \
   --max_loss_rel 1e-6 --max_grad_rel 1e-6 --max_param_rel 1e-3
 $oracle --dump "$work/bf16" --precision bf16rule --elementwise_double \
-  --max_loss_rel 1e-3 --max_grad_rel 1e-6 --max_param_rel 5e-3
+  --max_loss_rel 1e-6 --max_grad_rel 1e-6 --max_param_rel 5e-3
 $oracle --dump "$work/bf16" --precision bf16rule --max_loss_rel 1e-3 --max_grad_rel 5e-3
 $oracle --dump "$work/bf16" --precision autocast --max_loss_rel 5e-3 --max_grad_rel 5e-2
 echo "run_tiny: all oracle comparisons within bounds ($work)"

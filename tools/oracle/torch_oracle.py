@@ -22,7 +22,14 @@ Precision modes (--precision):
             transcription of the reference's documented rule: both operands
             rounded to bf16 at the product (forward), and in backward
             dA = bf16(dY)·bf16(B)ᵀ, dB = bf16(A)ᵀ·bf16(dY); results fp32.
-            Compare with the default dump (--bf16=true).
+            Compare with the default dump (--bf16=true). With
+            --elementwise_double the non-matmul ops are also evaluated as the
+            reference evaluates them (double, rounded to fp32 at the same
+            places: ReferenceLayerNorm, ReferenceSoftmax, ReferenceGateUp), so
+            bf16 rounding sees the same fp32 operands; at the Coppelius scale
+            a single 1-ulp fp32 difference upstream of a bf16 rounding flips
+            it and spreads through attention, so without this the comparison
+            is only good to ~1e-3.
   autocast  float32 parameters under torch.autocast(bfloat16) (matmul
             outputs bf16): the usual mixed-precision recipe; looser.
 
@@ -103,6 +110,81 @@ class BF16MatMul(torch.autograd.Function):
         return da, db
 
 
+F32_EPS = float(np.float32(1e-5))
+
+
+class ReferenceLayerNorm(torch.autograd.Function):
+    """--elementwise_double: LayerNorm as the reference evaluates it.
+
+    Returns (x, y): x passes through so that the residual gradient and the
+    LayerNorm gradient are summed as the reference sums them (in double,
+    rounded once). Statistics: double sums, mean and rstd rounded to fp32;
+    y = fp32((x − mean)·rstd·w + b). Backward (the usual LayerNorm formula
+    with xhat from the fp32 statistics): dx = fp32(dx_residual + rstd·(dxhat −
+    mean(dxhat) − xhat·mean(dxhat·xhat))); dw, db double sums, rounded.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xx = x.double()
+        mean = xx.mean(dim=-1, keepdim=True)
+        var = ((xx - mean) ** 2).mean(dim=-1, keepdim=True)
+        mean = mean.float().double()
+        rstd = (1.0 / torch.sqrt(var + F32_EPS)).float().double()
+        xhat = (xx - mean) * rstd
+        ctx.save_for_backward(xhat, rstd, w)
+        return x.clone(), (xhat * w.double() + b.double()).float()
+
+    @staticmethod
+    def backward(ctx, dx_residual, dy):
+        xhat, rstd, w = ctx.saved_tensors
+        dyy = dy.double()
+        dxhat = dyy * w.double()
+        d = rstd * (dxhat - dxhat.mean(dim=-1, keepdim=True)
+                    - xhat * (dxhat * xhat).mean(dim=-1, keepdim=True))
+        if dx_residual is not None:
+            d = d + dx_residual.double()
+        return d.float(), (dyy * xhat).sum(0).float(), dyy.sum(0).float()
+
+
+class ReferenceSoftmax(torch.autograd.Function):
+    """--elementwise_double: p = fp32(softmax in double); backward from the
+    fp32 p: ds = fp32(p·(dp − Σ p·dp)) in double."""
+
+    @staticmethod
+    def forward(ctx, scores):
+        p = torch.softmax(scores.double(), dim=-1).float()
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, dp):
+        (p,) = ctx.saved_tensors
+        pp, dd = p.double(), dp.double()
+        return (pp * (dd - (pp * dd).sum(dim=-1, keepdim=True))).float()
+
+
+class ReferenceGateUp(torch.autograd.Function):
+    """--elementwise_double: gate = h·gateᵀ, up = h·upᵀ under the bf16 rule;
+    dh = fp32(fp32(dgate·gate) + dup·up) (the second product accumulated onto
+    the first's fp32 result, as the reference)."""
+
+    @staticmethod
+    def forward(ctx, h, wg, wu):
+        hr, wgr, wur = bf16_round(h), bf16_round(wg), bf16_round(wu)
+        ctx.save_for_backward(hr, wgr, wur)
+        return ((hr.double() @ wgr.double().t()).float(),
+                (hr.double() @ wur.double().t()).float())
+
+    @staticmethod
+    def backward(ctx, dg, du):
+        hr, wgr, wur = ctx.saved_tensors
+        dgr, dur = bf16_round(dg).double(), bf16_round(du).double()
+        dh = (dgr @ wgr.double()).float().double() + dur @ wur.double()
+        return (dh.float(), (dgr.t() @ hr.double()).float(),
+                (dur.t() @ hr.double()).float())
+
+
 class Model:
     def __init__(self, cfg, params, precision, elementwise_double=False):
         self.cfg = cfg
@@ -138,10 +220,7 @@ class Model:
         return y.to(like.dtype) if self.ew else y
 
     def ln(self, x, w, b):
-        xx, ww, bb = self.ew_in(x, w, b)
-        # ε is SPEC's 1e-5 as the fp32 value the kernels use.
-        eps = float(np.float32(1e-5)) if self.ew else 1e-5
-        return self.ew_out(F.layer_norm(xx, (x.shape[-1],), ww, bb, eps=eps), x)
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
 
     def rope(self, x):  # x [NH, T, HS]
         half = x.shape[-1] // 2
@@ -154,13 +233,19 @@ class Model:
         xx, yy = self.ew_in(x, y)
         return self.ew_out(xx + yy, x)
 
+    def norm(self, x, w, b):
+        """Returns (x, LayerNorm(x)); see ReferenceLayerNorm."""
+        if self.ew:
+            return ReferenceLayerNorm.apply(x, w, b)
+        return x, self.ln(x, w, b)
+
     def forward(self, ids):
         cfg, p = self.cfg, self.p
         T, C, NH, HS = cfg["T"], cfg["C"], cfg["NH"], cfg["HS"]
         x = p["embedding"][ids]
         for l in range(cfg["L"]):
             q_ = f"blocks.{l}."
-            h = self.ln(x, p[q_ + "attention_norm.weight"], p[q_ + "attention_norm.bias"])
+            x, h = self.norm(x, p[q_ + "attention_norm.weight"], p[q_ + "attention_norm.bias"])
             qkv = self.linear(h, p[q_ + "attention.qkv"])
             q, k, v = qkv.split(C, dim=-1)
             q = self.rope(q.view(T, NH, HS).transpose(0, 1))
@@ -169,16 +254,20 @@ class Model:
             scores = self.mm(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(HS))
             scores = scores.masked_fill(~self.causal, float("-inf"))
             if self.ew:
-                probs = torch.softmax(scores.double(), dim=-1).to(scores.dtype)
+                probs = ReferenceSoftmax.apply(scores)
             else:
                 probs = torch.softmax(scores.float() if self.precision == "autocast" else scores, dim=-1)
             o = self.mm(probs, v).transpose(0, 1).reshape(T, C)
             x = self.add(x, self.linear(o, p[q_ + "attention.output"]))
-            h = self.ln(x, p[q_ + "mlp_norm.weight"], p[q_ + "mlp_norm.bias"])
-            g, u = self.ew_in(self.linear(h, p[q_ + "mlp.gate"]), self.linear(h, p[q_ + "mlp.up"]))
+            x, h = self.norm(x, p[q_ + "mlp_norm.weight"], p[q_ + "mlp_norm.bias"])
+            if self.ew:
+                g, u = ReferenceGateUp.apply(h, p[q_ + "mlp.gate"], p[q_ + "mlp.up"])
+                g, u = g.double(), u.double()
+            else:
+                g, u = self.linear(h, p[q_ + "mlp.gate"]), self.linear(h, p[q_ + "mlp.up"])
             a = self.ew_out(F.silu(g) * u, h)
             x = self.add(x, self.linear(a, p[q_ + "mlp.down"]))
-        xf = self.ln(x, p["final_norm.weight"], p["final_norm.bias"])
+        _, xf = self.norm(x, p["final_norm.weight"], p["final_norm.bias"])
         return self.linear(xf, p["embedding"]).float()
 
 
