@@ -43,11 +43,28 @@
 //       embedding gradient = dlogitsᵀ·xf plus the scattered input-row
 //       gradients), the second is accumulated onto the first's fp32 result
 //       (embedding rows: fp32 adds in increasing row t).
-//   * Elementwise math (LayerNorm statistics and normalisation, RoPE, softmax,
-//     SiLU·up, cross-entropy, residual adds) takes fp32 inputs, evaluates in
-//     double and rounds the result to fp32. Norm statistics are fp32 values
-//     (mean, rstd = 1/√(var+ε)) computed with double sums; weight/bias
-//     gradients are double sums over rows rounded to fp32.
+//   * Elementwise math takes fp32 inputs, evaluates in double and rounds
+//     each stored result once to fp32:
+//       LayerNorm: mean = Σx/C, var = Σ(x − mean)²/C (double, two-pass);
+//         mean_f = fp32(mean), rstd_f = fp32(1/√(var + ε)) with ε the fp32
+//         value of 1e-5; y = fp32((x − mean_f)·rstd_f·w + b).
+//       LayerNorm backward: xhat = (x − mean_f)·rstd_f, dxhat = dy·w,
+//         dx = fp32(dx_residual + rstd_f·(dxhat − mean(dxhat) −
+//         xhat·mean(dxhat·xhat))) (the residual gradient and this term are
+//         summed in double, rounded once); dw = fp32(Σ_t dy·xhat),
+//         db = fp32(Σ_t dy).
+//       RoPE: cos/sin of the angle in double; (a, b) → fp32(a cos − b sin),
+//         fp32(b cos + a sin); backward rotates by −angle.
+//       Attention: score = fp32(q·k) (the bf16 product), softmax in double of
+//         score·(1/√HS) over s ≤ t: p = fp32(exp(·−max)/Σ); backward
+//         dS = fp32(p·(dP − Σ_u p·dP)·(1/√HS)) from the fp32 p and dP.
+//       SwiGLU: a = fp32(silu(g)·u); dg = fp32(da·u·σ(g)(1 + g(1 − σ(g)))),
+//         du = fp32(da·silu(g)).
+//       Residual adds: fp32(x + y). Cross-entropy: lse in double,
+//         r_t = fp32(lse − z[target]); dlogits = fp32((exp(z − lse) −
+//         1[v = target]) / T).
+//     tools/oracle/torch_oracle.py --precision bf16rule --elementwise_double
+//     transcribes this rule in PyTorch and agrees to ~1e-7.
 //   With `bf16_matmul_operands` false the operands stay fp32 (same
 //   accumulation). A separate all-double path (ComputeLossAndGradientsDouble)
 //   serves finite-difference gradient checks.
