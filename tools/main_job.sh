@@ -21,7 +21,7 @@ for arg in "$@"; do
   esac
 done
 DATA=${DATA:-data}
-mkdir -p "$DATA/run"
+mkdir -p "$DATA/run/history"
 log() { echo "main_job: $*" >&2; }
 
 if [[ -z "${BIN:-}" ]]; then

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "checkpoint/envelope.h"
 #include "checkpoint/publisher.h"
 #include "checkpoint/reader.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "tokencache/token_cache.h"
 #include "trainer/initialization.h"
@@ -318,6 +320,12 @@ absl::Status RunTrain(const TrainOptions& options,
                            "staging the token stream"));
   std::vector<float>().swap(pmv);  // the backend holds its own copy
 
+  if (!options.checkpoint_history_dir.empty() &&
+      mkdir(options.checkpoint_history_dir.c_str(), 0755) != 0 &&
+      errno != EEXIST) {
+    return ErrnoStatus(errno, "creating --checkpoint-history directory",
+                       options.checkpoint_history_dir);
+  }
   ASSIGN_OR_RETURN(auto stale_removed,
                    CleanStaleTemporaries(options.checkpoint_out,
                                          options.checkpoint_history_dir));
