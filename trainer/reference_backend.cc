@@ -80,73 +80,97 @@ void ParallelFor(int64_t n, int threads, const Fn& fn) {
 constexpr int64_t kRowTile = 4;
 constexpr int64_t kColTile = 256;
 
+// One tile of kRowTile rows of MatMul (below): all of C's columns for rows
+// [tile·kRowTile, tile·kRowTile + kRowTile).
 template <typename In, typename Out>
-void MatMul(const In* A, const In* B, Out* C, int64_t M, int64_t K, int64_t N,
+inline __attribute__((always_inline)) void MatMulRowTile(
+    const In* A, const In* B, Out* C, int64_t M, int64_t K, int64_t N,
+    bool accumulate, bool lower_a, bool lower_c, int64_t tile) {
+  const int64_t i0 = tile * kRowTile;
+  const int64_t rows = std::min(kRowTile, M - i0);
+  const int64_t i1 = i0 + rows;
+  const int64_t n_limit = lower_c ? std::min(N, i1) : N;
+  const int64_t k_end = lower_a ? std::min(K, i1) : K;
+  alignas(64) double acc[kRowTile][kColTile];
+  for (int64_t j0 = 0; j0 < n_limit; j0 += kColTile) {
+    const int64_t jn = std::min(kColTile, n_limit - j0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Out* c = C + (i0 + r) * N + j0;
+      for (int64_t j = 0; j < jn; ++j) {
+        acc[r][j] = accumulate ? static_cast<double>(c[j]) : 0.0;
+      }
+    }
+    if (rows == kRowTile) {
+      double* acc0 = acc[0];
+      double* acc1 = acc[1];
+      double* acc2 = acc[2];
+      double* acc3 = acc[3];
+      for (int64_t k = 0; k < k_end; ++k) {
+        const double a0 = A[(i0 + 0) * K + k];
+        const double a1 = A[(i0 + 1) * K + k];
+        const double a2 = A[(i0 + 2) * K + k];
+        const double a3 = A[(i0 + 3) * K + k];
+        const In* b = B + k * N + j0;
+        for (int64_t j = 0; j < jn; ++j) {
+          const double bj = b[j];
+          acc0[j] += a0 * bj;
+          acc1[j] += a1 * bj;
+          acc2[j] += a2 * bj;
+          acc3[j] += a3 * bj;
+        }
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        double* accr = acc[r];
+        for (int64_t k = 0; k < k_end; ++k) {
+          const double a = A[(i0 + r) * K + k];
+          const In* b = B + k * N + j0;
+          for (int64_t j = 0; j < jn; ++j) accr[j] += a * double(b[j]);
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      Out* c = C + (i0 + r) * N + j0;
+      const int64_t i = i0 + r;
+      for (int64_t j = 0; j < jn; ++j) {
+        if (lower_c && j0 + j > i) {
+          if (!accumulate) c[j] = 0;
+        } else {
+          c[j] = static_cast<Out>(acc[r][j]);
+        }
+      }
+    }
+  }
+  if (lower_c && !accumulate) {
+    for (int64_t r = 0; r < rows; ++r) {
+      Out* c = C + (i0 + r) * N;
+      for (int64_t j = n_limit; j < N; ++j) c[j] = 0;
+    }
+  }
+}
+
+// The row-tile kernel compiled twice, for AVX2 and for baseline x86-64,
+// chosen at load time (GCC target_clones). Neither enables FMA, so both
+// perform the same IEEE double multiplies and adds in the same order: the
+// results are bitwise identical; AVX2 only widens the vectors.
+__attribute__((target_clones("avx2", "default"))) void RowTile(
+    const float* A, const float* B, float* C, int64_t M, int64_t K, int64_t N,
+    bool accumulate, bool lower_a, bool lower_c, int64_t tile) {
+  MatMulRowTile(A, B, C, M, K, N, accumulate, lower_a, lower_c, tile);
+}
+__attribute__((target_clones("avx2", "default"))) void RowTile(
+    const double* A, const double* B, double* C, int64_t M, int64_t K,
+    int64_t N, bool accumulate, bool lower_a, bool lower_c, int64_t tile) {
+  MatMulRowTile(A, B, C, M, K, N, accumulate, lower_a, lower_c, tile);
+}
+
+template <typename T>
+void MatMul(const T* A, const T* B, T* C, int64_t M, int64_t K, int64_t N,
             bool accumulate, int threads, bool lower_a = false,
             bool lower_c = false) {
   const int64_t row_tiles = (M + kRowTile - 1) / kRowTile;
   ParallelFor(row_tiles, threads, [&](int64_t tile) {
-    const int64_t i0 = tile * kRowTile;
-    const int64_t rows = std::min(kRowTile, M - i0);
-    const int64_t i1 = i0 + rows;
-    const int64_t n_limit = lower_c ? std::min(N, i1) : N;
-    const int64_t k_end = lower_a ? std::min(K, i1) : K;
-    alignas(64) double acc[kRowTile][kColTile];
-    for (int64_t j0 = 0; j0 < n_limit; j0 += kColTile) {
-      const int64_t jn = std::min(kColTile, n_limit - j0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const Out* c = C + (i0 + r) * N + j0;
-        for (int64_t j = 0; j < jn; ++j) {
-          acc[r][j] = accumulate ? static_cast<double>(c[j]) : 0.0;
-        }
-      }
-      if (rows == kRowTile) {
-        double* acc0 = acc[0];
-        double* acc1 = acc[1];
-        double* acc2 = acc[2];
-        double* acc3 = acc[3];
-        for (int64_t k = 0; k < k_end; ++k) {
-          const double a0 = A[(i0 + 0) * K + k];
-          const double a1 = A[(i0 + 1) * K + k];
-          const double a2 = A[(i0 + 2) * K + k];
-          const double a3 = A[(i0 + 3) * K + k];
-          const In* b = B + k * N + j0;
-          for (int64_t j = 0; j < jn; ++j) {
-            const double bj = b[j];
-            acc0[j] += a0 * bj;
-            acc1[j] += a1 * bj;
-            acc2[j] += a2 * bj;
-            acc3[j] += a3 * bj;
-          }
-        }
-      } else {
-        for (int64_t r = 0; r < rows; ++r) {
-          double* accr = acc[r];
-          for (int64_t k = 0; k < k_end; ++k) {
-            const double a = A[(i0 + r) * K + k];
-            const In* b = B + k * N + j0;
-            for (int64_t j = 0; j < jn; ++j) accr[j] += a * double(b[j]);
-          }
-        }
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        Out* c = C + (i0 + r) * N + j0;
-        const int64_t i = i0 + r;
-        for (int64_t j = 0; j < jn; ++j) {
-          if (lower_c && j0 + j > i) {
-            if (!accumulate) c[j] = 0;
-          } else {
-            c[j] = static_cast<Out>(acc[r][j]);
-          }
-        }
-      }
-    }
-    if (lower_c && !accumulate) {
-      for (int64_t r = 0; r < rows; ++r) {
-        Out* c = C + (i0 + r) * N;
-        for (int64_t j = n_limit; j < N; ++j) c[j] = 0;
-      }
-    }
+    RowTile(A, B, C, M, K, N, accumulate, lower_a, lower_c, tile);
   });
 }
 
@@ -701,7 +725,7 @@ class ReferenceBackend : public Backend {
           next_step_));
     }
     const uint64_t context = first_context_ + static_cast<uint64_t>(step);
-    const uint32_t* inputs;
+    const uint32_t* inputs = nullptr;
     RETURN_IF_ERROR(Annotate(ContextIds(context, &inputs),
                              absl::StrCat("reference step ", step)));
     std::vector<float> losses(config_.T);
@@ -788,7 +812,7 @@ class ReferenceBackend : public Backend {
 
   absl::Status ForwardLogits(uint64_t context, std::vector<float>* logits) {
     if (!loaded_) return absl::FailedPreconditionError("not loaded");
-    const uint32_t* inputs;
+    const uint32_t* inputs = nullptr;
     RETURN_IF_ERROR(ContextIds(context, &inputs));
     logits->resize(int64_t{config_.T} * config_.V);
     return ComputeLossAndGradients(config_, options_, pmv_.data(), inputs,
