@@ -69,18 +69,11 @@ void ParallelFor(int64_t n, int threads, const Fn& fn) {
   for (std::thread& t : pool) t.join();
 }
 
-// C[M, N] = (accumulate ? C : 0) + A[M, K] · B[K, N], all row-major. Each
-// C[i][j] is a double sum over k = 0, 1, ..., K-1 in order, started from
-// C[i][j] (when accumulating) or 0, then rounded once to Out.
-//   lower_a: A[i][k] == 0 for k > i (A is lower-triangular and zero above):
-//            those terms are skipped (exactly: they add 0).
-//   lower_c: only C[i][j] for j <= i are computed; C[i][j > i] is set to 0
-//            (or left unchanged when accumulating).
-// The operands are used as given (callers round them to bf16 beforehand).
 constexpr int64_t kRowTile = 4;
 constexpr int64_t kColTile = 256;
 
-// One tile of kRowTile rows of MatMul (below): all of C's columns for rows
+// Tiles of MatMul (below): kRowTile rows × kColTile columns of double
+// accumulators. One call covers all of C's columns for rows
 // [tile·kRowTile, tile·kRowTile + kRowTile).
 template <typename In, typename Out>
 inline __attribute__((always_inline)) void MatMulRowTile(
@@ -164,6 +157,14 @@ __attribute__((target_clones("avx2", "default"))) void RowTile(
   MatMulRowTile(A, B, C, M, K, N, accumulate, lower_a, lower_c, tile);
 }
 
+// C[M, N] = (accumulate ? C : 0) + A[M, K] · B[K, N], all row-major. Each
+// C[i][j] is a double sum over k = 0, 1, ..., K-1 in order, started from
+// C[i][j] (when accumulating) or 0, then rounded once to Out.
+//   lower_a: A[i][k] == 0 for k > i (A is lower-triangular and zero above):
+//            those terms are skipped (exactly: they add 0).
+//   lower_c: only C[i][j] for j <= i are computed; C[i][j > i] is set to 0
+//            (or left unchanged when accumulating).
+// The operands are used as given (callers round them to bf16 beforehand).
 template <typename T>
 void MatMul(const T* A, const T* B, T* C, int64_t M, int64_t K, int64_t N,
             bool accumulate, int threads, bool lower_a = false,
