@@ -8,15 +8,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/identity.h"
 
 namespace coppelius {
 namespace {
 
 // SPEC §1 / §6 constants that enter the identities.
-constexpr uint64_t kTokenCacheHeaderBytes = 16;
-constexpr uint64_t kTokenBytes = 4;
-constexpr uint64_t kPlanes = 3;
-constexpr uint64_t kBytesPerScalar = 4;
+constexpr uint64_t kDataHeaderBytes = 16;
+constexpr uint64_t kDataTokenBytes = 4;
+constexpr uint64_t kImagePlanes = 3;
+constexpr uint64_t kImageScalarBytes = 4;
 
 int64_t BlockElements(const ModelConfig& c) {
   const int64_t C = c.C, H = c.hidden;
@@ -158,43 +159,30 @@ ParameterOffsets ComputeParameterOffsets(const ModelConfig& c) {
   return o;
 }
 
-std::string IdentityPart(absl::string_view name, uint64_t value) {
-  return absl::StrCat("|", name, "=", value);
-}
-
 ConfigIdentities MakeIdentities(const ModelConfig& c) {
   ConfigIdentities id;
   const uint64_t payload_bytes =
-      kPlanes * kBytesPerScalar * static_cast<uint64_t>(NumParameters(c));
-  id.state = absl::StrCat("coppelius-raw-pmv-f32-v1|parameter-order:p-then-m-then-v",
-                          IdentityPart("payload", payload_bytes));
-  // Seed: objective, "|halves=" half format, "|" learner, then the AdamW
-  // hyperparameters as exact ratios (the same for every config).
-  id.learner = absl::StrCat(
-      "coppelius-objective:next-token-cross-entropy-mean", "|halves=bf16",
-      "|coppelius-learner:adamw-decoupled-decay-2d", IdentityPart("lr", 3),
-      IdentityPart("/", 10000), IdentityPart("beta1", 9), IdentityPart("/", 10),
-      IdentityPart("beta2", 95), IdentityPart("/", 100),
-      IdentityPart("decay", 1), IdentityPart("/", 10),
-      IdentityPart("epsilon", 1), IdentityPart("/", 100000000));
-  id.data = absl::StrCat("coppelius-token-stream",
-                         IdentityPart("vocabulary", c.V),
-                         IdentityPart("context", c.T),
-                         IdentityPart("header", kTokenCacheHeaderBytes),
-                         IdentityPart("token", kTokenBytes));
-  id.initialization = absl::StrCat("coppelius-initialization:random-normal",
-                                   IdentityPart("seed", c.seed));
-  id.model = absl::StrCat(
-      "coppelius-model:decoder-pre-norm", IdentityPart("vocabulary", c.V),
-      IdentityPart("context", c.T), IdentityPart("width", c.C),
-      IdentityPart("layers", c.L), IdentityPart("heads", c.NH),
-      IdentityPart("head-size", c.HS), "|mlp:swiglu",
-      IdentityPart("hidden", c.hidden), "|norm:layernorm-weight-bias",
-      IdentityPart("epsilon", static_cast<uint64_t>(c.layer_norm_eps_numerator)),
-      IdentityPart("/", static_cast<uint64_t>(c.layer_norm_eps_denominator)),
-      "|positions:rope-rotate-half",
-      IdentityPart("base", static_cast<uint64_t>(c.rope_base)),
-      "|attention:causal-softmax|output:tied-embedding");
+      kImagePlanes * kImageScalarBytes * static_cast<uint64_t>(NumParameters(c));
+  id.state = StateIdentity(payload_bytes);
+  // The AdamW hyperparameters of SPEC §4 (the same for every config).
+  id.learner = LearnerIdentity(CoppeliusLearnerFractions());
+  id.data = DataIdentity(static_cast<uint64_t>(c.V), static_cast<uint64_t>(c.T),
+                         kDataHeaderBytes, kDataTokenBytes);
+  id.initialization = InitializationIdentity(c.seed);
+  ModelShape shape;
+  shape.vocabulary = static_cast<uint64_t>(c.V);
+  shape.context = static_cast<uint64_t>(c.T);
+  shape.width = static_cast<uint64_t>(c.C);
+  shape.layers = static_cast<uint64_t>(c.L);
+  shape.heads = static_cast<uint64_t>(c.NH);
+  shape.head_size = static_cast<uint64_t>(c.HS);
+  shape.mlp_hidden = static_cast<uint64_t>(c.hidden);
+  shape.norm_epsilon_numerator =
+      static_cast<uint64_t>(c.layer_norm_eps_numerator);
+  shape.norm_epsilon_denominator =
+      static_cast<uint64_t>(c.layer_norm_eps_denominator);
+  shape.rope_base = static_cast<uint64_t>(c.rope_base);
+  id.model = ModelIdentity(shape);
   return id;
 }
 

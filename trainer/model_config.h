@@ -109,10 +109,8 @@ struct ParameterOffsets {
 };
 ParameterOffsets ComputeParameterOffsets(const ModelConfig& config);
 
-// SPEC §6 / the seed's coppeliusIdentityPart: "|" name "=" decimal(value).
-std::string IdentityPart(absl::string_view name, uint64_t value);
-
-// The five identities of `config` (what ModelConfigByName stores).
+// The five identities of `config` (what ModelConfigByName stores), built
+// with checkpoint/identity.h (the seed's coppeliusIdentityPart "|name=decimal").
 ConfigIdentities MakeIdentities(const ModelConfig& config);
 
 }  // namespace coppelius

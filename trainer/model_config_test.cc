@@ -162,10 +162,5 @@ TEST(ValidateModelConfig, RejectsHeadsNotDividingWidth) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("NH * HS"));
 }
 
-TEST(IdentityPart, IsBarNameEqualsDecimal) {
-  EXPECT_EQ(IdentityPart("payload", 692465664), "|payload=692465664");
-  EXPECT_EQ(IdentityPart("/", 0), "|/=0");
-}
-
 }  // namespace
 }  // namespace coppelius

@@ -704,15 +704,7 @@ class ReferenceBackend : public Backend {
   }
 
   absl::Status ForwardRecord(uint64_t context, float* logits) override {
-    std::vector<float> all;
-    RETURN_IF_ERROR(Annotate(ForwardLogits(context, &all),
-                             "reference ForwardRecord"));
-    const int64_t V = config_.V, T = config_.T;
-    const int64_t rows[3] = {T / 4 - 1, T / 2 - 1, T - 1};
-    for (int r = 0; r < 3; ++r) {
-      std::copy_n(all.data() + rows[r] * V, V, logits + r * V);
-    }
-    return absl::OkStatus();
+    return PredictionRowLogits(context, logits, "reference ForwardRecord");
   }
 
   absl::Status EnqueueStep(int64_t step) override {
@@ -775,11 +767,7 @@ class ReferenceBackend : public Backend {
   }
 
   absl::Status Final(uint64_t context, float* logits) override {
-    std::vector<float> all;
-    RETURN_IF_ERROR(Annotate(ForwardLogits(context, &all), "reference Final"));
-    std::copy_n(all.data() + int64_t{config_.T - 1} * config_.V, config_.V,
-                logits);
-    return absl::OkStatus();
+    return PredictionRowLogits(context, logits, "reference Final");
   }
 
   absl::StatusOr<BackendTelemetry> Telemetry() override {
@@ -798,6 +786,21 @@ class ReferenceBackend : public Backend {
   }
 
  private:
+  // Forward of the current parameters on `context`; copies the logits of
+  // rows T/4-1, T/2-1, T-1 to `logits` (3 V floats), as backend.h specifies
+  // for ForwardRecord and Final.
+  absl::Status PredictionRowLogits(uint64_t context, float* logits,
+                                   absl::string_view what) {
+    std::vector<float> all;
+    RETURN_IF_ERROR(Annotate(ForwardLogits(context, &all), what));
+    const int64_t V = config_.V, T = config_.T;
+    const int64_t rows[3] = {T / 4 - 1, T / 2 - 1, T - 1};
+    for (int r = 0; r < 3; ++r) {
+      std::copy_n(all.data() + rows[r] * V, V, logits + r * V);
+    }
+    return absl::OkStatus();
+  }
+
   // Points `inputs` at context c's T + 1 ids (inputs, then targets one on).
   absl::Status ContextIds(uint64_t context, const uint32_t** inputs) const {
     const uint64_t T = static_cast<uint64_t>(config_.T);

@@ -212,7 +212,7 @@ TEST(ReferenceBackend, StepsFollowTheProtocol) {
                                       nullptr, nullptr, logits.data())
                   .ok());
   for (int r = 0; r < 3; ++r) {
-    const int64_t row = (r + 1) * T / 4 - 1 + (r == 2 ? T / 4 : 0);
+    const int64_t row = r == 0 ? T / 4 - 1 : (r == 1 ? T / 2 - 1 : T - 1);
     ASSERT_EQ(std::memcmp(record.data() + r * config.V,
                           logits.data() + row * config.V, config.V * 4),
               0)
@@ -237,16 +237,21 @@ TEST(ReferenceBackend, StepsFollowTheProtocol) {
   ASSERT_TRUE(backend->Snapshot(got.data()).ok());
   EXPECT_EQ(std::memcmp(got.data(), want_pmv.data(), got.size() * 4), 0);
 
-  std::vector<float> final_logits(config.V);
+  // Final: rows T/4-1, T/2-1, T-1 of a forward of the final parameters.
+  std::vector<float> final_logits(3 * config.V);
   ASSERT_TRUE(backend->Final(first_context + steps - 1, final_logits.data()).ok());
   const uint32_t* last = tokens + T * (steps - 1);
   ASSERT_TRUE(ComputeLossAndGradients(config, ReferenceOptions(),
                                       want_pmv.data(), last, last + 1, nullptr,
                                       nullptr, logits.data())
                   .ok());
-  EXPECT_EQ(std::memcmp(final_logits.data(),
-                        logits.data() + (T - 1) * config.V, config.V * 4),
-            0);
+  const int64_t rows[3] = {T / 4 - 1, T / 2 - 1, T - 1};
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(std::memcmp(final_logits.data() + r * config.V,
+                          logits.data() + rows[r] * config.V, config.V * 4),
+              0)
+        << "final row " << rows[r];
+  }
 
   auto telemetry = backend->Telemetry();
   ASSERT_TRUE(telemetry.ok());
