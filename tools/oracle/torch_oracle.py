@@ -271,6 +271,41 @@ class Model:
         return self.linear(xf, p["embedding"]).float()
 
 
+def adamw_on_our_gradient(layout, n, pmv, ours_g, ours_final, t0):
+    """torch.optim.AdamW applied to OUR step-0 gradient from the initial
+    image (one update, number t0 + 1), against our P/M/V after step 0: checks
+    the optimizer alone. Valid only for a K = 1 dump."""
+    params, decayed, rest = {}, [], []
+    for name, shape, off in layout:
+        cnt = int(np.prod(shape))
+        t = torch.tensor(pmv[off:off + cnt].reshape(shape), requires_grad=True)
+        t.grad = torch.tensor(ours_g[off:off + cnt].reshape(shape), dtype=torch.float32)
+        params[name] = t
+        (decayed if len(shape) == 2 else rest).append(t)
+    opt = torch.optim.AdamW(
+        [{"params": decayed, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    if t0 > 0:
+        for name, shape, off in layout:
+            cnt = int(np.prod(shape))
+            opt.state[params[name]] = {
+                "step": torch.tensor(float(t0)),
+                "exp_avg": torch.tensor(pmv[n + off:n + off + cnt].reshape(shape)),
+                "exp_avg_sq": torch.tensor(pmv[2 * n + off:2 * n + off + cnt].reshape(shape))}
+    opt.step()
+    out = {}
+    for plane, key in ((0, None), (1, "exp_avg"), (2, "exp_avg_sq")):
+        theirs = np.concatenate([
+            (params[nm].detach() if key is None else opt.state[params[nm]][key]).numpy().ravel()
+            for nm, _, _ in layout]).astype(np.float64)
+        ours = ours_final[plane * n:(plane + 1) * n]
+        diff = np.abs(ours - theirs)
+        out["PMV"[plane]] = {"bitwise_equal_fraction": float(np.mean(diff == 0)),
+                            "max_abs": float(diff.max()),
+                            "max_rel": float(np.max(diff / np.maximum(np.abs(theirs), 1e-30)))}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dump", required=True, help="reference_dump output directory")
@@ -393,6 +428,12 @@ def main():
     for kind, v in kinds.items():
         print(f"    {kind:28s} {v:.3e}")
     print(f"  final P, max over tensors of max|Δ|/max|P_final − P_init|: {pmax[1]:.3e} ({pmax[0]})")
+    if K == 1:
+        report["adamw_only"] = adamw_on_our_gradient(layout, n, pmv, ours_g, ours_final, t0)
+        for plane, r in report["adamw_only"].items():
+            print(f"  torch AdamW on our step-0 gradient vs our {plane}: "
+                  f"{100 * r['bitwise_equal_fraction']:.2f}% bitwise equal, "
+                  f"max |Δ| {r['max_abs']:.3e}, max rel {r['max_rel']:.3e}")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(report, f, indent=1)
