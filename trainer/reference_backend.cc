@@ -78,11 +78,12 @@ constexpr int64_t kColTile = 256;
 template <typename In, typename Out>
 inline __attribute__((always_inline)) void MatMulRowTile(
     const In* A, const In* B, Out* C, int64_t M, int64_t K, int64_t N,
-    bool accumulate, bool lower_a, bool lower_c, int64_t tile) {
+    bool accumulate, bool lower_a, bool upper_a, bool lower_c, int64_t tile) {
   const int64_t i0 = tile * kRowTile;
   const int64_t rows = std::min(kRowTile, M - i0);
   const int64_t i1 = i0 + rows;
   const int64_t n_limit = lower_c ? std::min(N, i1) : N;
+  const int64_t k_begin = upper_a ? std::min(K, i0) : 0;
   const int64_t k_end = lower_a ? std::min(K, i1) : K;
   alignas(64) double acc[kRowTile][kColTile];
   for (int64_t j0 = 0; j0 < n_limit; j0 += kColTile) {
@@ -98,7 +99,7 @@ inline __attribute__((always_inline)) void MatMulRowTile(
       double* acc1 = acc[1];
       double* acc2 = acc[2];
       double* acc3 = acc[3];
-      for (int64_t k = 0; k < k_end; ++k) {
+      for (int64_t k = k_begin; k < k_end; ++k) {
         const double a0 = A[(i0 + 0) * K + k];
         const double a1 = A[(i0 + 1) * K + k];
         const double a2 = A[(i0 + 2) * K + k];
@@ -115,7 +116,7 @@ inline __attribute__((always_inline)) void MatMulRowTile(
     } else {
       for (int64_t r = 0; r < rows; ++r) {
         double* accr = acc[r];
-        for (int64_t k = 0; k < k_end; ++k) {
+        for (int64_t k = k_begin; k < k_end; ++k) {
           const double a = A[(i0 + r) * K + k];
           const In* b = B + k * N + j0;
           for (int64_t j = 0; j < jn; ++j) accr[j] += a * double(b[j]);
@@ -148,13 +149,14 @@ inline __attribute__((always_inline)) void MatMulRowTile(
 // results are bitwise identical; AVX2 only widens the vectors.
 __attribute__((target_clones("avx2", "default"))) void RowTile(
     const float* A, const float* B, float* C, int64_t M, int64_t K, int64_t N,
-    bool accumulate, bool lower_a, bool lower_c, int64_t tile) {
-  MatMulRowTile(A, B, C, M, K, N, accumulate, lower_a, lower_c, tile);
+    bool accumulate, bool lower_a, bool upper_a, bool lower_c, int64_t tile) {
+  MatMulRowTile(A, B, C, M, K, N, accumulate, lower_a, upper_a, lower_c, tile);
 }
 __attribute__((target_clones("avx2", "default"))) void RowTile(
     const double* A, const double* B, double* C, int64_t M, int64_t K,
-    int64_t N, bool accumulate, bool lower_a, bool lower_c, int64_t tile) {
-  MatMulRowTile(A, B, C, M, K, N, accumulate, lower_a, lower_c, tile);
+    int64_t N, bool accumulate, bool lower_a, bool upper_a, bool lower_c,
+    int64_t tile) {
+  MatMulRowTile(A, B, C, M, K, N, accumulate, lower_a, upper_a, lower_c, tile);
 }
 
 // C[M, N] = (accumulate ? C : 0) + A[M, K] · B[K, N], all row-major. Each
@@ -162,16 +164,17 @@ __attribute__((target_clones("avx2", "default"))) void RowTile(
 // C[i][j] (when accumulating) or 0, then rounded once to Out.
 //   lower_a: A[i][k] == 0 for k > i (A is lower-triangular and zero above):
 //            those terms are skipped (exactly: they add 0).
+//   upper_a: A[i][k] == 0 for k < i: those terms are skipped.
 //   lower_c: only C[i][j] for j <= i are computed; C[i][j > i] is set to 0
 //            (or left unchanged when accumulating).
 // The operands are used as given (callers round them to bf16 beforehand).
 template <typename T>
 void MatMul(const T* A, const T* B, T* C, int64_t M, int64_t K, int64_t N,
             bool accumulate, int threads, bool lower_a = false,
-            bool lower_c = false) {
+            bool lower_c = false, bool upper_a = false) {
   const int64_t row_tiles = (M + kRowTile - 1) / kRowTile;
   ParallelFor(row_tiles, threads, [&](int64_t tile) {
-    RowTile(A, B, C, M, K, N, accumulate, lower_a, lower_c, tile);
+    RowTile(A, B, C, M, K, N, accumulate, lower_a, upper_a, lower_c, tile);
   });
 }
 
@@ -374,9 +377,16 @@ class Model {
                             int64_t ld, int64_t col0, bool transpose) const {
     std::vector<Real> out(rows * cols);
     if (transpose) {
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          out[c * rows + r] = Op(src[r * ld + col0 + c]);
+      constexpr int64_t kBlock = 32;  // cache-friendly blocked transpose
+      for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+        for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+          const int64_t r1 = std::min(rows, r0 + kBlock);
+          const int64_t c1 = std::min(cols, c0 + kBlock);
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t c = c0; c < c1; ++c) {
+              out[c * rows + r] = Op(src[r * ld + col0 + c]);
+            }
+          }
         }
       }
     } else {
@@ -560,7 +570,8 @@ class Model {
       // dv = Pᵀ · dO.
       const std::vector<Real> pt = Operand(prob, T, T, T, 0, true);
       std::vector<Real> dv(T * HS);
-      MatMul(pt.data(), dob.data(), dv.data(), T, T, HS, false, 1);
+      MatMul(pt.data(), dob.data(), dv.data(), T, T, HS, false, 1,
+             /*lower_a=*/false, /*lower_c=*/false, /*upper_a=*/true);
       // dS = P ⊙ (dP − Σ_u P dP) · scale (gradient of the unscaled dots).
       std::vector<Real> ds(T * T, Real(0));
       for (int64_t t = 0; t < T; ++t) {
@@ -580,7 +591,8 @@ class Model {
       MatMul(dso.data(), k.data(), dq.data(), T, T, HS, false, 1, true, false);
       const std::vector<Real> dst = Operand(ds.data(), T, T, T, 0, true);
       const std::vector<Real> q = Operand(s.qkv.data(), T, HS, 3 * C, n * HS, false);
-      MatMul(dst.data(), q.data(), dk.data(), T, T, HS, false, 1);
+      MatMul(dst.data(), q.data(), dk.data(), T, T, HS, false, 1,
+             /*lower_a=*/false, /*lower_c=*/false, /*upper_a=*/true);
       for (int64_t t = 0; t < T; ++t) {
         std::copy_n(dq.data() + t * HS, HS, dqkv + t * 3 * C + n * HS);
         std::copy_n(dk.data() + t * HS, HS, dqkv + t * 3 * C + C + n * HS);
