@@ -77,7 +77,7 @@ absl::Status InitializeImage(const ModelConfig& config, int num_threads,
         absl::StrCat("InitializeImage: num_threads = ", num_threads,
                      ", expected >= 1"));
   }
-  RETURN_IF_ERROR(Annotate(ValidateModelConfig(config), "InitializeImage"));
+  RETURN_IF_ERROR(Annotate(ValidateModelShape(config), "InitializeImage"));
   const int64_t n = NumParameters(config);
   const std::vector<TensorInfo> layout = ParameterLayout(config);
   // Per-element standard deviation is piecewise constant; fill norm tensors

@@ -70,31 +70,47 @@ absl::StatusOr<ModelConfig> ModelConfigByName(absl::string_view name) {
   return c;
 }
 
-absl::Status ValidateModelConfig(const ModelConfig& c) {
-  auto bad = [&](absl::string_view field, int64_t value,
-                 absl::string_view want) {
-    return absl::InvalidArgumentError(absl::StrCat("model config \"", c.name,
-                                                   "\": ", field, " = ", value,
-                                                   ", expected ", want));
-  };
-  if (c.V <= 0) return bad("V", c.V, "> 0");
-  if (c.T < 4 || c.T % 4 != 0) return bad("T", c.T, "a positive multiple of 4");
-  if (c.C <= 0) return bad("C", c.C, "> 0");
-  if (c.L <= 0) return bad("L", c.L, "> 0");
-  if (c.NH <= 0) return bad("NH", c.NH, "> 0");
-  if (c.HS <= 0 || c.HS % 2 != 0) return bad("HS", c.HS, "positive and even");
+namespace {
+
+absl::Status BadField(const ModelConfig& c, absl::string_view field,
+                      int64_t value, absl::string_view want) {
+  return absl::InvalidArgumentError(absl::StrCat("model config \"", c.name,
+                                                 "\": ", field, " = ", value,
+                                                 ", expected ", want));
+}
+
+}  // namespace
+
+absl::Status ValidateModelShape(const ModelConfig& c) {
+  if (c.V <= 0) return BadField(c, "V", c.V, "> 0");
+  if (c.T < 4 || c.T % 4 != 0) {
+    return BadField(c, "T", c.T, "a positive multiple of 4");
+  }
+  if (c.C <= 0) return BadField(c, "C", c.C, "> 0");
+  if (c.L <= 0) return BadField(c, "L", c.L, "> 0");
+  if (c.NH <= 0) return BadField(c, "NH", c.NH, "> 0");
+  if (c.HS <= 0 || c.HS % 2 != 0) {
+    return BadField(c, "HS", c.HS, "positive and even");
+  }
   if (int64_t{c.NH} * c.HS != c.C) {
-    return bad("NH * HS", int64_t{c.NH} * c.HS, absl::StrCat("C = ", c.C));
+    return BadField(c, "NH * HS", int64_t{c.NH} * c.HS,
+                    absl::StrCat("C = ", c.C));
   }
-  if (c.hidden <= 0) return bad("hidden", c.hidden, "> 0");
-  if (c.run_steps <= 0) return bad("run_steps", c.run_steps, "> 0");
-  if (c.checkpoint_interval <= 0 || c.run_steps % c.checkpoint_interval != 0) {
-    return bad("checkpoint_interval", c.checkpoint_interval,
-               "a positive divisor of run_steps");
-  }
+  if (c.hidden <= 0) return BadField(c, "hidden", c.hidden, "> 0");
   if (!(c.layer_norm_eps > 0.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model config \"", c.name, "\": layer_norm_eps must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config \"", c.name, "\": layer_norm_eps must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateModelConfig(const ModelConfig& c) {
+  const absl::Status shape = ValidateModelShape(c);
+  if (!shape.ok()) return shape;
+  if (c.run_steps <= 0) return BadField(c, "run_steps", c.run_steps, "> 0");
+  if (c.checkpoint_interval <= 0 || c.run_steps % c.checkpoint_interval != 0) {
+    return BadField(c, "checkpoint_interval", c.checkpoint_interval,
+                    "a positive divisor of run_steps");
   }
   return absl::OkStatus();
 }

@@ -70,9 +70,13 @@ struct ModelConfig {
 // Errors: InvalidArgument for any other name (the message lists the names).
 absl::StatusOr<ModelConfig> ModelConfigByName(absl::string_view name);
 
-// Checks the shape invariants (all sizes positive, NH * HS == C, HS even,
-// T >= 4 so the prediction rows exist, checkpoint_interval divides
-// run_steps). Errors: InvalidArgument naming the field.
+// Checks the shape invariants the computation needs (all sizes positive,
+// NH * HS == C, HS even, T a multiple of 4 so the prediction rows exist,
+// ε > 0). Errors: InvalidArgument naming the field.
+absl::Status ValidateModelShape(const ModelConfig& config);
+
+// ValidateModelShape plus the run fields (run_steps > 0, checkpoint_interval
+// a positive divisor of run_steps). Errors: InvalidArgument naming the field.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 
 // One tensor of the P plane.

@@ -162,5 +162,14 @@ TEST(ValidateModelConfig, RejectsHeadsNotDividingWidth) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("NH * HS"));
 }
 
+TEST(ValidateModelConfig, RunFieldsAreCheckedOnlyThere) {
+  ModelConfig config = ModelConfigByName("tiny").value();
+  config.checkpoint_interval = 3;  // does not divide 8
+  EXPECT_TRUE(ValidateModelShape(config).ok());
+  const absl::Status status = ValidateModelConfig(config);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("checkpoint_interval"));
+}
+
 }  // namespace
 }  // namespace coppelius

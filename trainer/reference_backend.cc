@@ -613,7 +613,7 @@ class Model {
 
 absl::Status CheckInputs(const ModelConfig& config, const void* params,
                          const uint32_t* inputs, const uint32_t* targets) {
-  RETURN_IF_ERROR(ValidateModelConfig(config));
+  RETURN_IF_ERROR(ValidateModelShape(config));
   if (params == nullptr || inputs == nullptr || targets == nullptr) {
     return absl::InvalidArgumentError("null params, inputs or targets");
   }
@@ -685,7 +685,7 @@ class ReferenceBackend : public Backend {
   std::string name() const override { return "reference"; }
 
   absl::Status Load(const float* pmv, uint64_t update_count) override {
-    RETURN_IF_ERROR(Annotate(ValidateModelConfig(config_), "reference Load"));
+    RETURN_IF_ERROR(Annotate(ValidateModelShape(config_), "reference Load"));
     if (pmv == nullptr) {
       return absl::InvalidArgumentError("reference Load: null P/M/V image");
     }
