@@ -19,6 +19,7 @@ source tools/gpu_env.sh
 OUT=${OUT:-/tmp/gpu_results}
 W=${WORK:-/tmp/coppelius}
 L=$W/logs
+rm -rf "$W"  # a warm machine keeps /tmp: start from nothing, as a fresh one
 mkdir -p "$OUT" "$L" "$W/data/corpus"
 BIN=$PWD/stage/bin
 summary=()

@@ -84,9 +84,10 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   if (st.st_size == 0 || overwrite) return absl::OkStatus();
   if (!input.empty() && SameFile(path, input)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
-      "--%s=%s: exists with %d bytes and is not the input checkpoint; "
-      "refusing to replace another run's output (pass --overwrite)",
-      flag, path, static_cast<int64_t>(st.st_size)));
+      "--%s=%s: exists with %d bytes%s; refusing to replace another run's "
+      "output (pass --overwrite)",
+      flag, path, static_cast<int64_t>(st.st_size),
+      input.empty() ? "" : " and is not the input checkpoint"));
 }
 
 // Publishes snapshots on a host thread so the device keeps stepping. Holds
