@@ -6,6 +6,8 @@
 #   2. every gpu test binary in stage/tests
 #   3. compute-sanitizer memcheck on small cases (if available)
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend
+#   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
+#      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
 # Env: STEPS (default 300) timed steps for the benchmark; SKIP_SANITIZER=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,7 +96,17 @@ if [ -x stage/bin/step_bench ]; then
   note "step_bench" "rc=$rc"
 fi
 
+# 5. the PyTorch baseline on the same model (tools/bench_torch.py), side by side
+if [ "${SKIP_TORCH:-0}" != 1 ] && python3 -c "import torch" 2>/dev/null; then
+  echo "== bench_torch" | tee -a "$log"
+  timeout "${TORCH_TIMEOUT:-300}" python3 tools/bench_torch.py --steps "${TORCH_STEPS:-200}" \
+    >"$out/bench_torch.log" 2>&1
+  note "bench_torch" "rc=$?"
+  cat "$out/bench_torch.log" >> "$log"
+fi
+
 echo
 echo "================ summary ($(date -u +%H:%M:%SZ)) ================"
 [ -f "$out/step_bench.log" ] && cat "$out/step_bench.log"
+[ -f "$out/bench_torch.log" ] && grep -E "^(torch|pytorch)" "$out/bench_torch.log"
 printf '%s\n' "${summary[@]}"
