@@ -919,7 +919,14 @@ double NiceStep(double range, int ticks) {
   return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
 }
 
-std::string FormatTick(double v) { return absl::StrFormat("%.4g", v); }
+// Axis labels: integers as integers ("12000", not "1.2e+04"), else 4
+// significant digits.
+std::string FormatTick(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    return absl::StrFormat("%.0f", v);
+  }
+  return absl::StrFormat("%.4g", v);
+}
 
 }  // namespace
 
