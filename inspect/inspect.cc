@@ -29,6 +29,7 @@
 #include "inspect/json_writer.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
+#include "trainer/run_identity.h"
 
 namespace coppelius {
 
@@ -111,19 +112,6 @@ double Mean(const std::vector<double>& v, size_t from, size_t to) {
   double s = 0;
   for (size_t i = from; i < to; ++i) s += v[i];
   return s / static_cast<double>(to - from);
-}
-
-CheckpointIdentity ExpectedIdentity(const ModelConfig& config) {
-  CheckpointIdentity id;
-  id.state = config.identities.state;
-  id.learner = config.identities.learner;
-  id.data = config.identities.data;
-  id.initialization = config.identities.initialization;
-  id.model = config.identities.model;
-  id.payload_bytes = 12 * static_cast<uint64_t>(NumParameters(config));
-  id.chunk_bytes = kCoppeliusChunkBytes;
-  id.run_steps = static_cast<uint64_t>(config.run_steps);
-  return id;
 }
 
 // ---------------------------------------------------------------- cache
@@ -279,7 +267,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o,
   const CheckpointHeader& h = reader.header();
   const CheckpointIdentity identity = reader.identity();
   const absl::Status identity_status =
-      CompareIdentity(identity, ExpectedIdentity(config), o.path);
+      CompareIdentity(identity, RunCheckpointIdentity(config), o.path);
   const absl::Status digest_status = reader.VerifyPayload(o.threads);
 
   // Per-tensor statistics when the parameter count fits the config.

@@ -17,6 +17,7 @@
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
 #include "trainer/model_config.h"
+#include "trainer/run_identity.h"
 #include "trainer/result_file.h"
 
 namespace coppelius {
@@ -49,15 +50,7 @@ absl::Status WriteCheckpoints(const std::string& dir) {
     }
     if (t.name == "final_norm.bias") pmv[2 * n + t.offset] = std::nanf("");
   }
-  CheckpointIdentity id;
-  id.state = config.identities.state;
-  id.learner = config.identities.learner;
-  id.data = config.identities.data;
-  id.initialization = config.identities.initialization;
-  id.model = config.identities.model;
-  id.payload_bytes = 12 * n;
-  id.chunk_bytes = kCoppeliusChunkBytes;
-  id.run_steps = config.run_steps;
+  CheckpointIdentity id = RunCheckpointIdentity(config);
   PublishOptions options;
   options.threads = 1;
   options.writer = "inspect-testdata";

@@ -25,6 +25,7 @@
 #include "tokencache/token_cache.h"
 #include "trainer/initialization.h"
 #include "trainer/result_file.h"
+#include "trainer/run_identity.h"
 
 namespace coppelius {
 namespace {
@@ -47,19 +48,6 @@ int HostThreads(int requested) {
   return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
 }
 
-// The identity a run of `config` requires of its checkpoints.
-CheckpointIdentity RunIdentity(const ModelConfig& config) {
-  CheckpointIdentity id;
-  id.state = config.identities.state;
-  id.learner = config.identities.learner;
-  id.data = config.identities.data;
-  id.initialization = config.identities.initialization;
-  id.model = config.identities.model;
-  id.payload_bytes = 3ull * kBytesPerScalar * NumParameters(config);
-  id.chunk_bytes = kCoppeliusChunkBytes;
-  id.run_steps = static_cast<uint64_t>(config.run_steps);
-  return id;
-}
 
 // True when `a` and `b` name the same existing file (same device, inode).
 bool SameFile(const std::string& a, const std::string& b) {
@@ -251,7 +239,7 @@ absl::Status RunTrain(const TrainOptions& options,
   const int64_t T = config.T;
   const int64_t V = config.V;
   const size_t num_parameters = static_cast<size_t>(NumParameters(config));
-  const CheckpointIdentity identity = RunIdentity(config);
+  const CheckpointIdentity identity = RunCheckpointIdentity(config);
 
   // --- Outputs must not clobber another run's (checked before any work).
   RETURN_IF_ERROR(CheckOutputPath("checkpoint-out", options.checkpoint_out,
