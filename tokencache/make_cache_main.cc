@@ -13,7 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
+#include "common/command_line.h"
 #include "tokencache/make_cache.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
@@ -33,28 +33,9 @@ constexpr char kUsage[] =
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  // "-o VALUE" -> "--o=VALUE" (so "-o -" works); --flag-name -> --flag_name.
-  std::vector<std::string> storage;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if ((a == "-o" || a == "--o") && i + 1 < argc) {
-      storage.push_back(absl::StrCat("--o=", argv[++i]));
-    } else {
-      storage.push_back(a);
-    }
-  }
-  std::vector<char*> fixed;
-  for (std::string& a : storage) {
-    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
-      size_t eq = a.find('=');
-      std::string name = a.substr(0, eq == std::string::npos ? a.size() : eq);
-      a = absl::StrCat("--", absl::StrReplaceAll(name.substr(2), {{"-", "_"}}),
-                       eq == std::string::npos ? "" : a.substr(eq));
-    }
-    fixed.push_back(&a[0]);
-  }
+  coppelius::NormalizedCommandLine command_line(argc, argv);
   std::vector<char*> args =
-      absl::ParseCommandLine(static_cast<int>(fixed.size()), fixed.data());
+      absl::ParseCommandLine(command_line.argc(), command_line.argv());
   absl::Status status;
   if (args.size() != 2) {
     status = absl::InvalidArgumentError(absl::StrCat(
