@@ -7,6 +7,11 @@ tied embedding), batch 1 × 1024, bf16 autocast, torch.optim.AdamW(fused=True)
 with the 2-D tensors decayed. Times ms/step (synchronised wall time over
 --steps steps after --warmup steps) in each mode: eager, torch.compile,
 torch.compile(mode="reduce-overhead"). Prints one line per mode.
+
+Known limit: with torch 2.11 the reduce-overhead mode fails on this model
+("accessing tensor output of CUDAGraphs that has been overwritten", at the
+tied embedding's gradient addition) even with cudagraph_mark_step_begin();
+gpu_checks.sh runs eager and compile only.
 """
 import argparse
 import math
