@@ -117,10 +117,41 @@ absl::Status FsyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  if (stat(a.c_str(), &sa) != 0 || stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+absl::Status CheckRegularFileOrAbsent(const std::string& path,
+                                      absl::string_view what) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " ", path, ": exists and is not a regular file (",
+      S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket",
+      "); expected a regular file path"));
+}
+
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents) {
   if (path == "-") return WriteAll(STDOUT_FILENO, contents.data(),
                                    contents.size(), "<stdout>");
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": is a directory, expected a file path"));
+    }
+    // A device or FIFO: write to it; renaming over it would replace it.
+    int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus(errno, "opening", path);
+    absl::Status status = WriteAll(fd, contents.data(), contents.size(), path);
+    if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", path);
+    return status;
+  }
   std::random_device rd;
   std::string tmp = absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -40,8 +40,21 @@ absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
 // Writes `contents` to `path` through a temporary in the same directory,
 // fsync, rename, fsync(directory); "-" writes to stdout. On error the
 // temporary is removed and any previous file at `path` is untouched.
+// An existing `path` that is not a regular file (a character device such as
+// /dev/null, a FIFO) is written directly, never replaced; a directory is
+// InvalidArgument.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents);
+
+// True when `a` and `b` name the same existing file (same device and
+// inode); false when either does not exist.
+bool SameFile(const std::string& a, const std::string& b);
+
+// OK when `path` does not exist or is a regular file; InvalidArgument
+// naming `what` and the path otherwise (outputs that are published by
+// rename, such as checkpoints and caches, must be regular files).
+absl::Status CheckRegularFileOrAbsent(const std::string& path,
+                                      absl::string_view what);
 
 // The directory part of `path` ("." when it has none).
 std::string DirName(const std::string& path);

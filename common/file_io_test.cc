@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
+#include <thread>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -58,6 +61,52 @@ TEST(PreadAll, ShortFileIsDataLossWithOffset) {
   close(fd);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("offset 3"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+TEST(WriteFileAtomically, WritesIntoAFifoInsteadOfReplacingIt) {
+  std::string fifo = TestDir() + "/out.fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  std::string received;
+  std::thread reader([&] {
+    int fd = open(fifo.c_str(), O_RDONLY);
+    char buf[64];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) received.append(buf, n);
+    close(fd);
+  });
+  ASSERT_TRUE(WriteFileAtomically(fifo, "through the pipe").ok());
+  reader.join();
+  EXPECT_EQ(received, "through the pipe");
+  struct stat st;
+  ASSERT_EQ(stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+TEST(CheckRegularFileOrAbsent, RefusesDevicesAndDirectories) {
+  EXPECT_TRUE(CheckRegularFileOrAbsent(TestDir() + "/absent", "--o").ok());
+  absl::Status s = CheckRegularFileOrAbsent("/dev/null", "--checkpoint-out");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--checkpoint-out /dev/null"), std::string::npos) << s;
+  EXPECT_EQ(CheckRegularFileOrAbsent(TestDir(), "--o").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SameFile, HardLinksAreTheSameFileAndMissingPathsAreNot) {
+  std::string a = TestDir() + "/same_a", b = TestDir() + "/same_b";
+  ASSERT_TRUE(WriteFileAtomically(a, "x").ok());
+  unlink(b.c_str());
+  EXPECT_FALSE(SameFile(a, b));
+  ASSERT_EQ(link(a.c_str(), b.c_str()), 0);
+  EXPECT_TRUE(SameFile(a, b));
+  EXPECT_TRUE(SameFile(a, a));
+  EXPECT_FALSE(SameFile(a, TestDir() + "/same_missing"));
 }
 
 }  // namespace

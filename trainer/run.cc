@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
 #include <algorithm>
 #include <chrono>
@@ -49,13 +50,6 @@ int HostThreads(int requested) {
 }
 
 
-// True when `a` and `b` name the same existing file (same device, inode).
-bool SameFile(const std::string& a, const std::string& b) {
-  struct stat sa, sb;
-  if (stat(a.c_str(), &sa) != 0 || stat(b.c_str(), &sb) != 0) return false;
-  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 // Refuses to replace a non-empty `path` (another run's output) unless
 // `overwrite`, or unless it is the input checkpoint being continued.
 absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
@@ -63,12 +57,9 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   if (path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " is required"));
   }
+  RETURN_IF_ERROR(CheckRegularFileOrAbsent(path, absl::StrCat("--", flag)));
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return absl::OkStatus();
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", path, ": is a directory, expected a file path"));
-  }
   if (st.st_size == 0 || overwrite) return absl::OkStatus();
   if (!input.empty() && SameFile(path, input)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
@@ -76,6 +67,72 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
       "output (pass --overwrite)",
       flag, path, static_cast<int64_t>(st.st_size),
       input.empty() ? "" : " and is not the input checkpoint"));
+}
+
+// `path` made absolute with its directory resolved (symbolic links, "..");
+// the path itself if its directory does not exist.
+std::string ResolvedPath(const std::string& path) {
+  char buffer[PATH_MAX];
+  if (realpath(DirName(path).c_str(), buffer) == nullptr) return path;
+  size_t slash = path.find_last_of('/');
+  return absl::StrCat(buffer, "/",
+                      slash == std::string::npos ? path : path.substr(slash + 1));
+}
+
+// The run's four files must be distinct, except that a continuation may
+// publish over its own input checkpoint: otherwise the result could replace
+// the checkpoint, or an output the token stream. Not overridable.
+absl::Status CheckDistinctPaths(const TrainOptions& o) {
+  struct Named {
+    const char* flag;
+    const std::string* path;
+  };
+  const Named files[] = {{"tokens", &o.tokens_path},
+                         {"checkpoint-in", &o.checkpoint_in},
+                         {"checkpoint-out", &o.checkpoint_out},
+                         {"result", &o.result_path}};
+  for (int i = 0; i < 4; ++i) {
+    for (int j = i + 1; j < 4; ++j) {
+      if (i == 1 && j == 2) continue;  // continuing in place
+      const std::string& a = *files[i].path;
+      const std::string& b = *files[j].path;
+      if (SameFile(a, b) || ResolvedPath(a) == ResolvedPath(b)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--%s=%s and --%s=%s name the same file; the run's token cache, "
+            "input checkpoint, output checkpoint and result must be distinct "
+            "(only --checkpoint-out may equal --checkpoint-in)",
+            files[i].flag, a, files[j].flag, b));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Refuses to replace history files (DIR/update-NNNNNNNN.ckpt) this run
+// would publish, unless `overwrite`: they are another run's checkpoints.
+absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
+                          uint64_t c0) {
+  if (o.checkpoint_history_dir.empty() || o.overwrite) return absl::OkStatus();
+  struct stat dir;
+  if (stat(o.checkpoint_history_dir.c_str(), &dir) == 0 && !S_ISDIR(dir.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint-history=", o.checkpoint_history_dir,
+        ": exists and is not a directory"));
+  }
+  for (int64_t s = config.checkpoint_interval; s <= config.run_steps;
+       s += config.checkpoint_interval) {
+    std::string path = absl::StrFormat("%s/update-%08d.ckpt",
+                                       o.checkpoint_history_dir, c0 + s);
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--checkpoint-history=%s: %s exists (update count %d, which this "
+          "run would publish); refusing to replace another run's checkpoint "
+          "(pass --overwrite, or use another directory)",
+          o.checkpoint_history_dir, path, c0 + s));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Publishes snapshots on a host thread so the device keeps stepping. Holds
@@ -246,6 +303,7 @@ absl::Status RunTrain(const TrainOptions& options,
                                   options.checkpoint_in, options.overwrite));
   RETURN_IF_ERROR(CheckOutputPath("result", options.result_path, "",
                                   options.overwrite));
+  RETURN_IF_ERROR(CheckDistinctPaths(options));
 
   // --- The input checkpoint: 0 bytes = fresh, else a verified envelope.
   ASSIGN_OR_RETURN(CheckpointReader input,
@@ -255,6 +313,7 @@ absl::Status RunTrain(const TrainOptions& options,
     RETURN_IF_ERROR(input.CheckIdentity(identity));
     c0 = input.update_count();
   }
+  RETURN_IF_ERROR(CheckHistory(options, config, c0));
 
   // --- The token stream: c0 + steps contexts, every used id < V.
   ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(options.tokens_path));

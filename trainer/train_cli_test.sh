@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# `train` refuses, before any work, runs whose files would damage another
+# run's or its own: result = checkpoint-out, result = input checkpoint,
+# result = token cache (even with --overwrite), an existing history file the
+# run would publish, an output that is a device; each with a one-line error
+# naming the flag, and the files left as they were.
+set -uo pipefail
+TRAIN=${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-coppelius}/trainer/train
+W=${TEST_TMPDIR:-$(mktemp -d)}/train_cli
+rm -rf "$W"; mkdir -p "$W/hist"; cd "$W"
+python3 - <<'PY'
+import random, struct
+r = random.Random(3)
+ids = [r.randrange(512) for _ in range(16 * 64 + 1)]
+open("t.tok", "wb").write(struct.pack("<QQ", 0, 0) + struct.pack("<%dI" % len(ids), *ids))
+PY
+: > fresh.ckpt
+fail=0
+run() { "$TRAIN" --config=tiny --backend=reference --tokens=t.tok --progress=false "$@"; }
+expect_refusal() {  # expect_refusal "what" "substring" args...
+  local what=$1 want=$2; shift 2
+  local before after out
+  before=$(sha256sum t.tok fresh.ckpt hist/* 2>/dev/null | sha256sum)
+  out=$(run "$@" 2>&1); local rc=$?
+  after=$(sha256sum t.tok fresh.ckpt hist/* 2>/dev/null | sha256sum)
+  if [[ $rc -eq 0 ]]; then echo "FAIL: $what: exit 0"; fail=1; return; fi
+  if [[ $(printf '%s\n' "$out" | wc -l) -ne 1 ]]; then echo "FAIL: $what: not one line: $out"; fail=1; fi
+  if [[ "$out" != *"$want"* ]]; then echo "FAIL: $what: '$out' lacks '$want'"; fail=1; fi
+  if [[ "$before" != "$after" ]]; then echo "FAIL: $what: files changed"; fail=1; fi
+  echo "ok: $what: $out"
+}
+expect_refusal "result = checkpoint-out" "name the same file" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=c.ckpt --result=c.ckpt
+expect_refusal "result = token cache, with --overwrite" "name the same file" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=c.ckpt --result=t.tok --overwrite
+expect_refusal "result = input checkpoint, with --overwrite" "name the same file" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=c.ckpt --result=./fresh.ckpt --overwrite
+expect_refusal "checkpoint-out is a device" "not a regular file" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=/dev/null --result=r.bin
+# A first run fills hist/ with update-00000002..8; a second fresh run into
+# the same history would replace them.
+run --checkpoint-in=fresh.ckpt --checkpoint-out=a.ckpt --result=a.res --checkpoint-history=hist \
+  || { echo "FAIL: first run"; exit 1; }
+expect_refusal "history clobber" "update-00000002.ckpt exists" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res --checkpoint-history=hist
+[[ -e b.ckpt || -e b.res ]] && { echo "FAIL: refused run left outputs"; fail=1; }
+# Continuing into the same history is fine (updates 10..16 are new).
+run --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a2.res --checkpoint-history=hist \
+  || { echo "FAIL: continuation into the same history"; fail=1; }
+[[ -f hist/update-00000016.ckpt ]] || { echo "FAIL: no update 16"; fail=1; }
+exit $fail
