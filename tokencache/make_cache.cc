@@ -26,13 +26,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// True when both paths exist and name the same file.
-bool SameFile(const std::string& a, const std::string& b) {
-  struct stat sa, sb;
-  if (stat(a.c_str(), &sa) != 0 || stat(b.c_str(), &sb) != 0) return false;
-  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 // End of the block that starts at `begin`: just after the first
 // "<|endoftext|>" ending at or after begin + block_bytes, or the text end.
 size_t BlockEnd(absl::string_view text, size_t begin, size_t block_bytes) {
@@ -80,6 +73,14 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
       SameFile(options.source_path, options.output_path)) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.output_path, ": output is the source file"));
+  }
+  if (!to_stdout) {
+    if (SameFile(options.vocab_path, options.output_path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.output_path, ": output is the vocabulary file --vocab"));
+    }
+    // The cache is published by rename: a device or FIFO would be replaced.
+    RETURN_IF_ERROR(CheckRegularFileOrAbsent(options.output_path, "-o"));
   }
 
   SourceStat source_stat;

@@ -278,3 +278,25 @@ TEST(RunMakeCache, KilledRunLeavesNoPartialCache) {
 
 }  // namespace
 }  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+TEST(RunMakeCache, RefusesToReplaceTheVocabularyOrADevice) {
+  const std::string source = TestDir() + "/src_refuse.txt";
+  WriteFile(source, "hello world");
+  MakeCacheOptions o = Options(source, "");
+  o.output_path = o.vocab_path;
+  const std::string vocab_before = ReadBytes(o.vocab_path);
+  absl::Status s = RunMakeCache(o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("vocabulary"), std::string::npos) << s;
+  EXPECT_EQ(ReadBytes(o.vocab_path), vocab_before);
+  o.output_path = "/dev/null";
+  s = RunMakeCache(o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace coppelius

@@ -102,7 +102,31 @@ absl::StatusOr<std::vector<uint32_t>> ParseIds(absl::string_view data,
   return ids;
 }
 
+namespace {
+
+// Refuses an output that names the input or the vocabulary (writing it
+// would destroy what is being read).
+absl::Status CheckOutputIsNotAnInput(const std::string& output,
+                                     const std::string& input,
+                                     const std::string& vocab) {
+  if (output == "-") return absl::OkStatus();
+  if (input != "-" && SameFile(output, input)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o ", output, ": names the input file ", input));
+  }
+  if (SameFile(output, vocab)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o ", output, ": names the vocabulary file ", vocab));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RunEncode(const EncodeOptions& options) {
+  RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.output_path,
+                                          options.input_path,
+                                          options.vocab_path));
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
   Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
@@ -127,6 +151,9 @@ absl::Status RunEncode(const EncodeOptions& options) {
 }
 
 absl::Status RunDecode(const DecodeOptions& options) {
+  RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.output_path,
+                                          options.input_path,
+                                          options.vocab_path));
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
   Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));

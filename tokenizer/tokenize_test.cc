@@ -141,3 +141,32 @@ TEST(ParseIdFormat, Names) {
 
 }  // namespace
 }  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+TEST(RunEncodeDecode, RefuseToWriteOverTheirInputs) {
+  const std::string vocab = TmpPath("v3.tiktoken");
+  WriteFile(vocab, VocabFile());
+  WriteFile(TmpPath("in3.txt"), "in the");
+  EncodeOptions e;
+  e.vocab_path = vocab;
+  e.input_path = TmpPath("in3.txt");
+  e.output_path = TmpPath("in3.txt");
+  absl::Status s = RunEncode(e);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("names the input file"));
+  e.output_path = vocab;
+  s = RunEncode(e);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("names the vocabulary file"));
+  DecodeOptions d;
+  d.vocab_path = vocab;
+  d.input_path = TmpPath("in3.txt");
+  d.output_path = vocab;
+  EXPECT_EQ(RunDecode(d).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Slurp(TmpPath("in3.txt")), "in the");
+  EXPECT_EQ(Slurp(vocab), VocabFile());
+}
+
+}  // namespace
+}  // namespace coppelius
