@@ -26,10 +26,10 @@ log() { echo "main_job: $*" >&2; }
 
 if [[ -z "${BIN:-}" ]]; then
   bash tools/setup.sh
-  bazel build //tokenizer:tokenize //tokencache:make_cache //trainer:train //inspect:inspect
+  bazel build //tokenizer:tokenize //tokencache:make-cache //tokencache:make_cache //trainer:train //inspect:inspect
   BIN=$DATA/bin
   mkdir -p "$BIN"
-  for t in tokenizer/tokenize tokencache/make_cache trainer/train inspect/inspect; do
+  for t in tokenizer/tokenize tokencache/make-cache tokencache/make_cache trainer/train inspect/inspect; do
     install -m 755 "bazel-bin/$t" "$BIN/"
   done
 fi
@@ -49,7 +49,8 @@ fi
 
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
   log "no NVIDIA GPU on this machine: stopping before training (train never runs on the host)."
-  log "on a GPU machine, run: tools/main_job.sh   (or, with staged binaries: BIN=stage/bin CORPUS=$CORPUS tools/main_job.sh)"
+  again="tools/main_job.sh$( ((continue_run)) && echo ' --continue')"
+  log "on a GPU machine, run: $again   (or stage binaries with tools/stage_gpu.sh and run BIN=stage/bin CORPUS=... $again there; see README)"
   exit 0
 fi
 
