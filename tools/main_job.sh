@@ -49,7 +49,8 @@ fi
 
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
   log "no NVIDIA GPU on this machine: stopping before training (train never runs on the host)."
-  again="tools/main_job.sh$( ((continue_run)) && echo ' --continue')"
+  again=tools/main_job.sh
+  if ((continue_run)); then again="$again --continue"; fi
   log "on a GPU machine, run: $again   (or stage binaries with tools/stage_gpu.sh and run BIN=stage/bin CORPUS=... $again there; see README)"
   exit 0
 fi
