@@ -187,7 +187,9 @@ TEST_F(ReaderTest, FlippedByteInEachChunkNamesTheChunk) {
       if (chunk == 4 && off == end - 1) std::printf("example: %s\n", s.ToString().c_str());
       EXPECT_EQ(r->VerifyChunk(chunk).code(), absl::StatusCode::kDataLoss);
       for (uint64_t other = 0; other < 5; ++other) {
-        if (other != chunk) EXPECT_TRUE(r->VerifyChunk(other).ok());
+        if (other != chunk) {
+          EXPECT_TRUE(r->VerifyChunk(other).ok());
+        }
       }
       std::vector<float> dst(payload_.size());
       const absl::Status read = r->ReadPayload(dst.data(), 1200, 2);

@@ -37,7 +37,11 @@ int main(int argc, char** argv) {
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   absl::Status status;
-  if (args.size() != 2) {
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "--threads=", absl::GetFlag(FLAGS_threads),
+        ": expected >= 0 (0 = all cores)"));
+  } else if (args.size() != 2) {
     status = absl::InvalidArgumentError(absl::StrCat(
         "expected exactly one SOURCE path (or -), got ", args.size() - 1,
         "; see --help"));

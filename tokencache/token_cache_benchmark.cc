@@ -1,9 +1,9 @@
 // Benchmarks of the token cache reader and of make-cache.
 //
 //   bazel run //tokencache:token_cache_benchmark
-//   MAKE_CACHE_VOCAB=$PWD/data/vocab.tiktoken \
-//   MAKE_CACHE_SOURCE=$PWD/data/corpus/corpus.txt \
-//       bazel run //tokencache:token_cache_benchmark -- --benchmark_filter=Corpus
+//   export MAKE_CACHE_VOCAB=$PWD/data/vocab.tiktoken
+//   export MAKE_CACHE_SOURCE=$PWD/data/corpus/corpus.txt
+//   bazel run //tokencache:token_cache_benchmark -- --benchmark_filter=Corpus
 #include <unistd.h>
 
 #include <cstdlib>

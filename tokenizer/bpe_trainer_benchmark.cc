@@ -1,8 +1,8 @@
 // Benchmarks of the BPE trainer.
 //
 //   bazel run -c opt //tokenizer:bpe_trainer_benchmark
-//   BPE_CORPUS=$PWD/data/corpus/corpus.txt bazel run //tokenizer:bpe_trainer_benchmark \
-//       -- --benchmark_filter=Corpus
+//   export BPE_CORPUS=$PWD/data/corpus/corpus.txt
+//   bazel run //tokenizer:bpe_trainer_benchmark -- --benchmark_filter=Corpus
 //
 // BM_TrainBpeCorpus trains the full 12,288-id vocabulary on $BPE_CORPUS (it is
 // skipped when unset) and, when $BPE_VOCAB_OUT is set, saves the result there.

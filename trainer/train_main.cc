@@ -35,12 +35,21 @@ ABSL_FLAG(int, crash_after_publications, 0,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
-      "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference]");
+      "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference] "
+      "[--checkpoint-history=DIR] [--overwrite] [--threads=N]\n"
+      "One invocation: config.run_steps AdamW steps from the input "
+      "checkpoint's update count (a 0-byte input starts fresh), publishing "
+      "the checkpoint every interval.");
   coppelius::NormalizedCommandLine command_line(argc, argv);
   std::vector<char*> rest =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   if (rest.size() > 1) {
     std::cerr << "train: unexpected argument " << rest[1] << std::endl;
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    std::cerr << "train: --threads=" << absl::GetFlag(FLAGS_threads)
+              << ": expected >= 0 (0 = all cores)" << std::endl;
     return 2;
   }
   coppelius::TrainOptions options;
