@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -40,7 +41,7 @@ namespace {
 // Up to `n` bytes from the start of `path` and at `offset`; the file size.
 struct FileProbe {
   uint64_t size = 0;
-  std::string head;  // first 16 bytes (fewer if the file is shorter)
+  std::string head;  // first 4,096 bytes (fewer if the file is shorter)
 };
 
 absl::StatusOr<FileProbe> Probe(const std::string& path) {
@@ -59,7 +60,7 @@ absl::StatusOr<FileProbe> Probe(const std::string& path) {
   }
   FileProbe p;
   p.size = st.st_size;
-  p.head.resize(std::min<uint64_t>(16, p.size));
+  p.head.resize(std::min<uint64_t>(4096, p.size));
   absl::Status s = PreadAll(fd, p.head.data(), p.head.size(), 0, path);
   close(fd);
   RETURN_IF_ERROR(s);
@@ -245,8 +246,9 @@ std::string StatsText(const TensorStats& s) {
                          s.mean, s.std, s.min, s.max, s.nonfinite);
 }
 
-absl::Status InspectCheckpoint(const InspectOptions& o,
-                               const ModelConfig& config, std::ostream& out) {
+absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
+                               std::ostream& out) {
+  const ModelConfig& config = d.config;
   ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(o.path));
   if (reader.IsFresh()) {
     if (o.json) {
@@ -315,6 +317,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o,
     j.Field("model", h.model_identity());
     j.EndObject();
     j.Field("config", config.name);
+    j.Field("config_source", d.config_source);
     j.FieldBool("identity_matches_config", identity_status.ok());
     j.Field("refusal", identity_status.ok()
                            ? std::string()
@@ -345,7 +348,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o,
     j.EndArray();
     j.EndObject();
     out << j.str() << "\n";
-    return absl::OkStatus();
+    return digest_status;
   }
 
   out << "checkpoint " << o.path << " (" << reader.file_bytes()
@@ -364,10 +367,12 @@ absl::Status InspectCheckpoint(const InspectOptions& o,
   out << "    initialization: " << h.initialization_identity() << "\n";
   out << "    model:          " << h.model_identity() << "\n";
   if (identity_status.ok()) {
-    out << "  identity: matches config " << config.name << "\n";
+    out << "  identity: matches config " << config.name << " ("
+        << d.config_source << ")\n";
   } else {
-    out << "  identity: a run of config " << config.name
-        << " refuses it: " << identity_status.message() << "\n";
+    out << "  identity: a run of config " << config.name << " ("
+        << d.config_source << ") refuses it: " << identity_status.message()
+        << "\n";
   }
   out << "  provenance: writer " << Printable(h.writer()) << ", backend "
       << Printable(h.backend()) << ", host " << Printable(h.host())
@@ -387,7 +392,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o,
     out << "  tensors: payload holds " << parameters
         << " parameters, config " << config.name << " has "
         << NumParameters(config) << ": no per-tensor statistics\n";
-    return absl::OkStatus();
+    return digest_status;
   }
   out << "  tensors (" << stats.size() << "):\n";
   for (const PlaneStats& s : stats) {
@@ -396,7 +401,8 @@ absl::Status InspectCheckpoint(const InspectOptions& o,
     out << "      M " << StatsText(s.m) << "\n";
     out << "      V " << StatsText(s.v) << "\n";
   }
-  return absl::OkStatus();
+  // Corrupt: the report above says so; the exit status too.
+  return digest_status;
 }
 
 // ---------------------------------------------------------------- result
@@ -455,15 +461,100 @@ DeviceTimes UpdateTimes(const ResultFile& r) {
   return d;
 }
 
-absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
-                           std::ostream& out) {
+// ReadResult for `config`, with a size above the complete size named as
+// trailing bytes.
+absl::StatusOr<ResultFile> ReadResultOf(const std::string& path,
+                                        const ModelConfig& config) {
   const ResultGeometry g = ResultGeometryOf(config);
-  ASSIGN_OR_RETURN(ResultFile r, ReadResult(o.path, g));
-  std::optional<Vocabulary> vocab;
-  if (!o.vocab.empty()) {
-    ASSIGN_OR_RETURN(Vocabulary v, Vocabulary::Load(o.vocab, config.V));
-    vocab = std::move(v);
+  RETURN_IF_ERROR(ValidateResultGeometry(g));
+  const ResultLayout layout = ComputeResultLayout(g);
+  ASSIGN_OR_RETURN(FileProbe p, Probe(path));
+  if (p.size > static_cast<uint64_t>(layout.complete_bytes)) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": offset ", layout.complete_bytes, ": ",
+        p.size - layout.complete_bytes,
+        " trailing bytes after a complete result of config ", config.name,
+        " (", layout.complete_bytes, " bytes), expected end of file"));
   }
+  return ReadResult(path, g);
+}
+
+// What makes a parsed result corrupt or incomplete, one line each: the
+// forward record never written, missing tail, and the cross-field checks
+// (the notifier's non-finite steps against the step windows; the row T-1
+// prediction's valid flag against the final record).
+std::vector<std::string> ResultProblems(const std::string& path,
+                                        const ResultFile& r) {
+  std::vector<std::string> problems;
+  const ResultLayout layout = ComputeResultLayout(r.geometry);
+  if (r.marker_left) {
+    problems.push_back(absl::StrCat(
+        path, ": offset 0 (forward record): marker be ba fe ca be ba fe "
+              "ca still present, expected the forward logits"));
+  }
+  if (!r.complete) {
+    problems.push_back(absl::StrCat(
+        path, ": incomplete: size ", r.file_size, " bytes, expected ",
+        layout.complete_bytes, " (", r.complete_steps, " of ",
+        r.geometry.steps, " step windows; tail from offset ",
+        layout.input_stat_offset, " missing)"));
+    return problems;
+  }
+  const ResultTail& t = r.tail;
+  const std::vector<double> means = StepMeanLosses(r);
+  int64_t nonfinite = 0, first = -1;
+  for (size_t s = 0; s < means.size(); ++s) {
+    if (std::isfinite(means[s])) continue;
+    if (first < 0) first = static_cast<int64_t>(s);
+    ++nonfinite;
+  }
+  if (static_cast<uint64_t>(nonfinite) != t.errors.nonfinite_steps) {
+    problems.push_back(absl::StrCat(
+        path, ": offset ", layout.error_offset + 8,
+        " (error notifier.nonfinite_steps): ", t.errors.nonfinite_steps,
+        ", expected ", nonfinite,
+        " (steps whose window mean is non-finite",
+        first >= 0 ? absl::StrCat(", first step ", first, " at offset ",
+                                  layout.windows_offset +
+                                      first * layout.window_bytes)
+                   : std::string(),
+        ")"));
+  } else if (t.errors.first_nonfinite_step != first) {
+    problems.push_back(absl::StrCat(
+        path, ": offset ", layout.error_offset,
+        " (error notifier.first_nonfinite_step): ",
+        t.errors.first_nonfinite_step, ", expected ", first,
+        " (the first step whose window mean is non-finite)"));
+  }
+  int64_t first_bad_logit = -1;
+  for (size_t i = 0; i < t.final_logits.size(); ++i) {
+    if (!std::isfinite(t.final_logits[i])) {
+      first_bad_logit = static_cast<int64_t>(i);
+      break;
+    }
+  }
+  const bool row_finite = first_bad_logit < 0;
+  const ResultPrediction& last = t.host.predictions[2];
+  if (last.valid != row_finite) {
+    problems.push_back(absl::StrCat(
+        path, ": offset ", layout.host_offset + 120 + 2 * 8 + 4,
+        " (host status.predictions[2].valid, row ", r.geometry.T - 1, "): ",
+        last.valid ? 1 : 0, ", expected ", row_finite ? 1 : 0,
+        row_finite ? " (the final record's logits are all finite)"
+                   : absl::StrCat(" (the final record's logit ",
+                                  first_bad_logit, " at offset ",
+                                  layout.final_offset + 4 * first_bad_logit,
+                                  " is not finite)")));
+  }
+  return problems;
+}
+
+// Writes the report of `r`; `problems` are ResultProblems(o.path, r).
+void PrintResult(const InspectOptions& o, const FileDetection& d,
+                 const ResultFile& r, const std::vector<std::string>& problems,
+                 const std::optional<Vocabulary>& vocab, std::ostream& out) {
+  const ModelConfig& config = d.config;
+  const ResultGeometry g = ResultGeometryOf(config);
   const ResultLayout layout = ComputeResultLayout(g);
   const std::vector<double> means = StepMeanLosses(r);
   const int window = std::max(1, o.smoothing_steps);
@@ -514,6 +605,11 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
     j.Field("kind", "result");
     j.Field("path", o.path);
     j.Field("config", config.name);
+    j.Field("config_source", d.config_source);
+    j.Key("problems");
+    j.BeginArray();
+    for (const std::string& p : problems) j.String(p);
+    j.EndArray();
     j.Key("geometry");
     j.BeginObject();
     j.FieldInt("V", g.V);
@@ -640,12 +736,14 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
     }
     j.EndObject();
     out << j.str() << "\n";
-    return absl::OkStatus();
+    return;
   }
 
   out << "result " << o.path << " (" << r.file_size << " bytes; config "
-      << config.name << ": V=" << g.V << " T=" << g.T << " steps=" << g.steps
-      << ", complete size " << layout.complete_bytes << ")\n";
+      << config.name << " (" << d.config_source << "): V=" << g.V
+      << " T=" << g.T << " steps=" << g.steps << ", complete size "
+      << layout.complete_bytes << ")\n";
+  for (const std::string& p : problems) out << "  PROBLEM: " << p << "\n";
   out << "  status: " << status << ", " << r.complete_steps << " of "
       << g.steps << " step windows\n";
   if (r.marker_left) {
@@ -675,7 +773,7 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
   }
   if (!r.complete) {
     out << "  tail: absent (the run did not finish)\n";
-    return absl::OkStatus();
+    return;
   }
   out << "  backend: " << t.host.backend << ", c0 " << t.host.first_context
       << ", steps done " << t.host.steps_done << ", update count "
@@ -772,8 +870,27 @@ absl::Status InspectResult(const InspectOptions& o, const ModelConfig& config,
         << " differs from the row " << rows[2] << " prediction "
         << t.host.predictions[2].token << "\n";
   }
-  return absl::OkStatus();
 }
+
+absl::Status InspectResult(const InspectOptions& o, const FileDetection& d,
+                           std::ostream& out) {
+  if (!d.mismatch.empty()) return absl::FailedPreconditionError(d.mismatch);
+  ASSIGN_OR_RETURN(ResultFile r, ReadResultOf(o.path, d.config));
+  std::optional<Vocabulary> vocab;
+  if (!o.vocab.empty()) {
+    ASSIGN_OR_RETURN(Vocabulary v, Vocabulary::Load(o.vocab, d.config.V));
+    vocab = std::move(v);
+  }
+  const std::vector<std::string> problems = ResultProblems(o.path, r);
+  PrintResult(o, d, r, problems, vocab, out);
+  if (problems.empty()) return absl::OkStatus();
+  return absl::DataLossError(
+      problems.size() == 1
+          ? problems[0]
+          : absl::StrCat(problems[0], " (and ", problems.size() - 1,
+                         " more problems)"));
+}
+
 
 // ---------------------------------------------------------------- verify
 
@@ -782,19 +899,16 @@ struct VerifyOutcome {
   std::vector<std::string> failures;  // one line each
 };
 
-VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
-                        const ModelConfig& config) {
+VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
   VerifyOutcome v;
-  FileKind kind = o.kind;
-  if (kind == FileKind::kAuto) {
-    absl::StatusOr<FileKind> k = DetectFileKind(path, config);
-    if (!k.ok()) {
-      v.kind = "unknown";
-      v.failures.push_back(std::string(k.status().message()));
-      return v;
-    }
-    kind = *k;
+  absl::StatusOr<FileDetection> d = DetectFile(path, o.kind, o.config);
+  if (!d.ok()) {
+    v.kind = "unknown";
+    v.failures.push_back(std::string(d.status().message()));
+    return v;
   }
+  const FileKind kind = d->kind;
+  const ModelConfig& config = d->config;
   v.kind = FileKindName(kind);
   switch (kind) {
     case FileKind::kCheckpoint: {
@@ -803,7 +917,12 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
         v.failures.push_back(std::string(reader.status().message()));
         return v;
       }
-      if (reader->IsFresh()) return v;
+      if (reader->IsFresh()) {
+        v.failures.push_back(absl::StrCat(
+            path, ": 0 bytes: a fresh-start input, not a complete "
+                  "checkpoint"));
+        return v;
+      }
       if (!reader->VerifyPayload(o.threads).ok()) {
         // One line per bad chunk; the reader's per-chunk message ends with
         // "(1 of N chunks differ)", replaced by the true count.
@@ -828,25 +947,16 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
       return v;
     }
     case FileKind::kResult: {
-      absl::StatusOr<ResultFile> r =
-          ReadResult(path, ResultGeometryOf(config));
+      if (!d->mismatch.empty()) {
+        v.failures.push_back(d->mismatch);
+        return v;
+      }
+      absl::StatusOr<ResultFile> r = ReadResultOf(path, config);
       if (!r.ok()) {
         v.failures.push_back(std::string(r.status().message()));
         return v;
       }
-      const ResultLayout layout = ComputeResultLayout(r->geometry);
-      if (r->marker_left) {
-        v.failures.push_back(absl::StrCat(
-            path, ": offset 0 (forward record): marker be ba fe ca be ba fe "
-                  "ca still present, expected the forward logits"));
-      }
-      if (!r->complete) {
-        v.failures.push_back(absl::StrCat(
-            path, ": incomplete: size ", r->file_size, " bytes, expected ",
-            layout.complete_bytes, " (", r->complete_steps, " of ",
-            r->geometry.steps, " step windows; tail from offset ",
-            layout.input_stat_offset, " missing)"));
-      }
+      v.failures = ResultProblems(path, *r);
       return v;
     }
     case FileKind::kCache:
@@ -922,6 +1032,18 @@ std::string FormatTick(double v) {
 
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out);
 
+static absl::Status CheckThreads(int threads) {
+  if (threads >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--threads=", threads, ": expected an integer >= 1"));
+}
+
+static absl::Status CheckSmoothing(int steps) {
+  if (steps >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--smoothing=", steps, ": expected an integer >= 1"));
+}
+
 absl::StatusOr<FileKind> ParseFileKind(absl::string_view name) {
   if (name.empty() || name == "auto") return FileKind::kAuto;
   if (name == "cache") return FileKind::kCache;
@@ -949,41 +1071,216 @@ ResultGeometry ResultGeometryOf(const ModelConfig& config) {
   return ResultGeometry{config.V, config.T, config.run_steps};
 }
 
-absl::StatusOr<FileKind> DetectFileKind(const std::string& path,
-                                        const ModelConfig& config) {
-  ASSIGN_OR_RETURN(FileProbe p, Probe(path));
+std::vector<std::string> KnownConfigNames() { return {"coppelius", "tiny"}; }
+
+namespace {
+
+uint32_t LeU32(absl::string_view b, size_t at) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i)
+    v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
+// Bytes in which the first 8 bytes of `head` differ from `sig` (8 when
+// `head` is shorter).
+int ByteDistance8(absl::string_view head, const void* sig) {
+  if (head.size() < 8) return 8;
+  const unsigned char* s = static_cast<const unsigned char*>(sig);
+  int d = 0;
+  for (int i = 0; i < 8; ++i) d += static_cast<unsigned char>(head[i]) != s[i];
+  return d;
+}
+
+bool LooksLikeCheckpointPreamble(absl::string_view head, uint64_t size) {
+  if (head.size() < 40) return false;
+  if (LeU32(head, 8) == kCheckpointVersion &&
+      LeU32(head, 12) == kPreambleBytes) {
+    return true;
+  }
+  const uint64_t header_bytes = LeU64(head, 16);
+  const uint64_t payload_offset = LeU64(head, 24);
+  const uint64_t payload_bytes = LeU64(head, 32);
+  return header_bytes >= 1 && header_bytes <= kMaxHeaderBytes &&
+         payload_offset == PayloadOffsetFor(header_bytes) &&
+         payload_bytes <= size && payload_offset == size - payload_bytes;
+}
+
+bool LooksLikeCache(absl::string_view head, uint64_t size) {
+  if (size < kTokenCacheHeaderBytes || (size - kTokenCacheHeaderBytes) % 4) {
+    return false;
+  }
+  if (LeU64(head, 0) >= 4102444800ull * 1000000000ull ||  // 2100-01-01
+      LeU64(head, 8) >= (1ull << 50)) {
+    return false;
+  }
+  for (size_t at = 16; at + 4 <= head.size(); at += 4) {
+    if (LeU32(head, at) >= (1u << 24)) return false;
+  }
+  return true;
+}
+
+// No control bytes other than tab, newline, carriage return, form feed.
+bool LooksLikeText(absl::string_view head) {
+  if (head.empty()) return false;
+  for (unsigned char c : head) {
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f') ||
+        c == 0x7f) {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct KnownLayout {
+  ModelConfig config;
+  ResultLayout layout;
+};
+
+absl::StatusOr<std::vector<KnownLayout>> KnownLayouts() {
+  std::vector<KnownLayout> out;
+  for (const std::string& name : KnownConfigNames()) {
+    ASSIGN_OR_RETURN(ModelConfig c, ModelConfigByName(name));
+    out.push_back({c, ComputeResultLayout(ResultGeometryOf(c))});
+  }
+  return out;
+}
+
+// The config whose host tag sits at its host status offset (size at least
+// that config's complete size), or null.
+absl::StatusOr<const KnownLayout*> HostTagConfig(
+    const std::string& path, uint64_t size,
+    const std::vector<KnownLayout>& known) {
+  for (const KnownLayout& k : known) {
+    if (size < static_cast<uint64_t>(k.layout.complete_bytes)) continue;
+    ASSIGN_OR_RETURN(std::string tag,
+                     PreadString(path, k.layout.host_offset, 8));
+    if (tag == absl::string_view(kResultHostTag, 8)) return &k;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<FileKind> DetectKind(const std::string& path,
+                                    const FileProbe& p,
+                                    const std::vector<KnownLayout>& known) {
+  const absl::string_view head = p.head;
+  // 1. Exact signatures.
+  if (ByteDistance8(head, kCheckpointMagic) == 0) return FileKind::kCheckpoint;
+  if (ByteDistance8(head, kResultMarker) == 0) return FileKind::kResult;
+  ASSIGN_OR_RETURN(const KnownLayout* tagged, HostTagConfig(path, p.size, known));
+  if (tagged != nullptr) return FileKind::kResult;
+  // 2. The extension.
+  if (absl::EndsWith(path, ".ckpt")) return FileKind::kCheckpoint;
+  if (absl::EndsWith(path, ".tok")) return FileKind::kCache;
+  if (absl::EndsWith(path, ".res")) return FileKind::kResult;
+  // 3. Empty: a fresh-start checkpoint input.
   if (p.size == 0) return FileKind::kCheckpoint;
-  if (p.head.size() >= 8 &&
-      std::memcmp(p.head.data(), kCheckpointMagic, 8) == 0) {
+  // 4. A checkpoint near miss.
+  if (ByteDistance8(head, kCheckpointMagic) == 1 ||
+      LooksLikeCheckpointPreamble(head, p.size)) {
     return FileKind::kCheckpoint;
   }
-  const ResultGeometry g = ResultGeometryOf(config);
-  if (!ValidateResultGeometry(g).ok()) return FileKind::kCache;
-  const ResultLayout layout = ComputeResultLayout(g);
-  std::string host_tag;
-  if (p.size == static_cast<uint64_t>(layout.complete_bytes)) {
-    ASSIGN_OR_RETURN(host_tag, PreadString(path, layout.host_offset, 8));
-  }
-  const bool marker = p.head.size() >= 8 &&
-                      std::memcmp(p.head.data(), kResultMarker, 8) == 0;
-  if (marker) return FileKind::kResult;
-  if (host_tag == absl::string_view(kResultHostTag, 8)) {
-    return FileKind::kResult;
-  }
-  if (p.size > static_cast<uint64_t>(layout.complete_bytes)) {
-    return FileKind::kCache;
-  }
-  // A result cut short (no tail): its first 16 bytes are four logits. A
-  // plausible cache header wins (mtime before 2100-01-01, source size
-  // < 2^50); so does a cache-sized file too short for a forward record.
-  if (p.head.size() == 16) {
-    const uint64_t mtime = LeU64(p.head, 0), size = LeU64(p.head, 8);
-    if (mtime < 4102444800ull * 1000000000ull && size < (1ull << 50)) {
-      return FileKind::kCache;
+  // 5. A result near miss.
+  if (ByteDistance8(head, kResultMarker) == 1) return FileKind::kResult;
+  for (const KnownLayout& k : known) {
+    if (p.size == static_cast<uint64_t>(k.layout.complete_bytes)) {
+      return FileKind::kResult;
     }
-    return FileKind::kResult;
   }
-  return FileKind::kCache;
+  // 6. A cache.
+  if (LooksLikeCache(head, p.size)) return FileKind::kCache;
+  // 7. An incomplete result.
+  const bool text = LooksLikeText(head);
+  if (!text) {
+    for (const KnownLayout& k : known) {
+      if (p.size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
+          p.size < static_cast<uint64_t>(k.layout.complete_bytes)) {
+        return FileKind::kResult;
+      }
+    }
+  }
+  return absl::DataLossError(absl::StrCat(
+      path, ": offset 0: not a token cache, checkpoint or result file (",
+      p.size, " bytes", text ? ", text" : "",
+      "; no checkpoint magic, result marker or host tag, not a plausible "
+      "cache header); pass --kind to read it as one"));
+}
+
+// The config the file's content names, if any; `evidence` says how.
+absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
+    const std::string& path, FileKind kind, uint64_t size,
+    const std::vector<KnownLayout>& known, std::string* evidence) {
+  if (kind == FileKind::kCheckpoint && size > 0) {
+    absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(path);
+    if (!reader.ok()) return std::nullopt;  // reported by the subcommand
+    const CheckpointIdentity id = reader->identity();
+    for (const KnownLayout& k : known) {
+      if (CompareIdentity(id, RunCheckpointIdentity(k.config), path).ok()) {
+        *evidence = "checkpoint identity";
+        return k.config;
+      }
+    }
+    for (const KnownLayout& k : known) {
+      if (reader->payload_bytes() ==
+          12 * static_cast<uint64_t>(NumParameters(k.config))) {
+        *evidence = "checkpoint payload size";
+        return k.config;
+      }
+    }
+  }
+  if (kind == FileKind::kResult) {
+    ASSIGN_OR_RETURN(const KnownLayout* tagged, HostTagConfig(path, size, known));
+    if (tagged != nullptr) {
+      *evidence = "result size and host tag";
+      return tagged->config;
+    }
+    for (const KnownLayout& k : known) {
+      if (size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
+          size <= static_cast<uint64_t>(k.layout.complete_bytes)) {
+        *evidence = "result size";
+        return k.config;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<FileDetection> DetectFile(const std::string& path,
+                                         FileKind kind,
+                                         absl::string_view config_name) {
+  ASSIGN_OR_RETURN(FileProbe p, Probe(path));
+  ASSIGN_OR_RETURN(std::vector<KnownLayout> known, KnownLayouts());
+  FileDetection d;
+  d.kind = kind;
+  if (d.kind == FileKind::kAuto) {
+    ASSIGN_OR_RETURN(d.kind, DetectKind(path, p, known));
+  }
+  std::string evidence;
+  ASSIGN_OR_RETURN(std::optional<ModelConfig> file_config,
+                   ConfigOfFile(path, d.kind, p.size, known, &evidence));
+  if (!config_name.empty()) {
+    ASSIGN_OR_RETURN(d.config, ModelConfigByName(config_name));
+    d.config_source = "--config";
+    if (file_config && file_config->name != d.config.name) {
+      d.mismatch = absl::StrCat(path, ": ", evidence, " (", p.size,
+                                " bytes) fit config ", file_config->name,
+                                ", not --config=", d.config.name);
+    }
+  } else if (file_config) {
+    d.config = *file_config;
+    d.config_source = evidence;
+  } else {
+    ASSIGN_OR_RETURN(d.config, ModelConfigByName("coppelius"));
+    d.config_source = "default";
+  }
+  return d;
+}
+
+absl::StatusOr<FileKind> DetectFileKind(const std::string& path) {
+  ASSIGN_OR_RETURN(FileDetection d, DetectFile(path, FileKind::kAuto, ""));
+  return d.kind;
 }
 
 TensorStats ComputeTensorStats(const float* values, int64_t n) {
@@ -1039,6 +1336,8 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
   if (options.path.empty()) {
     return absl::InvalidArgumentError("inspect: no FILE given");
   }
+  RETURN_IF_ERROR(CheckThreads(options.threads));
+  RETURN_IF_ERROR(CheckSmoothing(options.smoothing_steps));
   InspectOptions o = options;
   // "-": stdin, spooled to a temporary file (caches and checkpoints are
   // mapped, so they need a file).
@@ -1070,20 +1369,28 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
 }
 
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
-  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
-  FileKind kind = o.kind;
-  if (kind == FileKind::kAuto) {
-    ASSIGN_OR_RETURN(kind, DetectFileKind(o.path, config));
+  ASSIGN_OR_RETURN(FileDetection d, DetectFile(o.path, o.kind, o.config));
+  std::ostream& warnings = o.warnings ? *o.warnings : std::cerr;
+  if (!o.source.empty() && d.kind != FileKind::kCache) {
+    warnings << "inspect: warning: --source is for token caches; "
+             << o.path << " is a " << FileKindName(d.kind)
+             << ": --source ignored" << std::endl;
   }
-  switch (kind) {
+  if (!o.vocab.empty() && d.kind != FileKind::kResult) {
+    warnings << "inspect: warning: --vocab is for result files; " << o.path
+             << " is a " << FileKindName(d.kind) << ": --vocab ignored"
+             << std::endl;
+  }
+  switch (d.kind) {
     case FileKind::kCheckpoint:
-      return InspectCheckpoint(o, config, out);
+      return InspectCheckpoint(o, d, out);
     case FileKind::kResult:
-      return InspectResult(o, config, out);
+      return InspectResult(o, d, out);
     case FileKind::kCache:
     case FileKind::kAuto: {
-      ASSIGN_OR_RETURN(CacheReport r, AnalyzeCache(o.path, o.source, config));
-      PrintCache(r, config, o.json, out);
+      ASSIGN_OR_RETURN(CacheReport r,
+                       AnalyzeCache(o.path, o.source, d.config));
+      PrintCache(r, d.config, o.json, out);
       return absl::OkStatus();
     }
   }
@@ -1094,15 +1401,18 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   if (o.paths.empty()) {
     return absl::InvalidArgumentError("verify: no FILE given");
   }
-  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
+  RETURN_IF_ERROR(CheckThreads(o.threads));
+  if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
   int failed = 0;
+  bool any_cache = false;
   JsonWriter j;
   j.BeginObject();
   j.Key("files");
   j.BeginArray();
   for (const std::string& path : o.paths) {
-    VerifyOutcome v = VerifyOne(path, o, config);
+    VerifyOutcome v = VerifyOne(path, o);
     failed += !v.failures.empty();
+    any_cache |= v.kind == FileKindName(FileKind::kCache);
     if (o.json) {
       j.BeginObject();
       j.Field("path", path);
@@ -1128,6 +1438,12 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   j.FieldInt("checked", static_cast<int64_t>(o.paths.size()));
   j.EndObject();
   if (o.json) out << j.str() << "\n";
+  if (!o.source.empty() && !any_cache) {
+    (o.warnings ? *o.warnings : std::cerr)
+        << "inspect: warning: --source is for token caches; no FILE is one: "
+           "--source ignored"
+        << std::endl;
+  }
   out.flush();
   if (!out) return absl::InternalError("verify: writing the report failed");
   if (failed) {
@@ -1231,11 +1547,48 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
     return absl::InvalidArgumentError("plot: -o OUTPUT (an .svg path or -) "
                                       "is required");
   }
-  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
+  RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
+  ModelConfig config;
   std::vector<double> means;
   std::vector<size_t> run_starts;
+  std::string previous;             // the previous file
+  uint64_t previous_c0 = 0, previous_steps = 0;
+  bool previous_complete = false;
   for (const std::string& path : o.results) {
-    ASSIGN_OR_RETURN(ResultFile r, ReadResult(path, ResultGeometryOf(config)));
+    ASSIGN_OR_RETURN(FileDetection d,
+                     DetectFile(path, FileKind::kResult, o.config));
+    if (!d.mismatch.empty()) return absl::FailedPreconditionError(d.mismatch);
+    if (previous.empty()) {
+      config = d.config;
+    } else if (d.config.name != config.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plot: ", path, " is a result of config ", d.config.name, ", ",
+          o.results[0], " of config ", config.name));
+    }
+    ASSIGN_OR_RETURN(ResultFile r, ReadResultOf(path, config));
+    if (!previous.empty()) {
+      if (!previous_complete) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plot: ", previous, " is incomplete (no host status, so no c0 + "
+            "steps for ", path, " to follow); only the last file may be "
+            "incomplete"));
+      }
+      if (r.complete && r.tail.host.first_context !=
+                            previous_c0 + previous_steps) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plot: ", path, " starts at context c0 ",
+            r.tail.host.first_context, ", expected ",
+            previous_c0 + previous_steps, " = c0 ", previous_c0, " + ",
+            previous_steps, " steps of the previous file ", previous,
+            " (give consecutive runs in order)"));
+      }
+    }
+    previous = path;
+    previous_complete = r.complete;
+    if (r.complete) {
+      previous_c0 = r.tail.host.first_context;
+      previous_steps = r.tail.host.steps_done;
+    }
     std::vector<double> m = StepMeanLosses(r);
     if (!means.empty() && !m.empty()) run_starts.push_back(means.size());
     means.insert(means.end(), m.begin(), m.end());
@@ -1324,7 +1677,10 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
     return absl::InvalidArgumentError(
         "export: expected --safetensors CHECKPOINT and -o OUTPUT");
   }
-  ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(o.config));
+  RETURN_IF_ERROR(CheckThreads(o.threads));
+  ASSIGN_OR_RETURN(FileDetection d,
+                   DetectFile(o.checkpoint, FileKind::kCheckpoint, o.config));
+  const ModelConfig& config = d.config;
   ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(o.checkpoint));
   if (reader.IsFresh()) {
     return absl::FailedPreconditionError(absl::StrCat(

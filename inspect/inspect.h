@@ -7,16 +7,30 @@
 // functions below. Every Run* writes its report to `out`; `--json` output is
 // one JSON object followed by a newline.
 //
-// Kind detection (FileKind::kAuto), for a model config (V, T, steps):
-//   checkpoint  the first 8 bytes are "COPPCKPT", or the file is empty (a
-//               0-byte fresh-start input);
-//   result      the marker at 0; or a complete size with the host tag at
-//               its offset; or a size below the complete size whose first
-//               16 bytes are not a plausible cache header (mtime before
-//               2100-01-01 and source size < 2^50);
-//   cache       anything else.
-// `--kind` overrides the detection.
-//
+// Detection (DetectFile; every subcommand uses it). The kind, unless
+// `--kind` forces one, in this order:
+//   1. exact signatures: the checkpoint magic "COPPCKPT" at 0; the result
+//      marker at 0; the result host tag "CPLSRES1" at the host status offset
+//      of a known config (size >= that config's complete size, so a result
+//      with trailing bytes is still a result);
+//   2. the extension: ".ckpt" checkpoint, ".tok" cache, ".res" result;
+//   3. an empty file: a (fresh-start) checkpoint;
+//   4. near misses of a checkpoint: first 8 bytes one byte away from the
+//      magic, or a preamble structure (version 1 and preamble_bytes 128 at
+//      8 and 12, or payload_offset = round_up(128 + header_bytes, 4096) with
+//      payload_offset + payload_bytes = size);
+//   5. near misses of a result: first 8 bytes one byte away from the
+//      marker, or exactly the complete size of a known config;
+//   6. a plausible cache: size 16 + 4 N, header mtime before 2100-01-01 and
+//      source size < 2^50, the first ids (up to 1,020) < 2^24;
+//   7. an incomplete result: not text, size between a known config's
+//      forward record and complete size;
+//   otherwise DataLoss "not a token cache, checkpoint or result file".
+// The config, unless `--config` names one: a checkpoint's identity (or its
+// payload size) matched against every known config; a result's size and
+// host tag (or, incomplete, its size); else "coppelius" (caches, fresh
+// checkpoints, results too short to tell). An explicit `--config` the file
+// contradicts is recorded in `mismatch`.
 // Errors: InvalidArgument (bad options, unknown config or kind), NotFound
 // (missing file) and the readers' DataLoss / FailedPrecondition, each naming
 // the file and the offset or field. RunVerify returns DataLoss when any file
@@ -46,9 +60,29 @@ const char* FileKindName(FileKind kind);
 // The result geometry of a config: {V, T, run_steps}.
 ResultGeometry ResultGeometryOf(const ModelConfig& config);
 
-// Detects the kind of `path` as described in the file comment.
-absl::StatusOr<FileKind> DetectFileKind(const std::string& path,
-                                        const ModelConfig& config);
+// The known config names ("coppelius", "tiny"), each valid for
+// ModelConfigByName.
+std::vector<std::string> KnownConfigNames();
+
+struct FileDetection {
+  FileKind kind = FileKind::kAuto;
+  ModelConfig config;
+  // "--config", "checkpoint identity", "checkpoint payload size", "result
+  // size and host tag", "result size" or "default".
+  std::string config_source;
+  // Non-empty when an explicit config contradicts the file: one line naming
+  // the file, the evidence and both configs.
+  std::string mismatch;
+};
+
+// Detects `path` as described in the file comment; `kind` kAuto detects the
+// kind, `config_name` "" infers the config. Errors: NotFound, InvalidArgument
+// (not a regular file, unknown config), DataLoss (nothing fits).
+absl::StatusOr<FileDetection> DetectFile(const std::string& path,
+                                         FileKind kind,
+                                         absl::string_view config_name);
+// DetectFile(path, kAuto, "").kind.
+absl::StatusOr<FileKind> DetectFileKind(const std::string& path);
 
 // Statistics of n fp32 values: mean and population standard deviation
 // (double accumulation) and min/max over the finite values; `nonfinite`
@@ -69,12 +103,13 @@ std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
 struct InspectOptions {
   std::string path;  // "-": stdin (spooled to a temporary file under $TMPDIR)
   FileKind kind = FileKind::kAuto;
-  std::string config = "coppelius";  // ModelConfigByName
+  std::string config;                // ModelConfigByName; "" infers it
   std::string source;                // token cache: source text for staleness
   std::string vocab;                 // result: .tiktoken to decode predictions
   bool json = false;
-  int smoothing_steps = 100;         // window of the smoothed curve
-  int threads = 2;                   // digest threads
+  int smoothing_steps = 100;         // window of the smoothed curve (>= 1)
+  int threads = 2;                   // digest threads (>= 1)
+  std::ostream* warnings = nullptr;  // one-line warnings; null: std::cerr
 };
 
 // Reports on one file:
@@ -88,22 +123,30 @@ struct InspectOptions {
 //               last window means, device/host time per step from the
 //               timestamp table, error notifier, input stat, host status,
 //               predictions (decoded with `vocab` when given).
-// A corrupt file is an error (the reader's status); an incomplete result
-// file is reported, not an error.
+// A file the readers refuse is an error (the reader's status). A file that
+// opens but is corrupt or incomplete (a failed chunk digest; an incomplete
+// result, its forward record never written, or the inconsistencies verify
+// checks) is reported in full, then DataLoss naming the first problem.
+// `--source` for a non-cache or `--vocab` for a non-result writes a warning.
+// InvalidArgument for threads or smoothing_steps < 1.
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out);
 
 struct VerifyOptions {
   std::vector<std::string> paths;
   FileKind kind = FileKind::kAuto;
-  std::string config = "coppelius";
+  std::string config;  // "" infers each file's config
   std::string source;  // caches: also fail when stale against this source
   bool json = false;
-  int threads = 2;
+  int threads = 2;     // >= 1
+  std::ostream* warnings = nullptr;  // null: std::cerr
 };
 
-// Checks every file: a checkpoint opens, and every chunk digest matches (one
-// failure line per bad chunk); a result file is complete, parses, and its
-// forward record was written (marker gone); a cache has a valid size and
+// Checks every file: a checkpoint opens, is not a 0-byte fresh-start input,
+// and every chunk digest matches (one failure line per bad chunk); a result
+// file fits the config, is complete, parses, its forward record was written
+// (marker gone), the error notifier's non-finite step count (and first step)
+// equal those of the step windows' means, and the row T-1 prediction's valid
+// flag equals "the final record is all finite"; a cache has a valid size and
 // every id < V (and is fresh against `source` when given). Writes "OK <path>
 // (<kind>)" or one "FAIL <path>: <reason>" line per failure (or a JSON
 // object). Returns OK only if every file passed, else DataLoss
@@ -113,13 +156,18 @@ absl::Status RunVerify(const VerifyOptions& options, std::ostream& out);
 struct PlotOptions {
   std::vector<std::string> results;  // consecutive runs, in order
   std::string output;                // SVG path; "-" writes to `out`
-  std::string config = "coppelius";
-  int smoothing_steps = 100;
+  std::string config;                // "" infers it from the files
+  int smoothing_steps = 100;         // >= 1
 };
 
 // Writes an SVG (per-step mean loss and its smoothed curve against the step
 // counted across the given files, labelled axes). Incomplete files
-// contribute their complete steps. InvalidArgument if no file has a step.
+// contribute their complete steps. The runs must be consecutive: every file
+// but the last must be complete, and each file's c0 (host status) must equal
+// the previous file's c0 + steps done (an incomplete last file has no c0 to
+// check). InvalidArgument if no file has a step, the files' configs differ,
+// the runs are not consecutive (naming both files and contexts) or
+// smoothing_steps < 1.
 absl::Status RunPlot(const PlotOptions& options, std::ostream& out);
 
 // Renders the SVG text for per-step mean losses (pure; used by RunPlot).
@@ -133,8 +181,8 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
 struct ExportOptions {
   std::string checkpoint;
   std::string output;  // safetensors path; "-" writes to `out`
-  std::string config = "coppelius";
-  int threads = 2;
+  std::string config;  // "" infers it from the checkpoint's identity
+  int threads = 2;     // >= 1
 };
 
 // Exports the P plane of a verified checkpoint as safetensors: one F32

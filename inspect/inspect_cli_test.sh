@@ -10,11 +10,28 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$make" "$d" || fail "make_testdata"
 py() { python3 "$check" "$@"; }
 
-# Reports in JSON for every kind, parsed by python.
+# Reports in JSON for every kind, parsed by python; incomplete results are
+# reported, then exit 1 with one line on stderr.
 for f in cache.tok model.ckpt multi.ckpt fresh.ckpt complete.res partial.res marker.res; do
-  "$inspect" --config=tiny --json "$d/$f" > "$d/$f.json" || fail "inspect --json $f"
+  "$inspect" --config=tiny --json "$d/$f" > "$d/$f.json" 2> "$d/$f.err"
+  rc=$?
+  case $f in partial.res|marker.res) want=1 ;; *) want=0 ;; esac
+  [[ $rc == "$want" ]] || fail "inspect --json $f exited $rc, expected $want"
+  [[ $(wc -l < "$d/$f.err") == "$want" ]] || fail "$f stderr: $(cat "$d/$f.err")"
   py json "$d/$f.json" || fail "$f.json does not parse"
 done
+# Without --config, the tiny files are read as tiny.
+"$inspect" "$d/complete.res" > "$d/inferred.txt" || fail "inspect without --config"
+grep -q "config tiny (result size and host tag)" "$d/inferred.txt" \
+  || fail "config not inferred: $(head -1 "$d/inferred.txt")"
+"$inspect" verify "$d/model.ckpt" "$d/complete.res" > /dev/null \
+  || fail "verify without --config"
+# A text file: refused, one line, exit 1.
+printf 'just some text\n' > "$d/notes.txt"
+"$inspect" "$d/notes.txt" > "$d/notes.out" 2> "$d/notes.err"
+[[ $? == 1 && ! -s "$d/notes.out" ]] || fail "text file: $(cat "$d/notes.out")"
+grep -q "not a token cache, checkpoint or result file" "$d/notes.err" \
+  || fail "text file error: $(cat "$d/notes.err")"
 "$inspect" --config=tiny --json --vocab="$d/vocab.tiktoken" "$d/complete.res" > "$d/r.json" \
   || fail "inspect result"
 py result-json "$d/r.json" || fail "result JSON answers"
@@ -25,8 +42,13 @@ grep -q '"path":"-"' "$d/r2.json" || fail "stdin report does not name -"
 
 # verify: exit 0 on good files.
 "$inspect" verify --config=tiny --source="$d/source.txt" "$d/cache.tok" "$d/model.ckpt" \
-  "$d/fresh.ckpt" "$d/complete.res" > "$d/ok.txt" || fail "verify of good files exited $?"
-[[ $(grep -c '^OK ' "$d/ok.txt") == 4 ]] || fail "verify OK lines: $(cat "$d/ok.txt")"
+  "$d/complete.res" > "$d/ok.txt" || fail "verify of good files exited $?"
+[[ $(grep -c '^OK ' "$d/ok.txt") == 3 ]] || fail "verify OK lines: $(cat "$d/ok.txt")"
+# verify: a 0-byte checkpoint is a fresh-start input, not a checkpoint.
+"$inspect" verify "$d/fresh.ckpt" > "$d/fresh.txt" 2>/dev/null
+[[ $? == 1 ]] || fail "verify of fresh.ckpt passed"
+grep -q "0 bytes: a fresh-start input, not a complete checkpoint" "$d/fresh.txt" \
+  || fail "fresh.ckpt: $(cat "$d/fresh.txt")"
 
 # verify: corrupt chunks 2 and 7 of multi.ckpt (64 KiB chunks).
 cp "$d/multi.ckpt" "$d/corrupt.ckpt"
@@ -41,6 +63,12 @@ grep -q "chunk 7 of 25" "$d/bad.txt" || fail "no chunk 7 line"
 [[ $(grep -c '^FAIL ' "$d/bad.txt") == 4 ]] || fail "failure lines: $(cat "$d/bad.txt")"
 [[ $(wc -l < "$d/bad.err") == 1 ]] || fail "stderr not one line: $(cat "$d/bad.err")"
 grep -q "3 of 4 files failed" "$d/bad.err" || fail "stderr: $(cat "$d/bad.err")"
+# The report of a corrupt checkpoint: printed in full, then exit 1.
+"$inspect" "$d/corrupt.ckpt" > "$d/corrupt.txt" 2> "$d/corrupt.err"
+[[ $? == 1 ]] || fail "report of a corrupt checkpoint exited 0"
+grep -q "digests: FAILED" "$d/corrupt.txt" || fail "no digest line"
+grep -q "final_norm.bias" "$d/corrupt.txt" || fail "report cut short"
+[[ $(wc -l < "$d/corrupt.err") == 1 ]] || fail "stderr: $(cat "$d/corrupt.err")"
 "$inspect" verify --json --config=tiny "$d/corrupt.ckpt" "$d/model.ckpt" > "$d/v.json" 2>/dev/null
 [[ $? == 1 ]] || fail "verify --json exit"
 py verify-json "$d/v.json" 1 || fail "verify JSON"
@@ -62,6 +90,18 @@ python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).get
 "$inspect" plot --config=tiny "$d/complete.res" -o - > "$d/stdout.svg" || fail "plot -o -"
 grep -q "<svg" "$d/stdout.svg" || fail "plot -o - wrote no SVG"
 "$inspect" --config=tiny --json --kind=result "$d/complete.res" > /dev/null || fail "--kind=result"
+
+# Plot: runs out of order are refused.
+"$inspect" plot "$d/next.res" "$d/complete.res" -o "$d/bad.svg" 2> "$d/p.err"
+[[ $? == 2 && ! -e "$d/bad.svg" ]] || fail "plot of r2 r1"
+grep -q "starts at context c0 16, expected 32" "$d/p.err" || fail "plot: $(cat "$d/p.err")"
+
+# Bad flag values: exit 2; unused flags: a one-line warning.
+"$inspect" --threads=0 "$d/model.ckpt" > /dev/null 2> "$d/t.err"; [[ $? == 2 ]] || fail "--threads=0"
+grep -q -- "--threads=0: expected an integer >= 1" "$d/t.err" || fail "$(cat "$d/t.err")"
+"$inspect" plot --smoothing=0 "$d/complete.res" -o - > /dev/null 2>&1; [[ $? == 2 ]] || fail "--smoothing=0"
+"$inspect" --vocab="$d/vocab.tiktoken" "$d/model.ckpt" > /dev/null 2> "$d/w.err" || fail "--vocab on a checkpoint"
+[[ $(wc -l < "$d/w.err") == 1 ]] && grep -q "warning: --vocab" "$d/w.err" || fail "warning: $(cat "$d/w.err")"
 
 # Usage errors: exit 2, one line.
 "$inspect" --kind=blob "$d/cache.tok" 2> "$d/u.err"; [[ $? == 2 ]] || fail "bad --kind"

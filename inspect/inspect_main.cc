@@ -17,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/command_line.h"
 #include "inspect/inspect.h"
 
@@ -25,7 +26,8 @@ ABSL_FLAG(std::string, source, "",
           "token cache: the source text to check staleness against");
 ABSL_FLAG(std::string, vocab, "",
           "result: a .tiktoken vocabulary to decode the predictions");
-ABSL_FLAG(std::string, config, "coppelius", "model config: coppelius or tiny");
+ABSL_FLAG(std::string, config, "",
+          "model config: coppelius or tiny; empty infers it from the file");
 ABSL_FLAG(std::string, kind, "auto",
           "file kind: auto, cache, checkpoint or result");
 ABSL_FLAG(std::string, o, "", "plot/export: output path (- for stdout)");
@@ -43,6 +45,13 @@ constexpr char kUsage[] =
     "  inspect plot RESULT... -o loss.svg\n"
     "  inspect export --safetensors CKPT -o model.safetensors";
 
+// A one-line warning for a flag the mode does not use.
+void WarnUnused(absl::string_view mode, bool given, absl::string_view flag) {
+  if (!given) return;
+  std::cerr << "inspect: warning: " << flag << " is not used by " << mode
+            << ": ignored" << std::endl;
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << "inspect: " << status.ToString() << std::endl;
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
@@ -59,6 +68,23 @@ int main(int argc, char** argv) {
   auto kind = coppelius::ParseFileKind(absl::GetFlag(FLAGS_kind));
   if (!kind.ok()) return Fail(kind.status());
   const std::string mode = rest.empty() ? "" : rest[0];
+  if (absl::GetFlag(FLAGS_threads) < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--threads=", absl::GetFlag(FLAGS_threads),
+        ": expected an integer >= 1")));
+  }
+  if (absl::GetFlag(FLAGS_smoothing) < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--smoothing=", absl::GetFlag(FLAGS_smoothing),
+        ": expected an integer >= 1")));
+  }
+  const bool source = !absl::GetFlag(FLAGS_source).empty();
+  const bool vocab = !absl::GetFlag(FLAGS_vocab).empty();
+  if (mode == "verify") WarnUnused("verify", vocab, "--vocab");
+  if (mode == "plot" || mode == "export") {
+    WarnUnused(mode, source, "--source");
+    WarnUnused(mode, vocab, "--vocab");
+  }
   absl::Status status;
   if (mode == "verify") {
     coppelius::VerifyOptions o;

@@ -37,24 +37,38 @@ class InspectTest : public ::testing::Test {
   }
   static std::string Report(const std::string& name, bool json = false,
                             const std::string& vocab = "",
-                            const std::string& source = "") {
+                            const std::string& source = "",
+                            absl::StatusCode code = absl::StatusCode::kOk,
+                            const std::string& config = "tiny") {
     InspectOptions o;
     o.path = Path(name);
-    o.config = "tiny";
+    o.config = config;
     o.json = json;
     o.vocab = vocab.empty() ? "" : Path(vocab);
     o.source = source.empty() ? "" : Path(source);
     std::ostringstream out;
     absl::Status s = RunInspect(o, out);
-    EXPECT_TRUE(s.ok()) << name << ": " << s;
+    EXPECT_EQ(s.code(), code) << name << ": " << s;
     return out.str();
+  }
+  // RunInspect's status with the config inferred; the report in `*report`.
+  static absl::Status Inspect(const std::string& name, std::string* report,
+                              const std::string& config = "") {
+    InspectOptions o;
+    o.path = Path(name);
+    o.config = config;
+    std::ostringstream out;
+    absl::Status s = RunInspect(o, out);
+    *report = out.str();
+    return s;
   }
   static absl::Status Verify(const std::vector<std::string>& names,
                              std::string* report,
-                             const std::string& source = "") {
+                             const std::string& source = "",
+                             const std::string& config = "tiny") {
     VerifyOptions o;
     for (const std::string& n : names) o.paths.push_back(Path(n));
-    o.config = "tiny";
+    o.config = config;
     o.source = source.empty() ? "" : Path(source);
     std::ostringstream out;
     absl::Status s = RunVerify(o, out);
@@ -66,8 +80,6 @@ class InspectTest : public ::testing::Test {
 std::string* InspectTest::dir_ = nullptr;
 
 TEST_F(InspectTest, DetectsKinds) {
-  auto config = ModelConfigByName("tiny");
-  ASSERT_TRUE(config.ok());
   const std::vector<std::pair<std::string, FileKind>> cases = {
       {"cache.tok", FileKind::kCache},       {"bad_ids.tok", FileKind::kCache},
       {"model.ckpt", FileKind::kCheckpoint}, {"multi.ckpt", FileKind::kCheckpoint},
@@ -75,12 +87,149 @@ TEST_F(InspectTest, DetectsKinds) {
       {"partial.res", FileKind::kResult},    {"marker.res", FileKind::kResult},
   };
   for (const auto& [name, kind] : cases) {
-    auto k = DetectFileKind(Path(name), *config);
+    auto k = DetectFileKind(Path(name));
     ASSERT_TRUE(k.ok()) << name << ": " << k.status();
     EXPECT_EQ(*k, kind) << name;
+    // Without the extension, the content alone decides.
+    const std::string bare = Path(absl::StrCat("bare_", name.substr(0, name.find('.'))));
+    ASSERT_TRUE(WriteFileAtomically(bare, *ReadFile(Path(name))).ok());
+    k = DetectFileKind(bare);
+    ASSERT_TRUE(k.ok()) << bare << ": " << k.status();
+    EXPECT_EQ(*k, kind) << bare;
   }
-  EXPECT_EQ(DetectFileKind(Path("missing"), *config).status().code(),
+  EXPECT_EQ(DetectFileKind(Path("missing")).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST_F(InspectTest, DetectsNearMissesAndRefusesUnknownFiles) {
+  const std::string ckpt = *ReadFile(Path("model.ckpt"));
+  // First byte flipped ("COPPCKPT" -> "\xbcOPPCKPT"): a corrupt checkpoint,
+  // with or without the extension, in the report and in verify alike.
+  std::string flipped = ckpt;
+  flipped[0] ^= 0xff;
+  ASSERT_TRUE(WriteFileAtomically(Path("flipped.ckpt"), flipped).ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("flipped"), flipped).ok());
+  // All 8 magic bytes gone: the preamble structure still says checkpoint.
+  std::string nomagic = ckpt;
+  for (int i = 0; i < 8; ++i) nomagic[i] = 'X';
+  ASSERT_TRUE(WriteFileAtomically(Path("nomagic"), nomagic).ok());
+  for (const char* name : {"flipped.ckpt", "flipped", "nomagic"}) {
+    auto k = DetectFileKind(Path(name));
+    ASSERT_TRUE(k.ok()) << name << ": " << k.status();
+    EXPECT_EQ(*k, FileKind::kCheckpoint) << name;
+    std::string report;
+    absl::Status s = Inspect(name, &report);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << name << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr("magic")) << name;
+    s = Verify({name}, &report, "", "");
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << name;
+    EXPECT_THAT(report, HasSubstr("magic")) << report;
+  }
+  // A text file (size 7,000: inside tiny's incomplete-result range).
+  std::string text;
+  while (text.size() < 7000) text += "the quick brown fox jumps over it.\n";
+  text.resize(7000);
+  ASSERT_TRUE(WriteFileAtomically(Path("notes.txt"), text).ok());
+  // Random-looking binary of a size no kind has (13 bytes).
+  ASSERT_TRUE(WriteFileAtomically(Path("blob"), "\x01\x02\xff\xfe\x00\x10"
+                                                "\x20\x30\x40\x50\x60\x70"
+                                                "\x80").ok());
+  for (const char* name : {"notes.txt", "blob"}) {
+    absl::Status k = DetectFileKind(Path(name)).status();
+    EXPECT_EQ(k.code(), absl::StatusCode::kDataLoss) << name;
+    EXPECT_THAT(k.message(),
+                HasSubstr("not a token cache, checkpoint or result file"));
+    EXPECT_EQ(std::string(k.message()).find('\n'), std::string::npos);
+    std::string report;
+    EXPECT_EQ(Inspect(name, &report).code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(report, "");
+    EXPECT_EQ(Verify({name}, &report, "", "").code(),
+              absl::StatusCode::kDataLoss);
+  }
+  EXPECT_THAT(DetectFileKind(Path("notes.txt")).status().message(),
+              HasSubstr("7000 bytes, text;"));
+  // A result one byte too long: trailing bytes, named as such.
+  const std::string res = *ReadFile(Path("complete.res"));
+  for (const char* name : {"long.res", "long"}) {
+    ASSERT_TRUE(WriteFileAtomically(Path(name), res + "x").ok());
+    auto k = DetectFileKind(Path(name));
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_EQ(*k, FileKind::kResult) << name;
+    std::string report;
+    absl::Status s = Inspect(name, &report);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    // tiny's complete result is 27,744 bytes (trainer/result_file.h).
+    EXPECT_THAT(s.message(), HasSubstr(": offset 27744: 1 trailing bytes "
+                                       "after a complete result of config "
+                                       "tiny"));
+    EXPECT_EQ(Verify({name}, &report, "", "").code(),
+              absl::StatusCode::kDataLoss);
+    EXPECT_THAT(report, HasSubstr("1 trailing bytes"));
+  }
+  // --kind still overrides: 7,000 bytes of text read as a cache of
+  // (7000 - 16) / 4 = 1,746 ids.
+  InspectOptions o;
+  o.path = Path("notes.txt");
+  o.kind = FileKind::kCache;
+  std::ostringstream out;
+  absl::Status s = RunInspect(o, out);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(out.str(), HasSubstr("tokens: 1746\n"));
+}
+
+TEST_F(InspectTest, InfersConfigFromTheFile) {
+  // No --config anywhere: the tiny files are read as tiny.
+  std::string report;
+  absl::Status s = Inspect("complete.res", &report);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(report, HasSubstr("config tiny (result size and host tag): "
+                                "V=512 T=64 steps=8"));
+  EXPECT_THAT(report, HasSubstr("status: complete, 8 of 8 step windows"));
+  s = Inspect("partial.res", &report);
+  EXPECT_THAT(report, HasSubstr("config tiny (result size)"));
+  EXPECT_THAT(report, HasSubstr("status: incomplete, 3 of 8 step windows"));
+  EXPECT_TRUE(Inspect("model.ckpt", &report).ok());
+  EXPECT_THAT(report,
+              HasSubstr("identity: matches config tiny (checkpoint identity)"));
+  EXPECT_THAT(report, HasSubstr("tensors (21):"));
+  // multi.ckpt's chunk size is not the run's: matched by its payload size.
+  EXPECT_TRUE(Inspect("multi.ckpt", &report).ok());
+  EXPECT_THAT(report, HasSubstr("a run of config tiny (checkpoint payload "
+                                "size) refuses it"));
+  s = Verify({"model.ckpt", "multi.ckpt", "complete.res"}, &report, "", "");
+  EXPECT_TRUE(s.ok()) << s << report;
+  PlotOptions p;
+  p.results = {Path("complete.res"), Path("next.res")};
+  p.output = "-";
+  std::ostringstream out;
+  s = RunPlot(p, out);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(out.str(), HasSubstr("(tiny) loss, 2 runs, 16 steps"));
+  ExportOptions e;
+  e.checkpoint = Path("model.ckpt");
+  e.output = "-";
+  std::ostringstream exported;
+  s = RunExport(e, exported);
+  EXPECT_TRUE(s.ok()) << s;
+  // 8-byte length, header, 133,760 tiny parameters.
+  EXPECT_GT(exported.str().size(), 4u * 133760);
+
+  // An explicit --config still wins, and a contradiction is said as such.
+  s = Inspect("complete.res", &report, "coppelius");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            absl::StrCat(Path("complete.res"),
+                         ": result size and host tag (27744 bytes) fit config "
+                         "tiny, not --config=coppelius"));
+  s = Verify({"complete.res"}, &report, "", "coppelius");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("fit config tiny, not --config=coppelius"));
+  EXPECT_TRUE(Inspect("model.ckpt", &report, "coppelius").ok());
+  EXPECT_THAT(report, HasSubstr("a run of config coppelius (--config) "
+                                "refuses it"));
+  e.config = "coppelius";
+  EXPECT_EQ(RunExport(e, exported).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(InspectTest, CacheReport) {
@@ -163,10 +312,13 @@ TEST_F(InspectTest, ResultReport) {
               HasSubstr("WARNING: the loss block's per-row cross-entropy "
                         "differs from the last step window (step 7)"));
 
-  const std::string partial = Report("partial.res");
+  // Incomplete files are reported in full, then fail (exit status 1).
+  const std::string partial =
+      Report("partial.res", false, "", "", absl::StatusCode::kDataLoss);
   EXPECT_THAT(partial, HasSubstr("status: incomplete, 3 of 8 step windows"));
   EXPECT_THAT(partial, HasSubstr("tail: absent"));
-  const std::string marker = Report("marker.res");
+  const std::string marker =
+      Report("marker.res", false, "", "", absl::StatusCode::kDataLoss);
   EXPECT_THAT(marker, HasSubstr("forward record: NOT WRITTEN"));
   const std::string json = Report("complete.res", true, "vocab.tiktoken");
   EXPECT_THAT(json, HasSubstr("\"complete_steps\":8"));
@@ -192,14 +344,204 @@ TEST_F(InspectTest, ResultWarnsOnUnwrittenFinalRecord) {
 TEST_F(InspectTest, VerifyGoodFiles) {
   std::string report;
   absl::Status s = Verify({"cache.tok", "model.ckpt", "multi.ckpt",
-                           "fresh.ckpt", "complete.res"},
+                           "complete.res"},
                           &report, "source.txt");
   EXPECT_TRUE(s.ok()) << s << "\n" << report;
   EXPECT_EQ(report, absl::StrCat("OK ", Path("cache.tok"), " (cache)\n",
                                  "OK ", Path("model.ckpt"), " (checkpoint)\n",
                                  "OK ", Path("multi.ckpt"), " (checkpoint)\n",
-                                 "OK ", Path("fresh.ckpt"), " (checkpoint)\n",
                                  "OK ", Path("complete.res"), " (result)\n"));
+}
+
+TEST_F(InspectTest, VerifyRefusesAFreshCheckpoint) {
+  std::string report;
+  EXPECT_EQ(Verify({"fresh.ckpt"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("fresh.ckpt"), ": ",
+                                 Path("fresh.ckpt"),
+                                 ": 0 bytes: a fresh-start input, not a "
+                                 "complete checkpoint\n"));
+  // The report describes it and succeeds: a fresh input is not corrupt.
+  EXPECT_THAT(Report("fresh.ckpt"), HasSubstr("0 bytes, a fresh-start input"));
+}
+
+TEST_F(InspectTest, ReportFailsOnACorruptCheckpointAfterPrintingIt) {
+  ASSERT_TRUE(WriteFileAtomically(Path("digest.ckpt"),
+                                  *ReadFile(Path("model.ckpt"))).ok());
+  ASSERT_TRUE(inspect_testing::CorruptPayloadByte(Path("digest.ckpt"), 5).ok());
+  for (bool json : {false, true}) {
+    const std::string text =
+        Report("digest.ckpt", json, "", "", absl::StatusCode::kDataLoss);
+    EXPECT_THAT(text, HasSubstr(json ? "\"digests_verified\":false"
+                                     : "digests: FAILED"));
+    // The full report, tensors included, comes before the failure.
+    EXPECT_THAT(text, HasSubstr("final_norm.bias"));
+  }
+}
+
+// Writes complete.res with `patches` (offset, 4 bytes) applied as `name`.
+void PatchResult(const std::string& from, const std::string& name,
+                 const std::vector<std::pair<size_t, std::string>>& patches) {
+  std::string res = *ReadFile(from);
+  for (const auto& [at, bytes] : patches) res.replace(at, bytes.size(), bytes);
+  ASSERT_TRUE(WriteFileAtomically(name, res).ok());
+}
+
+std::string F32(float f) { return std::string(reinterpret_cast<char*>(&f), 4); }
+std::string U64(uint64_t v) { return std::string(reinterpret_cast<char*>(&v), 8); }
+
+TEST_F(InspectTest, VerifyChecksNonFiniteStepsAgainstTheNotifier) {
+  // tiny layout (trainer/result_file.h): windows at 6144, 256 bytes each;
+  // error notifier at 26880 (i64 first step, u64 count).
+  const size_t step2_row5 = 6144 + 2 * 256 + 4 * 5;
+  PatchResult(Path("complete.res"), Path("nan_window.res"),
+              {{step2_row5, F32(NAN)}});
+  std::string report;
+  EXPECT_EQ(Verify({"nan_window.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report, absl::StrCat(
+      "FAIL ", Path("nan_window.res"), ": ", Path("nan_window.res"),
+      ": offset 26888 (error notifier.nonfinite_steps): 0, expected 1 (steps "
+      "whose window mean is non-finite, first step 2 at offset 6656)\n"));
+  // The report mode fails the same file, after the report.
+  EXPECT_THAT(Report("nan_window.res", false, "", "",
+                     absl::StatusCode::kDataLoss),
+              HasSubstr("PROBLEM: "));
+  // The notifier agreeing (first step 2, 1 step) passes.
+  PatchResult(Path("nan_window.res"), Path("nan_counted.res"),
+              {{26880, U64(2)}, {26888, U64(1)}});
+  EXPECT_TRUE(Verify({"nan_counted.res"}, &report).ok()) << report;
+  // The right count but the wrong first step fails.
+  PatchResult(Path("nan_window.res"), Path("nan_first.res"),
+              {{26880, U64(5)}, {26888, U64(1)}});
+  EXPECT_EQ(Verify({"nan_first.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr(": offset 26880 (error notifier."
+                                "first_nonfinite_step): 5, expected 2"));
+}
+
+TEST_F(InspectTest, VerifyChecksThePredictionFlagAgainstTheFinalRecord) {
+  // Final record at 24736 (512 fp32); host status at 26944, predictions at
+  // +120 as {u32 token, u32 valid}: row 63's valid flag at 26944 + 140.
+  PatchResult(Path("complete.res"), Path("nan_final.res"),
+              {{24736 + 4 * 7, F32(INFINITY)}});
+  std::string report;
+  EXPECT_EQ(Verify({"nan_final.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report, absl::StrCat(
+      "FAIL ", Path("nan_final.res"), ": ", Path("nan_final.res"),
+      ": offset 27084 (host status.predictions[2].valid, row 63): 1, "
+      "expected 0 (the final record's logit 7 at offset 24764 is not "
+      "finite)\n"));
+  // Marked invalid: consistent.
+  std::string zero(4, '\0');
+  PatchResult(Path("nan_final.res"), Path("nan_final_invalid.res"),
+              {{27084, zero}});
+  EXPECT_TRUE(Verify({"nan_final_invalid.res"}, &report).ok()) << report;
+  // A finite record marked invalid is the other inconsistency.
+  PatchResult(Path("complete.res"), Path("finite_invalid.res"),
+              {{27084, zero}});
+  EXPECT_EQ(Verify({"finite_invalid.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("valid, row 63): 0, expected 1 (the final "
+                                "record's logits are all finite)"));
+}
+
+TEST_F(InspectTest, PlotRequiresConsecutiveRuns) {
+  PlotOptions o;
+  o.output = "-";
+  o.config = "tiny";
+  std::ostringstream out;
+  o.results = {Path("complete.res"), Path("next.res")};
+  EXPECT_TRUE(RunPlot(o, out).ok());
+  // r2 r1, r1 r1, a gap (24 + 8 = 32, gap.res starts at 40).
+  const struct {
+    std::vector<std::string> files;
+    std::string message;
+  } cases[] = {
+      {{"next.res", "complete.res"},
+       absl::StrCat("plot: ", Path("complete.res"), " starts at context c0 "
+                    "16, expected 32 = c0 24 + 8 steps of the previous file ",
+                    Path("next.res"), " (give consecutive runs in order)")},
+      {{"complete.res", "complete.res"},
+       absl::StrCat("plot: ", Path("complete.res"), " starts at context c0 "
+                    "16, expected 24 = c0 16 + 8 steps of the previous file ",
+                    Path("complete.res"), " (give consecutive runs in order)")},
+      {{"complete.res", "next.res", "gap.res"},
+       absl::StrCat("plot: ", Path("gap.res"), " starts at context c0 "
+                    "40, expected 32 = c0 24 + 8 steps of the previous file ",
+                    Path("next.res"), " (give consecutive runs in order)")},
+  };
+  for (const auto& c : cases) {
+    o.results.clear();
+    for (const std::string& f : c.files) o.results.push_back(Path(f));
+    absl::Status s = RunPlot(o, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), c.message);
+  }
+  // An incomplete run can only be the last.
+  o.results = {Path("partial.res"), Path("complete.res")};
+  absl::Status s = RunPlot(o, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("only the last file may be incomplete"));
+}
+
+TEST_F(InspectTest, BadFlagValues) {
+  std::ostringstream out;
+  InspectOptions i;
+  i.path = Path("model.ckpt");
+  i.threads = 0;
+  EXPECT_EQ(RunInspect(i, out).code(), absl::StatusCode::kInvalidArgument);
+  i.threads = 2;
+  i.smoothing_steps = 0;
+  absl::Status s = RunInspect(i, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--smoothing=0: expected an integer >= 1");
+  VerifyOptions v;
+  v.paths = {Path("model.ckpt")};
+  v.threads = -1;
+  s = RunVerify(v, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--threads=-1: expected an integer >= 1");
+  PlotOptions p;
+  p.results = {Path("complete.res")};
+  p.output = "-";
+  p.smoothing_steps = 0;
+  EXPECT_EQ(RunPlot(p, out).code(), absl::StatusCode::kInvalidArgument);
+  ExportOptions e;
+  e.checkpoint = Path("model.ckpt");
+  e.output = "-";
+  e.threads = 0;
+  EXPECT_EQ(RunExport(e, out).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(InspectTest, WarnsAboutFlagsTheKindDoesNotUse) {
+  const struct {
+    std::string file, source, vocab, warning;
+  } cases[] = {
+      {"model.ckpt", "source.txt", "", "--source is for token caches"},
+      {"complete.res", "source.txt", "", "--source is for token caches"},
+      {"cache.tok", "", "vocab.tiktoken", "--vocab is for result files"},
+      {"model.ckpt", "", "vocab.tiktoken", "--vocab is for result files"},
+      {"cache.tok", "source.txt", "", ""},
+      {"complete.res", "", "vocab.tiktoken", ""},
+  };
+  for (const auto& c : cases) {
+    InspectOptions o;
+    o.path = Path(c.file);
+    o.source = c.source.empty() ? "" : Path(c.source);
+    o.vocab = c.vocab.empty() ? "" : Path(c.vocab);
+    std::ostringstream out, warnings;
+    o.warnings = &warnings;
+    EXPECT_TRUE(RunInspect(o, out).ok()) << c.file;
+    if (c.warning.empty()) {
+      EXPECT_EQ(warnings.str(), "") << c.file;
+    } else {
+      const std::string w = warnings.str();
+      EXPECT_THAT(w, HasSubstr(c.warning)) << c.file;
+      EXPECT_EQ(std::count(w.begin(), w.end(), '\n'), 1) << w;
+    }
+  }
 }
 
 TEST_F(InspectTest, VerifyFailuresOneLineEach) {

@@ -40,4 +40,9 @@ run "$d/a.ckpt" "$d/b.ckpt" "$d/b.res"
 "$inspect" --config=tiny --json "$d/b.res" > "$d/b.json" || fail inspect
 py trained-result "$d/b.json" 8 || fail "continuation result"
 "$inspect" plot --config=tiny "$d/a.res" "$d/b.res" -o "$d/loss.svg" || fail plot
+# Without --config: the config is inferred from the real files.
+"$inspect" verify "$d/a.ckpt" "$d/a.res" "$d/b.ckpt" "$d/b.res" > "$d/v3.txt" \
+  || fail "verify without --config: $(cat "$d/v3.txt")"
+"$inspect" plot "$d/a.res" "$d/b.res" -o "$d/loss2.svg" || fail "plot without --config"
+"$inspect" plot "$d/b.res" "$d/a.res" -o "$d/loss3.svg" 2>/dev/null && fail "plot of b a accepted"
 echo "inspect_train_e2e_test: all checks passed"

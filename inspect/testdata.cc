@@ -64,9 +64,9 @@ absl::Status WriteCheckpoints(const std::string& dir) {
   return WriteFileAtomically(absl::StrCat(dir, "/fresh.ckpt"), "");
 }
 
-absl::Status WriteResults(const std::string& dir) {
+// A complete tiny result (see testdata.h) whose run started at context c0.
+absl::Status WriteCompleteResult(const std::string& path, uint64_t c0) {
   const ResultGeometry g = {512, 64, 8};
-  const std::string path = absl::StrCat(dir, "/complete.res");
   ASSIGN_OR_RETURN(std::unique_ptr<ResultWriter> w,
                    ResultWriter::Create(path, g));
   std::vector<float> forward(3 * g.V);
@@ -78,7 +78,6 @@ absl::Status WriteResults(const std::string& dir) {
     std::vector<float> window(g.T, 6.0f - 0.5f * s);
     RETURN_IF_ERROR(w->AppendStepWindow(s, window.data()));
   }
-  const uint64_t c0 = 16;
   ResultTail t;
   t.input.fresh = false;
   t.input.size_bytes = 1609216;
@@ -124,7 +123,15 @@ absl::Status WriteResults(const std::string& dir) {
     ts.device_end_ns = 1000 * i + 100 + (update ? 7 * i : 3);
     ts.release_value = update ? i : 1;
   }
-  RETURN_IF_ERROR(w->Finish(t));
+  return w->Finish(t);
+}
+
+absl::Status WriteResults(const std::string& dir) {
+  const ResultGeometry g = {512, 64, 8};
+  const std::string path = absl::StrCat(dir, "/complete.res");
+  RETURN_IF_ERROR(WriteCompleteResult(path, 16));
+  RETURN_IF_ERROR(WriteCompleteResult(absl::StrCat(dir, "/next.res"), 24));
+  RETURN_IF_ERROR(WriteCompleteResult(absl::StrCat(dir, "/gap.res"), 40));
 
   const ResultLayout layout = ComputeResultLayout(g);
   RETURN_IF_ERROR(CopyPrefix(path, absl::StrCat(dir, "/partial.res"),

@@ -22,6 +22,8 @@
 //                      6 - 0.5 s, predictions 65, 300, 511 (all valid),
 //                      final logits argmax 511, device time of update
 //                      step s = 7 (s + 1) ns, c0 = 16, backend "reference"
+//   next.res           complete.res with c0 = 24 (the run after it)
+//   gap.res            complete.res with c0 = 40 (not the run after next.res)
 //   partial.res        complete.res cut after 3 step windows + 100 bytes
 //   marker.res         only the 8-byte marker (forward never written)
 //   vocab.tiktoken     511 ranks: bytes 0..255, then "t0".."t254"
