@@ -1180,21 +1180,16 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
       LooksLikeCheckpointPreamble(head, p.size)) {
     return FileKind::kCheckpoint;
   }
-  // 5. A result near miss.
+  // 5. A result marker near miss.
   if (ByteDistance8(head, kResultMarker) == 1) return FileKind::kResult;
-  for (const KnownLayout& k : known) {
-    if (p.size == static_cast<uint64_t>(k.layout.complete_bytes)) {
-      return FileKind::kResult;
-    }
-  }
   // 6. A cache.
   if (LooksLikeCache(head, p.size)) return FileKind::kCache;
-  // 7. An incomplete result.
+  // 7. A result by size: incomplete, or complete with a damaged host tag.
   const bool text = LooksLikeText(head);
   if (!text) {
     for (const KnownLayout& k : known) {
       if (p.size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
-          p.size < static_cast<uint64_t>(k.layout.complete_bytes)) {
+          p.size <= static_cast<uint64_t>(k.layout.complete_bytes)) {
         return FileKind::kResult;
       }
     }

@@ -19,12 +19,12 @@
 //      magic, or a preamble structure (version 1 and preamble_bytes 128 at
 //      8 and 12, or payload_offset = round_up(128 + header_bytes, 4096) with
 //      payload_offset + payload_bytes = size);
-//   5. near misses of a result: first 8 bytes one byte away from the
-//      marker, or exactly the complete size of a known config;
+//   5. a result marker near miss: first 8 bytes one byte away from it;
 //   6. a plausible cache: size 16 + 4 N, header mtime before 2100-01-01 and
 //      source size < 2^50, the first ids (up to 1,020) < 2^24;
-//   7. an incomplete result: not text, size between a known config's
-//      forward record and complete size;
+//   7. a result by size (incomplete, or complete with a damaged host tag):
+//      not text, size from a known config's forward record to its complete
+//      size;
 //   otherwise DataLoss "not a token cache, checkpoint or result file".
 // The config, unless `--config` names one: a checkpoint's identity (or its
 // payload size) matched against every known config; a result's size and

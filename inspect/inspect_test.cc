@@ -91,7 +91,8 @@ TEST_F(InspectTest, DetectsKinds) {
     ASSERT_TRUE(k.ok()) << name << ": " << k.status();
     EXPECT_EQ(*k, kind) << name;
     // Without the extension, the content alone decides.
-    const std::string bare = Path(absl::StrCat("bare_", name.substr(0, name.find('.'))));
+    const std::string bare =
+        Path(absl::StrCat("bare_", name.substr(0, name.find('.'))));
     ASSERT_TRUE(WriteFileAtomically(bare, *ReadFile(Path(name))).ok());
     k = DetectFileKind(bare);
     ASSERT_TRUE(k.ok()) << bare << ": " << k.status();
@@ -148,6 +149,14 @@ TEST_F(InspectTest, DetectsNearMissesAndRefusesUnknownFiles) {
   }
   EXPECT_THAT(DetectFileKind(Path("notes.txt")).status().message(),
               HasSubstr("7000 bytes, text;"));
+  // A cache that happens to be tiny's complete result size (27,744 bytes =
+  // 16 + 4 x 6,932) is still a cache.
+  std::string cache = ReadFile(Path("cache.tok"))->substr(0, 16);
+  cache.resize(27744, '\0');
+  ASSERT_TRUE(WriteFileAtomically(Path("sized_cache"), cache).ok());
+  auto sized = DetectFileKind(Path("sized_cache"));
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  EXPECT_EQ(*sized, FileKind::kCache);
   // A result one byte too long: trailing bytes, named as such.
   const std::string res = *ReadFile(Path("complete.res"));
   for (const char* name : {"long.res", "long"}) {
@@ -610,6 +619,13 @@ TEST_F(InspectTest, HostileInputs) {
   ASSERT_TRUE(WriteFileAtomically(Path("badtag.res"), res).ok());
   o.path = Path("badtag.res");
   absl::Status s = RunInspect(o, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("offset 26944 (host status.tag)"));
+  // The same without extension or --config: still a tiny result (by size).
+  ASSERT_TRUE(WriteFileAtomically(Path("badtag"), res).ok());
+  InspectOptions bare;
+  bare.path = Path("badtag");
+  s = RunInspect(bare, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("offset 26944 (host status.tag)"));
   // A checkpoint whose magic is damaged reads as a cache of a bad size or a
