@@ -1551,7 +1551,12 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   bool previous_complete = false;
   for (const std::string& path : o.results) {
     ASSIGN_OR_RETURN(FileDetection d,
-                     DetectFile(path, FileKind::kResult, o.config));
+                     DetectFile(path, FileKind::kAuto, o.config));
+    if (d.kind != FileKind::kResult) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plot: ", path, ": a ", FileKindName(d.kind),
+          ", expected a result file"));
+    }
     if (!d.mismatch.empty()) return absl::FailedPreconditionError(d.mismatch);
     if (previous.empty()) {
       config = d.config;
@@ -1674,7 +1679,12 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
   ASSIGN_OR_RETURN(FileDetection d,
-                   DetectFile(o.checkpoint, FileKind::kCheckpoint, o.config));
+                   DetectFile(o.checkpoint, FileKind::kAuto, o.config));
+  if (d.kind != FileKind::kCheckpoint) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "export: ", o.checkpoint, ": a ", FileKindName(d.kind),
+        ", expected a checkpoint"));
+  }
   const ModelConfig& config = d.config;
   ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(o.checkpoint));
   if (reader.IsFresh()) {

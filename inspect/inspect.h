@@ -165,7 +165,8 @@ struct PlotOptions {
 // contribute their complete steps. The runs must be consecutive: every file
 // but the last must be complete, and each file's c0 (host status) must equal
 // the previous file's c0 + steps done (an incomplete last file has no c0 to
-// check). InvalidArgument if no file has a step, the files' configs differ,
+// check). InvalidArgument if a file is not a result, no file has a step, the
+// files' configs differ,
 // the runs are not consecutive (naming both files and contexts) or
 // smoothing_steps < 1.
 absl::Status RunPlot(const PlotOptions& options, std::ostream& out);
@@ -191,8 +192,9 @@ struct ExportOptions {
 // "state_identity", "learner_identity", "data_identity",
 // "initialization_identity", "model_identity", "update_count"}, the header
 // padded with spaces to a multiple of 8. Written atomically.
-// Errors: FailedPrecondition for a fresh (0-byte) input or a parameter count
-// other than the config's; the reader's DataLoss for a bad digest.
+// Errors: InvalidArgument for a file detected as another kind;
+// FailedPrecondition for a fresh (0-byte) input or a parameter count other
+// than the config's; the reader's DataLoss for a bad digest.
 absl::Status RunExport(const ExportOptions& options, std::ostream& out);
 
 // The safetensors bytes for `p_plane` (NumParameters(config) floats) laid

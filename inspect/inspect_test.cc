@@ -239,6 +239,12 @@ TEST_F(InspectTest, InfersConfigFromTheFile) {
   e.config = "coppelius";
   EXPECT_EQ(RunExport(e, exported).code(),
             absl::StatusCode::kFailedPrecondition);
+  // Export takes checkpoints only.
+  e.config = "";
+  e.checkpoint = Path("complete.res");
+  s = RunExport(e, exported);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("a result, expected a checkpoint"));
 }
 
 TEST_F(InspectTest, CacheReport) {
@@ -488,6 +494,13 @@ TEST_F(InspectTest, PlotRequiresConsecutiveRuns) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(s.message(), c.message);
   }
+  // Only result files.
+  o.results = {Path("complete.res"), Path("model.ckpt")};
+  absl::Status wrong = RunPlot(o, out);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(wrong.message(), absl::StrCat("plot: ", Path("model.ckpt"),
+                                          ": a checkpoint, expected a result "
+                                          "file"));
   // An incomplete run can only be the last.
   o.results = {Path("partial.res"), Path("complete.res")};
   absl::Status s = RunPlot(o, out);
