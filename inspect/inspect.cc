@@ -1167,7 +1167,8 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
   // 1. Exact signatures.
   if (ByteDistance8(head, kCheckpointMagic) == 0) return FileKind::kCheckpoint;
   if (ByteDistance8(head, kResultMarker) == 0) return FileKind::kResult;
-  ASSIGN_OR_RETURN(const KnownLayout* tagged, HostTagConfig(path, p.size, known));
+  ASSIGN_OR_RETURN(const KnownLayout* tagged,
+                   HostTagConfig(path, p.size, known));
   if (tagged != nullptr) return FileKind::kResult;
   // 2. The extension.
   if (absl::EndsWith(path, ".ckpt")) return FileKind::kCheckpoint;
@@ -1224,7 +1225,8 @@ absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
     }
   }
   if (kind == FileKind::kResult) {
-    ASSIGN_OR_RETURN(const KnownLayout* tagged, HostTagConfig(path, size, known));
+    ASSIGN_OR_RETURN(const KnownLayout* tagged,
+                     HostTagConfig(path, size, known));
     if (tagged != nullptr) {
       *evidence = "result size and host tag";
       return tagged->config;

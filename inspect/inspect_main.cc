@@ -6,8 +6,13 @@
 //   inspect plot RESULT... -o loss.svg [--config=...] [--smoothing=100]
 //   inspect export --safetensors CKPT -o model.safetensors [--config=...]
 //
+// Without --config the config is inferred from each file; without --kind the
+// kind is detected (inspect/inspect.h, DetectFile). A report of a corrupt or
+// incomplete file is printed, then exits 1.
+//
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
-// status 1 (2 for usage errors).
+// status 1 (2 for usage errors, --threads or --smoothing < 1). A flag the
+// mode or file kind does not use (--source, --vocab) gets a one-line warning.
 #include <iostream>
 #include <string>
 #include <vector>
