@@ -1270,7 +1270,7 @@ absl::StatusOr<FileDetection> DetectFile(const std::string& path,
     d.config_source = evidence;
   } else {
     ASSIGN_OR_RETURN(d.config, ModelConfigByName("coppelius"));
-    d.config_source = "default";
+    d.config_source = "default: the file does not tell";
   }
   return d;
 }

@@ -68,7 +68,7 @@ struct FileDetection {
   FileKind kind = FileKind::kAuto;
   ModelConfig config;
   // "--config", "checkpoint identity", "checkpoint payload size", "result
-  // size and host tag", "result size" or "default".
+  // size and host tag", "result size" or "default: the file does not tell".
   std::string config_source;
   // Non-empty when an explicit config contradicts the file: one line naming
   // the file, the evidence and both configs.
