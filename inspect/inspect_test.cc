@@ -402,8 +402,12 @@ void PatchResult(const std::string& from, const std::string& name,
   ASSERT_TRUE(WriteFileAtomically(name, res).ok());
 }
 
-std::string F32(float f) { return std::string(reinterpret_cast<char*>(&f), 4); }
-std::string U64(uint64_t v) { return std::string(reinterpret_cast<char*>(&v), 8); }
+std::string F32(float f) {
+  return std::string(reinterpret_cast<char*>(&f), 4);
+}
+std::string U64(uint64_t v) {
+  return std::string(reinterpret_cast<char*>(&v), 8);
+}
 
 TEST_F(InspectTest, VerifyChecksNonFiniteStepsAgainstTheNotifier) {
   // tiny layout (trainer/result_file.h): windows at 6144, 256 bytes each;
