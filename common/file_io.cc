@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -135,10 +137,17 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
       "); expected a regular file path"));
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
+absl::Status WriteFileAtomically(const std::string& path_or_link,
                                  absl::string_view contents) {
-  if (path == "-") return WriteAll(STDOUT_FILENO, contents.data(),
-                                   contents.size(), "<stdout>");
+  if (path_or_link == "-") return WriteAll(STDOUT_FILENO, contents.data(),
+                                           contents.size(), "<stdout>");
+  // A symbolic link is followed: its target is replaced, not the link.
+  std::string path = path_or_link;
+  struct stat lst;
+  if (lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    char resolved[PATH_MAX];
+    if (realpath(path.c_str(), resolved) != nullptr) path = resolved;
+  }
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode)) {

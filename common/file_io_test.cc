@@ -111,3 +111,21 @@ TEST(SameFile, HardLinksAreTheSameFileAndMissingPathsAreNot) {
 
 }  // namespace
 }  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+TEST(WriteFileAtomically, FollowsASymbolicLink) {
+  std::string target = TestDir() + "/link_target", link_path = TestDir() + "/link";
+  ASSERT_TRUE(WriteFileAtomically(target, "old").ok());
+  unlink(link_path.c_str());
+  ASSERT_EQ(symlink(target.c_str(), link_path.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(link_path, "new").ok());
+  struct stat st;
+  ASSERT_EQ(lstat(link_path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(*ReadFile(target), "new");
+}
+
+}  // namespace
+}  // namespace coppelius
