@@ -115,6 +115,19 @@ double Mean(const std::vector<double>& v, size_t from, size_t to) {
   return s / static_cast<double>(to - from);
 }
 
+// Whether `reader`'s checkpoint is one of `config`: its five identities and
+// payload size. The chunk size and run steps describe the envelope, not the
+// model, so a checkpoint written with other ones is still of the config
+// (train, which publishes with fixed ones, also compares those).
+absl::Status ConfigIdentityStatus(const CheckpointReader& reader,
+                                  const ModelConfig& config,
+                                  const std::string& path) {
+  CheckpointIdentity expected = RunCheckpointIdentity(config);
+  expected.chunk_bytes = reader.identity().chunk_bytes;
+  expected.run_steps = reader.identity().run_steps;
+  return CompareIdentity(reader.identity(), expected, path);
+}
+
 // ---------------------------------------------------------------- cache
 
 struct CacheReport {
@@ -271,6 +284,14 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
   const absl::Status identity_status =
       CompareIdentity(identity, RunCheckpointIdentity(config), o.path);
   const absl::Status digest_status = reader.VerifyPayload(o.threads);
+  // The exit status: corrupt digests, or an identity that the config the
+  // user named explicitly (--config) refuses.
+  const absl::Status config_status = ConfigIdentityStatus(reader, config, o.path);
+  const absl::Status outcome =
+      !digest_status.ok() ? digest_status
+      : (d.config_source == "--config" && !config_status.ok())
+          ? config_status
+          : absl::OkStatus();
 
   // Per-tensor statistics when the parameter count fits the config.
   const uint64_t parameters = reader.payload_bytes() / 12;
@@ -348,7 +369,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     j.EndArray();
     j.EndObject();
     out << j.str() << "\n";
-    return digest_status;
+    return outcome;
   }
 
   out << "checkpoint " << o.path << " (" << reader.file_bytes()
@@ -392,7 +413,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     out << "  tensors: payload holds " << parameters
         << " parameters, config " << config.name << " has "
         << NumParameters(config) << ": no per-tensor statistics\n";
-    return digest_status;
+    return outcome;
   }
   out << "  tensors (" << stats.size() << "):\n";
   for (const PlaneStats& s : stats) {
@@ -402,7 +423,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     out << "      V " << StatsText(s.v) << "\n";
   }
   // Corrupt: the report above says so; the exit status too.
-  return digest_status;
+  return outcome;
 }
 
 // ---------------------------------------------------------------- result
@@ -535,6 +556,33 @@ std::vector<std::string> ResultProblems(const std::string& path,
   }
   const bool row_finite = first_bad_logit < 0;
   const ResultPrediction& last = t.host.predictions[2];
+  // The run issues forward, `steps` updates and final, and completes them
+  // all before it writes the tail.
+  const uint32_t submissions = static_cast<uint32_t>(r.geometry.steps + 2);
+  if (t.input.submissions_issued != submissions ||
+      t.input.submissions_completed != submissions) {
+    problems.push_back(absl::StrCat(
+        path, ": offsets ", layout.input_stat_offset + 96, "/",
+        layout.input_stat_offset + 100,
+        " (input stat.submissions completed/issued): ",
+        t.input.submissions_completed, "/", t.input.submissions_issued,
+        ", expected ", submissions, "/", submissions,
+        " (forward, every step, final) in a complete result"));
+  }
+  // The prediction is the argmax of the same logits the final record holds
+  // (first maximum), so they cannot differ in an intact file.
+  if (row_finite && last.valid && !t.final_logits.empty()) {
+    const int argmax = Argmax(t.final_logits.data(),
+                              static_cast<int64_t>(t.final_logits.size()));
+    if (static_cast<uint32_t>(argmax) != last.token) {
+      problems.push_back(absl::StrCat(
+          path, ": offset ", layout.host_offset + 120 + 2 * 8,
+          " (host status.predictions[2].token, row ", r.geometry.T - 1,
+          "): ", last.token, ", expected ", argmax,
+          " (the argmax of the final record at offset ", layout.final_offset,
+          ")"));
+    }
+  }
   if (last.valid != row_finite) {
     problems.push_back(absl::StrCat(
         path, ": offset ", layout.host_offset + 120 + 2 * 8 + 4,
@@ -922,6 +970,10 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
             path, ": 0 bytes: a fresh-start input, not a complete "
                   "checkpoint"));
         return v;
+      }
+      if (d->config_source == "--config") {
+        absl::Status id = ConfigIdentityStatus(*reader, config, path);
+        if (!id.ok()) v.failures.push_back(std::string(id.message()));
       }
       if (!reader->VerifyPayload(o.threads).ok()) {
         // One line per bad chunk; the reader's per-chunk message ends with

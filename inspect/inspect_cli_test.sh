@@ -97,8 +97,9 @@ grep -q "<svg" "$d/stdout.svg" || fail "plot -o - wrote no SVG"
 grep -q "starts at context c0 16, expected 32" "$d/p.err" || fail "plot: $(cat "$d/p.err")"
 
 # Bad flag values: exit 2; unused flags: a one-line warning.
-"$inspect" --threads=0 "$d/model.ckpt" > /dev/null 2> "$d/t.err"; [[ $? == 2 ]] || fail "--threads=0"
-grep -q -- "--threads=0: expected an integer >= 1" "$d/t.err" || fail "$(cat "$d/t.err")"
+"$inspect" --threads=-1 "$d/model.ckpt" > /dev/null 2> "$d/t.err"; [[ $? == 2 ]] || fail "--threads=-1"
+grep -q -- "--threads=-1: expected an integer >= 0 (0 = all cores)" "$d/t.err" || fail "$(cat "$d/t.err")"
+"$inspect" --threads=0 "$d/model.ckpt" > /dev/null 2>&1 || fail "--threads=0 (all cores)"
 "$inspect" plot --smoothing=0 "$d/complete.res" -o - > /dev/null 2>&1; [[ $? == 2 ]] || fail "--smoothing=0"
 "$inspect" --vocab="$d/vocab.tiktoken" "$d/model.ckpt" > /dev/null 2> "$d/w.err" || fail "--vocab on a checkpoint"
 [[ $(wc -l < "$d/w.err") == 1 ]] && grep -q "warning: --vocab" "$d/w.err" || fail "warning: $(cat "$d/w.err")"

@@ -13,7 +13,9 @@
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
 // status 1 (2 for usage errors, --threads or --smoothing < 1). A flag the
 // mode or file kind does not use (--source, --vocab) gets a one-line warning.
+#include <algorithm>
 #include <iostream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -39,7 +41,7 @@ ABSL_FLAG(std::string, o, "", "plot/export: output path (- for stdout)");
 ABSL_FLAG(std::string, safetensors, "",
           "export: the checkpoint to export as safetensors");
 ABSL_FLAG(int, smoothing, 100, "steps in the smoothed loss curve's window");
-ABSL_FLAG(int, threads, 2, "threads for digest verification");
+ABSL_FLAG(int, threads, 2, "threads for digest verification (0 = all cores)");
 
 namespace {
 
@@ -73,10 +75,15 @@ int main(int argc, char** argv) {
   auto kind = coppelius::ParseFileKind(absl::GetFlag(FLAGS_kind));
   if (!kind.ok()) return Fail(kind.status());
   const std::string mode = rest.empty() ? "" : rest[0];
+  // 0 = all cores, as in the other tools.
+  if (absl::GetFlag(FLAGS_threads) == 0) {
+    absl::SetFlag(&FLAGS_threads,
+                  std::max(1u, std::thread::hardware_concurrency()));
+  }
   if (absl::GetFlag(FLAGS_threads) < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--threads=", absl::GetFlag(FLAGS_threads),
-        ": expected an integer >= 1")));
+        ": expected an integer >= 0 (0 = all cores)")));
   }
   if (absl::GetFlag(FLAGS_smoothing) < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(

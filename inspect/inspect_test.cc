@@ -233,9 +233,15 @@ TEST_F(InspectTest, InfersConfigFromTheFile) {
   s = Verify({"complete.res"}, &report, "", "coppelius");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(report, HasSubstr("fit config tiny, not --config=coppelius"));
-  EXPECT_TRUE(Inspect("model.ckpt", &report, "coppelius").ok());
+  // A checkpoint of another config than the one named: the report says so
+  // and the status is the refusal (verify fails it too).
+  EXPECT_EQ(Inspect("model.ckpt", &report, "coppelius").code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(report, HasSubstr("a run of config coppelius (--config) "
                                 "refuses it"));
+  EXPECT_EQ(Verify({"model.ckpt"}, &report, "", "coppelius").code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("identity field"));
   e.config = "coppelius";
   EXPECT_EQ(RunExport(e, exported).code(),
             absl::StatusCode::kFailedPrecondition);
@@ -346,13 +352,17 @@ TEST_F(InspectTest, ResultWarnsOnUnwrittenFinalRecord) {
   // tiny final record: 4 * 512 bytes at 24736.
   std::fill(res.begin() + 24736, res.begin() + 24736 + 2048, '\0');
   ASSERT_TRUE(WriteFileAtomically(Path("zero_final.res"), res).ok());
-  const std::string text = Report("zero_final.res");
+  // An intact run writes the prediction from the final record, so this is
+  // corrupt: the report says why and exits DataLoss.
+  const std::string text = Report("zero_final.res", false, "", "",
+                                  absl::StatusCode::kDataLoss);
   EXPECT_THAT(text, HasSubstr("WARNING: the final record's 512 logits are all "
                               "+0.0"));
   // Its argmax (0) no longer matches the row 63 prediction (511).
   EXPECT_THAT(text, HasSubstr("final record argmax 0 differs from the row 63 "
                               "prediction 511"));
-  EXPECT_THAT(Report("zero_final.res", true),
+  EXPECT_THAT(Report("zero_final.res", true, "", "",
+                     absl::StatusCode::kDataLoss),
               HasSubstr("\"final_record_all_zero\":true"));
 }
 
@@ -794,6 +804,26 @@ TEST(SmoothedCurve, TrailingMean) {
   EXPECT_TRUE(std::isnan(with_nan[1]));
   EXPECT_TRUE(std::isnan(with_nan[2]));
   EXPECT_EQ(with_nan[3], 4);
+}
+
+}  // namespace
+}  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+// A complete tiny result whose input stat says 9 of 10 submissions completed
+// (offset 12 V + 4 T steps + 96 = 8288, worked out by hand) is corrupt.
+TEST_F(InspectTest, VerifyRefusesIncompleteSubmissionCounts) {
+  std::string res = *ReadFile(Path("complete.res"));
+  const uint32_t nine = 9;
+  std::memcpy(&res[8288], &nine, 4);
+  ASSERT_TRUE(WriteFileAtomically(Path("nine_of_ten.res"), res).ok());
+  std::string report;
+  EXPECT_EQ(Verify({"nine_of_ten.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("offsets 8288/8292 (input stat.submissions "
+                                "completed/issued): 9/10, expected 10/10"));
 }
 
 }  // namespace
