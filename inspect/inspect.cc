@@ -1588,6 +1588,31 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
   return svg;
 }
 
+// Refuses an output path (plot, export) that names one of the inputs or an
+// existing Coppelius file (cache, checkpoint, result): writing it would
+// destroy data another run published.
+absl::Status CheckOutputPath(const std::string& output,
+                             const std::vector<std::string>& inputs,
+                             const std::string& config) {
+  if (output == "-") return absl::OkStatus();
+  for (const std::string& in : inputs) {
+    if (SameFile(output, in)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("-o ", output, ": names the input file ", in));
+    }
+  }
+  struct stat st;
+  if (stat(output.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    absl::StatusOr<FileDetection> d = DetectFile(output, FileKind::kAuto, config);
+    if (d.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "-o ", output, ": exists and is a Coppelius ", FileKindName(d->kind),
+          " file; refusing to replace it (choose another output path)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   if (o.results.empty()) {
     return absl::InvalidArgumentError("plot: no RESULT file given");
@@ -1597,6 +1622,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
                                       "is required");
   }
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
+  RETURN_IF_ERROR(CheckOutputPath(o.output, o.results, o.config));
   ModelConfig config;
   std::vector<double> means;
   std::vector<size_t> run_starts;
@@ -1732,6 +1758,7 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
         "export: expected --safetensors CHECKPOINT and -o OUTPUT");
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
+  RETURN_IF_ERROR(CheckOutputPath(o.output, {o.checkpoint}, o.config));
   ASSIGN_OR_RETURN(FileDetection d,
                    DetectFile(o.checkpoint, FileKind::kAuto, o.config));
   if (d.kind != FileKind::kCheckpoint) {

@@ -828,3 +828,34 @@ TEST_F(InspectTest, VerifyRefusesIncompleteSubmissionCounts) {
 
 }  // namespace
 }  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+TEST_F(InspectTest, PlotAndExportRefuseToReplaceInputsOrCoppeliusFiles) {
+  const std::string before = *ReadFile(Path("model.ckpt"));
+  ExportOptions e;
+  e.checkpoint = Path("model.ckpt");
+  e.output = Path("model.ckpt");
+  std::ostringstream out;
+  absl::Status s = RunExport(e, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("names the input file"));
+  e.output = Path("complete.res");
+  s = RunExport(e, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is a Coppelius result file"));
+  PlotOptions p;
+  p.results = {Path("complete.res")};
+  p.output = Path("complete.res");
+  EXPECT_EQ(RunPlot(p, out).code(), absl::StatusCode::kInvalidArgument);
+  p.output = Path("model.ckpt");
+  EXPECT_EQ(RunPlot(p, out).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*ReadFile(Path("model.ckpt")), before);
+  // An ordinary new path is fine.
+  p.output = Path("new_plot.svg");
+  EXPECT_TRUE(RunPlot(p, out).ok());
+}
+
+}  // namespace
+}  // namespace coppelius
