@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "common/file_io.h"
 #include "gtest/gtest.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/pretokenizer.h"
@@ -387,6 +388,27 @@ TEST(RunTrainVocabulary, WritesTiktokenFile) {
   absl::Status s = RunTrainVocabulary(options);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("corpus.txt"));
+}
+
+}  // namespace
+}  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+TEST(RunTrainVocabulary, RefusesToWriteOverItsCorpus) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string corpus = std::string(dir ? dir : "/tmp") + "/own_corpus.txt";
+  ASSERT_TRUE(WriteFileAtomically(corpus, "the cat the cat").ok());
+  TrainVocabularyOptions o;
+  o.corpus_path = corpus;
+  o.output_path = corpus;
+  o.vocab_size = 260;
+  o.progress = false;
+  absl::Status s = RunTrainVocabulary(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("names the corpus"), std::string::npos) << s;
+  EXPECT_EQ(*ReadFile(corpus), "the cat the cat");
 }
 
 }  // namespace

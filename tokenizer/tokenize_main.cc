@@ -44,6 +44,15 @@ absl::Status Run(const std::vector<char*>& args) {
         "see --help");
   }
   const std::string command = args[1], input = args[2];
+  if (command != "encode" && command != "decode" && command != "train") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown subcommand \"", command, "\"; expected encode, decode or train"));
+  }
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads=", absl::GetFlag(FLAGS_threads),
+        ": expected >= 0 (0 = all cores)"));
+  }
   const std::string output = absl::GetFlag(FLAGS_o);
   if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
   auto format = coppelius::ParseIdFormat(absl::GetFlag(FLAGS_format));
