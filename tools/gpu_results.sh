@@ -78,12 +78,12 @@ note "kill/resume payloads vs uninterrupted" "$(tail -n 1 "$L/resume_compare.txt
   > "$L/verify.json" 2> "$L/verify.err"
 note "inspect verify (all checkpoints)" "rc=$? files=$(ls "$W"/data/run/history/*.ckpt "$K"/history/*.ckpt | wc -l)+1"
 for r in 1 2; do
-  "$BIN/inspect" "$W/data/run/result-$r.bin" --vocab="$W/data/vocab.tiktoken" > "$L/result-$r.txt" 2>&1
-  "$BIN/inspect" "$W/data/run/result-$r.bin" --vocab="$W/data/vocab.tiktoken" --json > "$L/result-$r.json" 2>&1
+  "$BIN/inspect" "$W/data/run/result-c$(printf %08d $(( (r - 1) * 10000 ))).bin" --vocab="$W/data/vocab.tiktoken" > "$L/result-$r.txt" 2>&1
+  "$BIN/inspect" "$W/data/run/result-c$(printf %08d $(( (r - 1) * 10000 ))).bin" --vocab="$W/data/vocab.tiktoken" --json > "$L/result-$r.json" 2>&1
 done
 "$BIN/inspect" "$W/data/run/coppelius.ckpt" > "$L/checkpoint.txt" 2>&1
 "$BIN/inspect" "$CACHE" --source="$CORPUS" > "$L/cache.txt" 2>&1
-"$BIN/inspect" plot "$W/data/run/result-1.bin" "$W/data/run/result-2.bin" -o "$OUT/loss.svg" 2>> "$L/verify.err"
+"$BIN/inspect" plot "$W/data/run/result-c00000000.bin" "$W/data/run/result-c00010000.bin" -o "$OUT/loss.svg" 2>> "$L/verify.err"
 cp "$OUT/loss.svg" "$L/" 2>/dev/null
 
 # 5. PyTorch oracles.
@@ -97,7 +97,7 @@ for prec in bf16rule autocast; do
   note "torch vs reference, step 0 ($prec)" "$(grep -E 'per-row loss' "$L/oracle_reference_$prec.txt" | head -1 | sed 's/^ *//')"
 done
 for prec in autocast bf16rule; do
-  timeout 300 python3 tools/oracle/compare_result.py --result "$W/data/run/result-1.bin" --cache "$CACHE" \
+  timeout 300 python3 tools/oracle/compare_result.py --result "$W/data/run/result-c00000000.bin" --cache "$CACHE" \
     --pmv "$W/ref1/initial_pmv.f32" --manifest "$W/ref1/manifest.txt" --steps 100 --precision $prec \
     --json_out "$L/oracle_cuda_$prec.json" > "$L/oracle_cuda_$prec.txt" 2>&1
   note "torch vs cuda run 1, 100 steps ($prec)" "$(grep -E 'mean loss over' "$L/oracle_cuda_$prec.txt" | sed 's/^ *//')"

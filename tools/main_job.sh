@@ -57,17 +57,34 @@ fi
 
 CKPT=$DATA/run/coppelius.ckpt
 if ((continue_run)); then
-  [[ -s "$CKPT" ]] || { log "--continue needs $CKPT from a first run"; exit 1; }
-  IN=$CKPT; RESULT=$DATA/run/result-2.bin
+  [[ -s "$CKPT" ]] || { log "--continue needs $CKPT from an earlier run"; exit 1; }
+  IN=$CKPT
+  # c0: the checkpoint's in-band update count (inspect verifies it on the way).
+  c0=$("$BIN/inspect" --json "$CKPT" | python3 -c 'import json, sys; print(json.load(sys.stdin)["update_count"])')
 else
-  IN=$DATA/run/fresh.ckpt; : > "$IN"; RESULT=$DATA/run/result-1.bin
-  [[ -e "$CKPT" ]] && { log "$CKPT exists: a first run would overwrite it; move it away or use --continue"; exit 1; }
+  [[ -e "$CKPT" ]] && { log "$CKPT exists: a first run would replace it; continue it with --continue (or move it away)"; exit 1; }
+  IN=$DATA/run/fresh.ckpt; : > "$IN"; c0=0
 fi
+# One result per invocation, named by its first context c0.
+RESULT=$DATA/run/result-c$(printf %08d "$c0").bin
+if [[ -e "$RESULT" ]] && ! "$BIN/inspect" verify "$RESULT" >/dev/null 2>&1; then
+  # Left by a run that died before its first publication: keep it aside.
+  aside="$RESULT.incomplete-$(date +%s)"
+  mv "$RESULT" "$aside"
+  log "moved the incomplete $RESULT of a killed run to $aside"
+fi
+log "training contexts $c0.. from $IN"
 "$BIN/train" --config=coppelius --tokens="$CACHE" --checkpoint-in="$IN" \
   --checkpoint-out="$CKPT" --result="$RESULT" --checkpoint-history="$DATA/run/history"
 "$BIN/inspect" verify "$CKPT" "$RESULT"
 "$BIN/inspect" "$CKPT"
 "$BIN/inspect" "$RESULT" --vocab="$VOCAB"
-results=("$DATA"/run/result-*.bin)
-"$BIN/inspect" plot "${results[@]}" -o "$DATA/run/loss.svg"
-log "done: checkpoint $CKPT, result $RESULT, plot $DATA/run/loss.svg"
+# The loss curve of every complete result, in context order (a killed run's
+# incomplete result is left out).
+complete=()
+for r in "$DATA"/run/result-c*.bin; do
+  if "$BIN/inspect" verify "$r" >/dev/null 2>&1; then complete+=("$r"); fi
+done
+"$BIN/inspect" plot "${complete[@]}" -o "$DATA/run/loss.svg" \
+  || log "no plot: the complete results above do not follow each other"
+log "done: checkpoint $CKPT (update count $(( c0 + 10000 ))), result $RESULT, plot $DATA/run/loss.svg"
