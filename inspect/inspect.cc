@@ -174,7 +174,8 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
   return r;
 }
 
-void PrintCache(const CacheReport& r, const ModelConfig& config, bool json,
+void PrintCache(const CacheReport& r, const ModelConfig& config,
+                const std::string& config_source, bool json,
                 std::ostream& out) {
   if (json) {
     JsonWriter j;
@@ -219,8 +220,8 @@ void PrintCache(const CacheReport& r, const ModelConfig& config, bool json,
     out << "  staleness: not checked (no --source)\n";
   }
   out << "  tokens: " << r.num_tokens << "\n";
-  out << "  contexts of " << config.T << " (" << config.name
-      << "): " << r.contexts << " (" << r.contexts / config.run_steps
+  out << "  contexts of " << config.T << " (" << config.name << ", "
+      << config_source << "): " << r.contexts << " (" << r.contexts / config.run_steps
       << " full runs of " << config.run_steps << " steps)\n";
   if (r.num_tokens) {
     out << "  id range: min " << r.min_id << ", max " << r.max_id;
@@ -1439,7 +1440,7 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
     case FileKind::kAuto: {
       ASSIGN_OR_RETURN(CacheReport r,
                        AnalyzeCache(o.path, o.source, d.config));
-      PrintCache(r, d.config, o.json, out);
+      PrintCache(r, d.config, d.config_source, o.json, out);
       return absl::OkStatus();
     }
   }

@@ -257,7 +257,7 @@ TEST_F(InspectTest, CacheReport) {
   const std::string text = Report("cache.tok", false, "", "source.txt");
   EXPECT_THAT(text, HasSubstr("tokens: 1281\n"));
   // floor((1281 - 1) / 64) = 20.
-  EXPECT_THAT(text, HasSubstr("contexts of 64 (tiny): 20 "));
+  EXPECT_THAT(text, HasSubstr("contexts of 64 (tiny, --config): 20 "));
   // ids (7 i) mod 500 over 1281 ids cover 0..499.
   EXPECT_THAT(text, HasSubstr("id range: min 0, max 499; ids >= V=512: 0"));
   EXPECT_THAT(text, HasSubstr("source size 100 bytes"));

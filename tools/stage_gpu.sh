@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 gpu_tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null | sort) ||
   gpu_tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//trainer/...))' 2>/dev/null | sort)
 bins="//trainer/kernels:step_bench //trainer:train //trainer:reference_dump \
-  //tokenizer:tokenize //tokencache:make_cache //inspect:inspect"
+  //tokenizer:tokenize //tokencache:make_cache //tokencache:make-cache //inspect:inspect"
 echo "building: $gpu_tests $bins"
 bazel build $gpu_tests $bins
 
