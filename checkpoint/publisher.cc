@@ -25,11 +25,6 @@ namespace {
 // Largest single pwrite; keeps injected faults and progress granular.
 constexpr size_t kMaxWriteBytes = size_t{64} << 20;
 
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::string TemporaryName(const std::string& path) {
   std::random_device rd;
   const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();

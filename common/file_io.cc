@@ -107,6 +107,11 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
+std::string BaseName(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 absl::Status FsyncDirectory(const std::string& dir) {
   int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "opening directory", dir);

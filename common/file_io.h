@@ -59,6 +59,9 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
 // The directory part of `path` ("." when it has none).
 std::string DirName(const std::string& path);
 
+// The last component of `path` (all of it when it has no '/').
+std::string BaseName(const std::string& path);
+
 // fsync(2) on the directory `dir`.
 absl::Status FsyncDirectory(const std::string& dir);
 

@@ -129,3 +129,18 @@ TEST(WriteFileAtomically, FollowsASymbolicLink) {
 
 }  // namespace
 }  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+TEST(DirNameAndBaseName, SplitAtTheLastSlash) {
+  EXPECT_EQ(DirName("a/b/c.ckpt"), "a/b");
+  EXPECT_EQ(BaseName("a/b/c.ckpt"), "c.ckpt");
+  EXPECT_EQ(DirName("c.ckpt"), ".");
+  EXPECT_EQ(BaseName("c.ckpt"), "c.ckpt");
+  EXPECT_EQ(DirName("/c"), "/");
+  EXPECT_EQ(BaseName("/c"), "c");
+}
+
+}  // namespace
+}  // namespace coppelius

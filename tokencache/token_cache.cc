@@ -35,11 +35,6 @@ void StoreLe64(uint64_t v, char* p) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-std::string BaseName(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 absl::StatusOr<SourceStat> StatSource(const std::string& path) {

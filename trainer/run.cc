@@ -74,9 +74,7 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
 std::string ResolvedPath(const std::string& path) {
   char buffer[PATH_MAX];
   if (realpath(DirName(path).c_str(), buffer) == nullptr) return path;
-  size_t slash = path.find_last_of('/');
-  return absl::StrCat(buffer, "/",
-                      slash == std::string::npos ? path : path.substr(slash + 1));
+  return absl::StrCat(buffer, "/", BaseName(path));
 }
 
 // The run's four files must be distinct, except that a continuation may
