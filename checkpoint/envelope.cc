@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/escaping.h"
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -27,24 +28,16 @@ constexpr size_t kPreambleSha256Offset = 80;
 constexpr size_t kReservedOffset = 112;
 
 void PutU32(std::string& out, size_t offset, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out[offset + i] = static_cast<char>(v >> (8 * i));
+  absl::little_endian::Store32(&out[offset], v);
 }
 void PutU64(std::string& out, size_t offset, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[offset + i] = static_cast<char>(v >> (8 * i));
+  absl::little_endian::Store64(&out[offset], v);
 }
 uint32_t GetU32(absl::string_view in, size_t offset) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(in[offset + i]))
-         << (8 * i);
-  return v;
+  return absl::little_endian::Load32(in.data() + offset);
 }
 uint64_t GetU64(absl::string_view in, size_t offset) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(in[offset + i]))
-         << (8 * i);
-  return v;
+  return absl::little_endian::Load64(in.data() + offset);
 }
 
 std::string Quoted(absl::string_view s) {

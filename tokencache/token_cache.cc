@@ -13,6 +13,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -24,16 +25,6 @@ namespace coppelius {
 namespace {
 
 constexpr size_t kWriteBufferBytes = 1 << 20;
-
-uint64_t LoadLe64(const unsigned char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
-void StoreLe64(uint64_t v, char* p) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
 
 }  // namespace
 
@@ -117,8 +108,8 @@ absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
   close(fd);  // the mapping keeps the file
   cache.mapping_ = mapping;
   const auto* bytes = static_cast<const unsigned char*>(mapping);
-  cache.header_.mtime_ns = LoadLe64(bytes);
-  cache.header_.size_bytes = LoadLe64(bytes + 8);
+  cache.header_.mtime_ns = absl::little_endian::Load64(bytes);
+  cache.header_.size_bytes = absl::little_endian::Load64(bytes + 8);
   if (cache.num_tokens_ > 0) {
     cache.tokens_ =
         reinterpret_cast<const uint32_t*>(bytes + kTokenCacheHeaderBytes);
@@ -242,8 +233,8 @@ absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
     }
   }
   char h[kTokenCacheHeaderBytes];
-  StoreLe64(header.mtime_ns, h);
-  StoreLe64(header.size_bytes, h + 8);
+  absl::little_endian::Store64(h, header.mtime_ns);
+  absl::little_endian::Store64(h + 8, header.size_bytes);
   w.buffer_.insert(w.buffer_.end(), h, h + sizeof(h));
   return w;
 }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
@@ -57,10 +58,10 @@ constexpr int64_t kKind = 0, kRelease = 4, kContext = 8, kStep = 16,
 
 // ---- little-endian encoding into a byte buffer ----
 void PutU32(std::string& b, int64_t at, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>(v >> (8 * i));
+  absl::little_endian::Store32(&b[at], v);
 }
 void PutU64(std::string& b, int64_t at, uint64_t v) {
-  for (int i = 0; i < 8; ++i) b[at + i] = static_cast<char>(v >> (8 * i));
+  absl::little_endian::Store64(&b[at], v);
 }
 void PutFloats(std::string& b, int64_t at, const float* v, size_t n) {
   if (n > 0) std::memcpy(&b[at], v, n * sizeof(float));
@@ -70,16 +71,10 @@ void PutText(std::string& b, int64_t at, absl::string_view text) {
 }
 
 uint32_t GetU32(absl::string_view b, int64_t at) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i)
-    v = (v << 8) | static_cast<unsigned char>(b[at + i]);
-  return v;
+  return absl::little_endian::Load32(b.data() + at);
 }
 uint64_t GetU64(absl::string_view b, int64_t at) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i)
-    v = (v << 8) | static_cast<unsigned char>(b[at + i]);
-  return v;
+  return absl::little_endian::Load64(b.data() + at);
 }
 std::vector<float> GetFloats(absl::string_view b, int64_t at, int64_t n) {
   std::vector<float> v(n);
