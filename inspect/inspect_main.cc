@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/threads.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -77,8 +78,7 @@ int main(int argc, char** argv) {
   const std::string mode = rest.empty() ? "" : rest[0];
   // 0 = all cores, as in the other tools.
   if (absl::GetFlag(FLAGS_threads) == 0) {
-    absl::SetFlag(&FLAGS_threads,
-                  std::max(1u, std::thread::hardware_concurrency()));
+    absl::SetFlag(&FLAGS_threads, coppelius::ResolveThreadCount(0));
   }
   if (absl::GetFlag(FLAGS_threads) < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(

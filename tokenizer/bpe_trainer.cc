@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocabulary.h"
 
@@ -309,9 +310,7 @@ absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
                                            bool progress) {
   RETURN_IF_ERROR(CheckVocabSize(vocab_size));
   const Clock::time_point start = Clock::now();
-  if (threads <= 0) {
-    threads = std::max(1u, std::thread::hardware_concurrency());
-  }
+  threads = ResolveThreadCount(threads);
 
   // Work items: (segment, begin, stop), cut at safe piece boundaries.
   struct Chunk {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/threads.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocabulary.h"
 
@@ -309,9 +310,7 @@ void Encoder::Encode(absl::string_view text, bool allow_special,
 
 void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
                              int threads, std::vector<uint32_t>* ids) const {
-  if (threads <= 0) {
-    threads = std::max(1u, std::thread::hardware_concurrency());
-  }
+  threads = ResolveThreadCount(threads);
   if (threads == 1 || text.size() < (1u << 20)) {
     Encode(text, allow_special, ids);
     return;

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "trainer/adamw.h"
 #include "trainer/backend.h"
 #include "trainer/model_config.h"
@@ -42,11 +43,7 @@ float RoundToBfloat16(float x) {
 
 namespace {
 
-int ResolveThreads(int requested) {
-  if (requested > 0) return requested;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
-}
+int ResolveThreads(int requested) { return ResolveThreadCount(requested); }
 
 // Calls fn(i) for i in [0, n) on `threads` workers, items handed out
 // dynamically. Every item's result must not depend on which worker runs it.

@@ -23,6 +23,7 @@
 #include "checkpoint/reader.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "tokencache/token_cache.h"
 #include "trainer/initialization.h"
 #include "trainer/result_file.h"
@@ -44,9 +45,8 @@ uint64_t MonotonicNs() {
 }
 
 int HostThreads(int requested) {
-  if (requested > 0) return requested;
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(std::min(n, 16u));
+  // All cores, at most 16, unless asked for more.
+  return requested > 0 ? requested : std::min(ResolveThreadCount(0), 16);
 }
 
 
