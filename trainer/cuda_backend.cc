@@ -6,9 +6,9 @@
 //   layout), p16_ bf16 [N]: the bf16 copy of P (matrices refreshed by AdamW).
 //   Per layer l (saved for the backward): x_[l] fp32 [T,C] (layer input),
 //   xmid_[l] fp32 [T,C], LayerNorm mean/rstd [T] x2, h1_/h2_ bf16 [T,C]
-//   (normed inputs), qkv16_ bf16 [T,3C] (rotated q, k and v), att32_ fp32
-//   [NH,T,T] (probabilities), att16_ bf16 [NH,T,T], y16_ bf16 [T,C]
-//   (attention output, head h at columns h·HS, the bf16 result of P·v),
+//   (normed inputs), qkv16_ bf16 [T,3C] (rotated q, k and v), stats_ fp32
+//   [NH,T] (softmax row log2-sum-exp, attention.h), y16_ bf16
+//   [T,C] (attention output, head h at columns h·HS, the bf16 result of P·v),
 //   gu_ fp32 [T,2H] (gate|up),
 //   a16_ bf16 [T,H]. x_[L] is the final residual.
 #include "trainer/cuda_backend.h"
@@ -197,8 +197,8 @@ class CudaBackend final : public Backend {
   uint64_t update_count_ = 0;
   bool loaded_ = false;
   // Activations.
-  std::vector<float*> x_, xmid_, mean1_, rstd1_, mean2_, rstd2_, att32_, gu_;
-  std::vector<bf16*> h1_, h2_, qkv16_, att16_, y16_, a16_;
+  std::vector<float*> x_, xmid_, mean1_, rstd1_, mean2_, rstd2_, stats_, gu_;
+  std::vector<bf16*> h1_, h2_, qkv16_, y16_, a16_;
   float* meanf_ = nullptr;
   float* rstdf_ = nullptr;
   bf16* xf16_ = nullptr;
@@ -213,9 +213,7 @@ class CudaBackend final : public Backend {
   float* da32_ = nullptr;
   bf16* dgu16_ = nullptr;
   bf16* dy16_ = nullptr;
-  float* dp32_ = nullptr;
-  bf16* ds16_ = nullptr;
-  float* dqkv32_ = nullptr;
+  void* attention_scratch_ = nullptr;
   bf16* dqkv16_ = nullptr;
   float* ln_scratch_ = nullptr;
   // Host side (mapped pinned) rings and staging.
@@ -230,11 +228,9 @@ class CudaBackend final : public Backend {
   bool snapshot_pending_ = false;
 
   // Plans (shapes only; pointers are given per run).
-  std::unique_ptr<MatmulPlan> p_qkv_, p_scores_, p_pv_, p_out_, p_gu_,
-      p_down_, p_logits_;
+  std::unique_ptr<MatmulPlan> p_qkv_, p_out_, p_gu_, p_down_, p_logits_;
   std::unique_ptr<MatmulPlan> p_dxf_, p_demb_, p_dx_down_, p_dw_down_,
-      p_dx_gu_, p_dw_gu_, p_dx_out_, p_dw_out_, p_dx_qkv_, p_dw_qkv_, p_dp_,
-      p_dv_, p_dq_, p_dk_;
+      p_dx_gu_, p_dw_gu_, p_dx_out_, p_dw_out_, p_dx_qkv_, p_dw_qkv_;
 
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
@@ -288,10 +284,9 @@ CudaBackend::~CudaBackend() {
   if (snapshot_copied_ != nullptr) cudaEventDestroy(snapshot_copied_);
   if (snapshot_done_ != nullptr) cudaEventDestroy(snapshot_done_);
   // Plans hold cuBLASLt descriptors: destroy them before the handle.
-  for (auto* p : {&p_qkv_, &p_scores_, &p_pv_, &p_out_, &p_gu_, &p_down_,
-                  &p_logits_, &p_dxf_, &p_demb_, &p_dx_down_, &p_dw_down_,
-                  &p_dx_gu_, &p_dw_gu_, &p_dx_out_, &p_dw_out_, &p_dx_qkv_,
-                  &p_dw_qkv_, &p_dp_, &p_dv_, &p_dq_, &p_dk_}) {
+  for (auto* p : {&p_qkv_, &p_out_, &p_gu_, &p_down_, &p_logits_, &p_dxf_,
+                  &p_demb_, &p_dx_down_, &p_dw_down_, &p_dx_gu_, &p_dw_gu_,
+                  &p_dx_out_, &p_dw_out_, &p_dx_qkv_, &p_dw_qkv_}) {
     p->reset();
   }
   if (lt_ != nullptr) cublasLtDestroy(lt_);
@@ -320,6 +315,11 @@ absl::Status CudaBackend::Init() {
   L_ = config_.L;
   NH_ = config_.NH;
   HS_ = config_.HS;
+  if (!AttentionSupportsHeadSize(HS_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: config '", config_.name, "' has head size HS = ", HS_,
+        "; the fused attention kernels support 16, 32 and 64"));
+  }
   H_ = config_.hidden;
   V_ = config_.V;
   N_ = NumParameters(config_);
@@ -327,15 +327,25 @@ absl::Status CudaBackend::Init() {
   const int64_t T = T_, C = C_, H = H_, V = V_, NH = NH_;
 
   CUDA_RETURN_IF_ERROR(cudaSetDevice(0), "cudaSetDevice(0)");
+  // Priorities: the forward/backward chain (main and side streams) is the
+  // step's critical path; the per-block AdamW (memory-bound, overlapped)
+  // yields SMs to it. Captured kernel nodes keep their stream's priority
+  // (the graph is instantiated with cudaGraphInstantiateFlagUseNodePriority).
+  int least_priority = 0, greatest_priority = 0;
   CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-      "cudaStreamCreateWithFlags(main)");
+      cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority),
+      "cudaDeviceGetStreamPriorityRange");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                   greatest_priority),
+      "cudaStreamCreateWithPriority(main)");
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags(snapshot)");
   CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
-      "cudaStreamCreateWithFlags(side)");
+      cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking,
+                                   greatest_priority),
+      "cudaStreamCreateWithPriority(side)");
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(fork)");
@@ -343,8 +353,9 @@ absl::Status CudaBackend::Init() {
       cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(join)");
   CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&adam_stream_, cudaStreamNonBlocking),
-      "cudaStreamCreateWithFlags(adamw)");
+      cudaStreamCreateWithPriority(&adam_stream_, cudaStreamNonBlocking,
+                                   least_priority),
+      "cudaStreamCreateWithPriority(adamw)");
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&adam_fork_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(adamw fork)");
@@ -471,12 +482,11 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(per_layer_f(&rstd1_, T, "rstd1"));
   RETURN_IF_ERROR(per_layer_f(&mean2_, T, "mean2"));
   RETURN_IF_ERROR(per_layer_f(&rstd2_, T, "rstd2"));
-  RETURN_IF_ERROR(per_layer_f(&att32_, NH * T * T, "attention probabilities"));
+  RETURN_IF_ERROR(per_layer_f(&stats_, NH * T, "softmax statistics"));
   RETURN_IF_ERROR(per_layer_f(&gu_, T * 2 * H, "gate|up"));
   RETURN_IF_ERROR(per_layer_h(&h1_, T * C, "h1"));
   RETURN_IF_ERROR(per_layer_h(&h2_, T * C, "h2"));
   RETURN_IF_ERROR(per_layer_h(&qkv16_, T * 3 * C, "qkv bf16"));
-  RETURN_IF_ERROR(per_layer_h(&att16_, NH * T * T, "attention bf16"));
   RETURN_IF_ERROR(per_layer_h(&y16_, T * C, "attention output"));
   RETURN_IF_ERROR(per_layer_h(&a16_, T * H, "swiglu output"));
   RETURN_IF_ERROR(Alloc(&meanf_, T, "final mean"));
@@ -492,22 +502,19 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Alloc(&da32_, T * H, "da"));
   RETURN_IF_ERROR(Alloc(&dgu16_, T * 2 * H, "dgu"));
   RETURN_IF_ERROR(Alloc(&dy16_, T * C, "dy bf16"));
-  RETURN_IF_ERROR(Alloc(&dp32_, NH * T * T, "dP"));
-  RETURN_IF_ERROR(Alloc(&ds16_, NH * T * T, "dS"));
-  RETURN_IF_ERROR(Alloc(&dqkv32_, T * 3 * C, "dqkv"));
+  {
+    const size_t bytes = AttentionScratchBytes(T_, NH_, HS_);
+    char* scratch = nullptr;
+    RETURN_IF_ERROR(Alloc(&scratch, bytes, "attention scratch"));
+    // Zero once: the kernels' counters start (and stay) at zero.
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch, 0, bytes, stream_),
+                         "cudaMemsetAsync(attention scratch)");
+    attention_scratch_ = scratch;
+  }
   RETURN_IF_ERROR(Alloc(&dqkv16_, T * 3 * C, "dqkv bf16"));
   RETURN_IF_ERROR(Alloc(&ln_scratch_, LayerNormBackwardScratchFloats(T_, C_),
                         "LayerNorm partials"));
 
-  // The causal softmax kernels never write above the diagonal of their bf16
-  // outputs: zero those buffers once.
-  for (int l = 0; l < L_; ++l) {
-    CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(att16_[l], 0, NH * T * T * sizeof(bf16), stream_),
-        "cudaMemsetAsync(attention bf16)");
-  }
-  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ds16_, 0, NH * T * T * sizeof(bf16), stream_),
-                       "cudaMemsetAsync(dS)");
   CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(reinterpret_cast<void**>(&loss_ring_), kRingSlots * T * sizeof(float),
                     cudaHostAllocMapped),
@@ -525,7 +532,6 @@ absl::Status CudaBackend::Init() {
                        "cudaMallocHost(logit rows)");
 
   // Matmul plans.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS_));
   auto linear_fwd = [&](const char* name, int64_t out, int64_t in,
                         int64_t ldc, float beta) {
     MatmulShape s;
@@ -563,43 +569,11 @@ absl::Status CudaBackend::Init() {
     s.ldc = in;
     return s;
   };
-  auto heads = [&](MatmulShape s, int64_t sa, int64_t sb, int64_t sc) {
-    s.batch = NH_;
-    s.stride_a = sa;
-    s.stride_b = sb;
-    s.stride_c = sc;
-    return s;
-  };
   RETURN_IF_ERROR(Plan(&p_qkv_, linear_fwd("qkv forward", 3 * C, C, 3 * C, 0)));
   RETURN_IF_ERROR(Plan(&p_out_, linear_fwd("output forward", C, C, C, 1)));
   RETURN_IF_ERROR(Plan(&p_gu_, linear_fwd("gate|up forward", 2 * H, C, 2 * H, 0)));
   RETURN_IF_ERROR(Plan(&p_down_, linear_fwd("down forward", C, H, C, 1)));
   RETURN_IF_ERROR(Plan(&p_logits_, linear_fwd("logits forward", V, C, V, 0)));
-  {
-    MatmulShape s;  // S = scale q kᵀ per head
-    s.name = "attention scores";
-    s.trans_b = true;
-    s.m = T;
-    s.n = T;
-    s.k = HS_;
-    s.lda = 3 * C;
-    s.ldb = 3 * C;
-    s.ldc = T;
-    s.alpha = scale;
-    RETURN_IF_ERROR(Plan(&p_scores_, heads(s, HS_, HS_, T * T)));
-  }
-  {
-    MatmulShape s;  // y = P v per head
-    s.name = "attention values";
-    s.m = T;
-    s.n = HS_;
-    s.k = T;
-    s.lda = T;
-    s.ldb = 3 * C;
-    s.ldc = C;
-    s.d_bf16 = true;  // y only feeds the output product
-    RETURN_IF_ERROR(Plan(&p_pv_, heads(s, T * T, HS_, HS_)));
-  }
   RETURN_IF_ERROR(Plan(&p_dxf_, linear_dx("logits dX", V, C)));
   RETURN_IF_ERROR(Plan(&p_demb_, linear_dw("logits dW", V, C)));
   RETURN_IF_ERROR(Plan(&p_dx_down_, linear_dx("down dX", C, H)));
@@ -614,45 +588,6 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Plan(&p_dw_out_, linear_dw("output dW", C, C)));
   RETURN_IF_ERROR(Plan(&p_dx_qkv_, linear_dx("qkv dX", 3 * C, C)));
   RETURN_IF_ERROR(Plan(&p_dw_qkv_, linear_dw("qkv dW", 3 * C, C)));
-  {
-    MatmulShape s;  // dP = dy vᵀ
-    s.name = "attention dP";
-    s.trans_b = true;
-    s.m = T;
-    s.n = T;
-    s.k = HS_;
-    s.lda = C;
-    s.ldb = 3 * C;
-    s.ldc = T;
-    RETURN_IF_ERROR(Plan(&p_dp_, heads(s, HS_, HS_, T * T)));
-  }
-  {
-    MatmulShape s;  // dv = Pᵀ dy
-    s.name = "attention dV";
-    s.trans_a = true;
-    s.m = T;
-    s.n = HS_;
-    s.k = T;
-    s.lda = T;
-    s.ldb = C;
-    s.ldc = 3 * C;
-    RETURN_IF_ERROR(Plan(&p_dv_, heads(s, T * T, HS_, HS_)));
-  }
-  {
-    MatmulShape s;  // dq = scale dS k
-    s.name = "attention dQ";
-    s.m = T;
-    s.n = HS_;
-    s.k = T;
-    s.lda = T;
-    s.ldb = 3 * C;
-    s.ldc = 3 * C;
-    s.alpha = scale;
-    RETURN_IF_ERROR(Plan(&p_dq_, heads(s, T * T, HS_, HS_)));
-    s.name = "attention dK";  // dk = scale dSᵀ q
-    s.trans_a = true;
-    RETURN_IF_ERROR(Plan(&p_dk_, heads(s, T * T, HS_, HS_)));
-  }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
                        "cudaStreamSynchronize(init)");
   NotePeakMemory();
@@ -734,16 +669,9 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
         "LayerNormForward(attention_norm)");
     RETURN_IF_ERROR(Mm(*p_qkv_, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
     CUDA_RETURN_IF_ERROR(
-        RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
-        "RopeForward");
-    const bf16* q = qkv16_[l];
-    const bf16* k = q + C;
-    const bf16* v = q + 2 * C;
-    RETURN_IF_ERROR(Mm(*p_scores_, q, k, nullptr, att32_[l]));
-    CUDA_RETURN_IF_ERROR(
-        CausalSoftmaxForward(att32_[l], NH, T, att16_[l], stream_),
-        "CausalSoftmaxForward");
-    RETURN_IF_ERROR(p_pv_->RunBf16(att16_[l], v, y16_[l], workspace_, stream_));
+        AttentionForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], y16_[l],
+                         stats_[l], attention_scratch_, stream_),
+        "AttentionForward");
     RETURN_IF_ERROR(Mm(*p_out_, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
     CUDA_RETURN_IF_ERROR(
         LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,
@@ -822,23 +750,21 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(
         p_dx_out_->RunBf16(dresid16_, p16_ + o.output, dy16_, workspace_, stream_));
     RETURN_IF_ERROR(Join());
-    const bf16* q = qkv16_[l];
-    const bf16* k = q + C;
-    const bf16* v = q + 2 * C;
-    RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dv_, att16_[l], dy16_, dqkv32_ + 2 * C));
-    RETURN_IF_ERROR(Mm(*p_dp_, dy16_, v, nullptr, dp32_));
-    RETURN_IF_ERROR(Join());
+    // Attention: D, then dq (main stream) ∥ dk, dv (side stream).
     CUDA_RETURN_IF_ERROR(
-        CausalSoftmaxBackward(att32_[l], dp32_, NH, T, ds16_, stream_),
-        "CausalSoftmaxBackward");
+        AttentionBackwardDelta(qkv16_[l], dy16_, stats_[l], T, NH, HS,
+                               attention_scratch_, stream_),
+        "AttentionBackwardDelta");
     RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dk_, ds16_, q, dqkv32_ + C));
-    RETURN_IF_ERROR(Mm(*p_dq_, ds16_, k, nullptr, dqkv32_));
-    RETURN_IF_ERROR(Join());
     CUDA_RETURN_IF_ERROR(
-        RopeBackward(dqkv32_, rope_table_, T, NH, HS, dqkv16_, stream_),
-        "RopeBackward");
+        AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
+                              HS, attention_scratch_, dqkv16_, side_stream_),
+        "AttentionBackwardKeys");
+    CUDA_RETURN_IF_ERROR(
+        AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
+                               NH, HS, attention_scratch_, dqkv16_, stream_),
+        "AttentionBackwardQuery");
+    RETURN_IF_ERROR(Join());
     RETURN_IF_ERROR(Fork());
     RETURN_IF_ERROR(MmSide(*p_dw_qkv_, dqkv16_, h1_[l], G + o.qkv));
     RETURN_IF_ERROR(Mm(*p_dx_qkv_, dqkv16_, p16_ + o.qkv, nullptr, dh32_));
@@ -944,8 +870,10 @@ absl::Status CudaBackend::BuildStepGraph() {
   }
   CUDA_RETURN_IF_ERROR(end, "cudaStreamEndCapture");
   graph_ = graph;
-  CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&graph_exec_, graph_, 0),
-                       "cudaGraphInstantiate(step)");
+  CUDA_RETURN_IF_ERROR(
+      cudaGraphInstantiate(&graph_exec_, graph_,
+                           cudaGraphInstantiateFlagUseNodePriority),
+      "cudaGraphInstantiate(step)");
   CUDA_RETURN_IF_ERROR(cudaGraphUpload(graph_exec_, stream_),
                        "cudaGraphUpload(step)");
   consumed_.assign(contexts, 0);

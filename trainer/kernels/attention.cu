@@ -1,84 +1,1110 @@
 // File: trainer/kernels/attention.cu (see attention.h for the math).
+//
+// Tiles: kTile = 64 positions. A CTA has 4 warps; warp w owns the 16 rows
+// r0 = 16·w .. r0 + 15 of its CTA's tile. Tensor-core fragments follow the
+// PTX ISA's mma.m16n8k16 (.bf16, .f32 accumulators) layout: with
+// g = lane / 4 and c = lane % 4,
+//   A (16 × 16, row): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..),
+//                     a3 = (g+8, 2c+8..), two bf16 per 32-bit register;
+//   B (16 × 8, col):  b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g);
+//   C (16 × 8):       c0,c1 = (g, 2c..2c+1), c2,c3 = (g+8, 2c..2c+1).
+// A C fragment pair (n-tiles 2i, 2i+1) is, element for element, the A
+// fragment of the next product (FlashAttention-2's register reuse).
+//
+// Shared memory: "row" tiles [64][HS + 8] (position-major, B operand of
+// products contracting over the head dimension) and "transposed" tiles
+// [HS][64 + 8] (dimension-major, B operand of products contracting over
+// positions); the 8 bf16 of padding spread a warp's 32-bit fragment loads
+// over all 32 banks. The next tile is prefetched into registers while the
+// current one is used.
 #include "trainer/kernels/attention.h"
 
+#include <cmath>
 #include <cstdint>
-
-#include "trainer/kernels/reduce.cuh"
 
 namespace coppelius {
 namespace {
 
-using kernels::WarpMax;
-using kernels::WarpSum;
+using bf16 = __nv_bfloat16;
 
-constexpr int kRowsPerBlock = 8;  // one warp per row
+constexpr int kTile = 64;      // positions per tile (query rows or keys)
+constexpr int kThreads = 128;  // 4 warps × 16 rows
+constexpr int kPad = 8;        // bf16 of padding per shared-memory row
 
-__global__ void CausalSoftmaxForwardKernel(float* __restrict__ s, int NH,
-                                           int T,
-                                           __nv_bfloat16* __restrict__ p16) {
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4],
+                                    uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix: four 8 × 8 bf16 matrices from shared memory, one row address
+// per lane (lanes 8i..8i+7 give the rows of matrix i, 16 bytes each); lane
+// (g, c) receives row g, columns 2c..2c+1 of each (".trans": row 2c..2c+1,
+// column g, i.e. of the transposed matrix).
+__device__ __forceinline__ void LdMatrix(uint32_t (&r)[4], const bf16* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(a));
+}
+__device__ __forceinline__ void LdMatrixTrans(uint32_t (&r)[4],
+                                              const bf16* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, "
+      "[%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(a));
+}
+
+// Two fp32 → one register of two bf16 (round to nearest even); `lo` is the
+// element of the smaller column.
+__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float QuadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One 64-position × HS tile of a row-major bf16 matrix, held in registers
+// (16-byte chunks, kChunks per thread) between its global load and its
+// shared-memory store. Rows at or beyond T read as zeros.
+template <int kHS>
+struct TileRegs {
+  static constexpr int kRowChunks = kHS / 8;
+  static constexpr int kChunks = kTile * kRowChunks / kThreads;
+  static_assert(kChunks >= 1, "head size too small");
+  uint4 v[kChunks];
+
+  __device__ __forceinline__ void Load(const bf16* src, int ld, int row0,
+                                       int T) {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int row = row0 + idx / kRowChunks;
+      const int col = (idx % kRowChunks) * 8;
+      v[i] = row < T ? *reinterpret_cast<const uint4*>(
+                           src + static_cast<int64_t>(row) * ld + col)
+                     : make_uint4(0, 0, 0, 0);
+    }
+  }
+  // Into a tile [64][kHS + kPad].
+  __device__ __forceinline__ void Store(bf16* dst) const {
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      *reinterpret_cast<uint4*>(dst + (idx / kRowChunks) * (kHS + kPad) +
+                                (idx % kRowChunks) * 8) = v[i];
+    }
+  }
+};
+
+// One 64-row tile of one head's q or k from the fp32 qkv product output,
+// rotated by RoPE (rope.h: q'[i] = q[i]·cos − q[i + HS/2]·sin,
+// q'[i + HS/2] = q[i + HS/2]·cos + q[i]·sin, in fp32) and rounded to bf16;
+// or of v, only rounded. Each thread holds kItems groups of 4 column pairs
+// (i..i+3, i + HS/2..i + HS/2 + 3). Rows at or beyond T are zeros.
+template <int kHS>
+struct RotatedTileRegs {
+  static constexpr int kHalf = kHS / 2;
+  static constexpr int kRowItems = kHalf / 4;
+  static constexpr int kItems = kTile * kRowItems / kThreads;
+  static_assert(kItems >= 1, "head size too small");
+  float4 a[kItems], b[kItems];
+  int row0 = 0;
+
+  __device__ __forceinline__ void Load(const float* src, int ld, int first_row,
+                                       int T) {
+    row0 = first_row;
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      const int idx = threadIdx.x + u * kThreads;
+      const int row = row0 + idx / kRowItems;
+      const int i = (idx % kRowItems) * 4;
+      if (row < T) {
+        const float* r = src + static_cast<int64_t>(row) * ld;
+        a[u] = *reinterpret_cast<const float4*>(r + i);
+        b[u] = *reinterpret_cast<const float4*>(r + i + kHalf);
+      } else {
+        a[u] = b[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  }
+  // Rows row0.. into dst (row r at dst + r·ld), rotated if `rope` is
+  // non-null; only rows < T when `only_valid` (a global destination).
+  __device__ __forceinline__ void Store(bf16* dst, int ld, const float* rope,
+                                        int T, bool only_valid) const {
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      const int idx = threadIdx.x + u * kThreads;
+      const int r = idx / kRowItems;
+      const int i = (idx % kRowItems) * 4;
+      const int row = row0 + r;
+      if (only_valid && row >= T) continue;
+      float4 lo = a[u], hi = b[u];
+      if (rope != nullptr && row < T) {
+        const float4 cs = *reinterpret_cast<const float4*>(rope + row * kHalf + i);
+        const float4 sn = *reinterpret_cast<const float4*>(
+            rope + T * kHalf + row * kHalf + i);
+        lo = make_float4(a[u].x * cs.x - b[u].x * sn.x, a[u].y * cs.y - b[u].y * sn.y,
+                         a[u].z * cs.z - b[u].z * sn.z, a[u].w * cs.w - b[u].w * sn.w);
+        hi = make_float4(b[u].x * cs.x + a[u].x * sn.x, b[u].y * cs.y + a[u].y * sn.y,
+                         b[u].z * cs.z + a[u].z * sn.z, b[u].w * cs.w + a[u].w * sn.w);
+      }
+      bf16* d = dst + static_cast<int64_t>(r) * ld + i;
+      uint2 wlo, whi;
+      wlo.x = Pack(lo.x, lo.y);
+      wlo.y = Pack(lo.z, lo.w);
+      whi.x = Pack(hi.x, hi.y);
+      whi.y = Pack(hi.z, hi.w);
+      *reinterpret_cast<uint2*>(d) = wlo;
+      *reinterpret_cast<uint2*>(d + kHalf) = whi;
+    }
+  }
+};
+
+// A fragments of the 16 rows row0.. of a tile: a[ks] covers head
+// dimensions 16·ks .. 16·ks + 15 (matrices: rows 0–7 / 8–15 × columns
+// 0–7 / 8–15 of the k-step, in the order a0..a3).
+template <int kHS>
+__device__ __forceinline__ void LoadA(const bf16* tile, int row0,
+                                      uint32_t (&a)[kHS / 16][4]) {
+  constexpr int kLd = kHS + kPad;
   const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
-                      (threadIdx.x >> 5);
-  if (row >= static_cast<int64_t>(NH) * T) return;
-  const int t = static_cast<int>(row % T);  // position: columns 0..t valid
-  float* r = s + row * T;
-  __nv_bfloat16* r16 = p16 + row * T;
-  float m = -INFINITY;
-  for (int j = lane; j <= t; j += 32) m = fmaxf(m, r[j]);
-  m = WarpMax(m);
-  float sum = 0.0f;
-  for (int j = lane; j <= t; j += 32) sum += expf(r[j] - m);
-  sum = WarpSum(sum);
-  const float inv = 1.0f / sum;
-  for (int j = lane; j <= t; j += 32) {
-    const float p = expf(r[j] - m) * inv;
-    r[j] = p;
-    r16[j] = __float2bfloat16_rn(p);
+  const bf16* p = tile + (row0 + (lane & 15)) * kLd + (lane >> 4) * 8;
+#pragma unroll
+  for (int ks = 0; ks < kHS / 16; ++ks) LdMatrix(a[ks], p + ks * 16);
+}
+
+// s[n] = A · Bᵀ for the kN n-tiles n0 .. n0 + kN − 1 (8 rows of the tile
+// `b` each), contracting over the head dimension; fp32, in a fixed order.
+// One ldmatrix gives b0, b1 of two n-tiles (matrices: n-tile n columns 0–7,
+// 8–15 of the k-step, then n-tile n + 1).
+template <int kHS, int kN>
+__device__ __forceinline__ void RowProducts(const uint32_t (&a)[kHS / 16][4],
+                                            const bf16* b, int n0,
+                                            float (&s)[kN][4]) {
+  static_assert(kN % 2 == 0, "n-tiles come in pairs");
+  constexpr int kLd = kHS + kPad;
+  const int lane = threadIdx.x & 31;
+  const bf16* p = b + (n0 * 8 + (lane & 7) + (lane >> 4) * 8) * kLd +
+                  ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < kN; n += 2) {
+#pragma unroll
+    for (int ks = 0; ks < kHS / 16; ++ks) {
+      uint32_t r[4];
+      LdMatrix(r, p + n * 8 * kLd + ks * 16);
+      Mma(s[n], a[ks], r[0], r[1]);
+      Mma(s[n + 1], a[ks], r[2], r[3]);
+    }
   }
 }
 
-__global__ void CausalSoftmaxBackwardKernel(const float* __restrict__ p,
-                                            const float* __restrict__ dp,
-                                            int NH, int T,
-                                            __nv_bfloat16* __restrict__ ds) {
+// acc[dn] += A · B over kK k-steps of 16 positions starting at k0, with
+// B[k][d] = tile[k0 + k][d] (a position-major tile read transposed: one
+// ldmatrix.trans gives b0, b1 of two dimension n-tiles).
+template <int kHS, int kK>
+__device__ __forceinline__ void AccumulateT(const uint32_t (&a)[kK][4],
+                                            const bf16* tile, int k0,
+                                            float (&acc)[kHS / 8][4]) {
+  constexpr int kLd = kHS + kPad;
   const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock +
-                      (threadIdx.x >> 5);
-  if (row >= static_cast<int64_t>(NH) * T) return;
-  const int t = static_cast<int>(row % T);
-  const float* pr = p + row * T;
-  const float* dpr = dp + row * T;
-  float dot = 0.0f;
-  for (int j = lane; j <= t; j += 32) dot += pr[j] * dpr[j];
-  dot = WarpSum(dot);
-  __nv_bfloat16* out = ds + row * T;
-  for (int j = lane; j <= t; j += 32) {
-    out[j] = __float2bfloat16_rn(pr[j] * (dpr[j] - dot));
+  const bf16* p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd +
+                  (lane >> 4) * 8;
+#pragma unroll
+  for (int kk = 0; kk < kK; ++kk) {
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; dn += 2) {
+      uint32_t r[4];
+      LdMatrixTrans(r, p + kk * 16 * kLd + dn * 8);
+      Mma(acc[dn], a[kk], r[0], r[1]);
+      Mma(acc[dn + 1], a[kk], r[2], r[3]);
+    }
+  }
+}
+
+// C fragments (n-tiles 2i, 2i+1) → bf16 A fragment i.
+template <int kN>
+__device__ __forceinline__ void PackA(const float (&v)[kN][4],
+                                      uint32_t (&a)[kN / 2][4]) {
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    a[i][0] = Pack(v[2 * i][0], v[2 * i][1]);
+    a[i][1] = Pack(v[2 * i][2], v[2 * i][3]);
+    a[i][2] = Pack(v[2 * i + 1][0], v[2 * i + 1][1]);
+    a[i][3] = Pack(v[2 * i + 1][2], v[2 * i + 1][3]);
+  }
+}
+
+// Above-diagonal entries of a diagonal tile (keys j0 + 8n + 2c (+1)
+// against query rows t0 (c0, c1) and t0 + 8 (c2, c3)) ← `value`.
+__device__ __forceinline__ void MaskAbove(float (&s)[8][4], int j0, int t0,
+                                          float value) {
+  const int jc = j0 + (threadIdx.x & 3) * 2;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (jc + n * 8 + (e & 1) > t0 + (e >> 1) * 8) s[n][e] = value;
+    }
+  }
+}
+
+// s ← P = 2^(s · scale2 − lse2) (one FFMA and one ex2 per element; rows t0
+// in c0, c1 and t0 + 8 in c2, c3); 0 above the diagonal of a diagonal tile.
+__device__ __forceinline__ void Probabilities(float (&s)[8][4], float scale2,
+                                              float lse0, float lse1,
+                                              bool diagonal, int j0, int t0) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    s[n][0] = exp2f(fmaf(s[n][0], scale2, -lse0));
+    s[n][1] = exp2f(fmaf(s[n][1], scale2, -lse0));
+    s[n][2] = exp2f(fmaf(s[n][2], scale2, -lse1));
+    s[n][3] = exp2f(fmaf(s[n][3], scale2, -lse1));
+  }
+  if (diagonal) MaskAbove(s, j0, t0, 0.0f);
+}
+
+// ------------------------------------------------------------------------
+// Work decomposition. Query-side items are (query tile qt, chunk) with the
+// chunk covering key tiles kSplit·chunk .. min(qt, kSplit·chunk + kSplit − 1),
+// enumerated longest rows first; key-side items are (key tile kt, chunk)
+// with the chunk covering query tiles kt + kSplit·chunk .. (at most kSplit).
+// A tile's chunks combine in chunk order (fixed, whatever order the CTAs
+// finish in): the last CTA to arrive (integer counter) adds the partials.
+
+constexpr int kSplit = 4;
+
+int NumChunks(int tiles) { return (tiles - 1) / kSplit + 1; }
+
+int NumItems(int num_tiles) {
+  int n = 0;
+  for (int t = 0; t < num_tiles; ++t) n += NumChunks(t + 1);
+  return n;
+}
+
+__device__ __forceinline__ void QueryItem(int i, int num_tiles, int* qt,
+                                          int* chunk) {
+  int t = num_tiles - 1;
+  for (; t > 0; --t) {
+    const int n = t / kSplit + 1;
+    if (i < n) break;
+    i -= n;
+  }
+  *qt = t;
+  *chunk = i;
+}
+
+__device__ __forceinline__ void KeyItem(int i, int num_tiles, int* kt,
+                                        int* chunk) {
+  int t = 0;
+  for (; t < num_tiles - 1; ++t) {
+    const int n = (num_tiles - 1 - t) / kSplit + 1;
+    if (i < n) break;
+    i -= n;
+  }
+  *kt = t;
+  *chunk = i;
+}
+
+struct Params {
+  const float* qkv32;  // [T, 3C] fp32 product output (forward kernel 1)
+  bf16* qkv16;         // [T, 3C] rotated bf16 (written by forward kernel 1)
+  const bf16* qkv;     // [T, 3C] rotated bf16 (read by the other kernels)
+  const bf16* dy;    // [T, C]
+  bf16* y;           // [T, C]
+  float* stats;      // [NH, T] lse2
+  const float* rope;  // RoPE table: cos [T, HS/2] then sin [T, HS/2]
+  bf16* dqkv;         // [T, 3C]
+  int T, NH, num_tiles;
+  float scale;   // 1/sqrt(HS)
+  float scale2;  // scale · log2(e): scores in base-2 exponent units
+  // Scratch (AttentionScratchBytes): counters [3][NH][num_tiles] (zero
+  // between launches), partial row statistics and D [chunk][NH][T],
+  // partial products [chunk][T][C].
+  int* counters;
+  float* part_m;
+  float* part_l;
+  float* part_d;
+  float* part_o;
+  float* part_dq;
+  float* part_dk;
+  float* part_dv;
+};
+
+// True in every thread of the CTA that arrives last of `n` at `counter`
+// (which it resets). Each thread's earlier global writes are visible to
+// that CTA.
+__device__ __forceinline__ bool LastArrival(int* counter, int n) {
+  __shared__ int s_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int prev = atomicAdd(counter, 1);
+    s_last = prev == n - 1;
+    if (s_last) *counter = 0;
+  }
+  __syncthreads();
+  const bool last = s_last != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+// Thread-local partials of rows (t0, t1) × columns (h·HS + 8·dn + 2c, +1),
+// kept in part [chunk][T][C] (fp32).
+template <int kHS>
+__device__ __forceinline__ void WritePartial(const float (&acc)[kHS / 8][4],
+                                             float* part, int chunk, int T,
+                                             int C, int col0, int t0) {
+  const int t1 = t0 + 8;
+  float* plane = part + static_cast<int64_t>(chunk) * T * C;
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+    const int col = col0 + dn * 8;
+    if (t0 < T) {
+      *reinterpret_cast<float2*>(plane + static_cast<int64_t>(t0) * C + col) =
+          make_float2(acc[dn][0], acc[dn][1]);
+    }
+    if (t1 < T) {
+      *reinterpret_cast<float2*>(plane + static_cast<int64_t>(t1) * C + col) =
+          make_float2(acc[dn][2], acc[dn][3]);
+    }
+  }
+}
+
+// acc ← Σ over chunks 0..n−1 in chunk order (this CTA's own chunk from
+// acc, the others from part, read past L1).
+template <int kHS>
+__device__ __forceinline__ void SumPartials(float (&acc)[kHS / 8][4],
+                                            const float* part, int chunk,
+                                            int n, int T, int C, int col0,
+                                            int t0) {
+  const int t1 = t0 + 8;
+  const int64_t plane = static_cast<int64_t>(T) * C;
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+    const int col = col0 + dn * 8;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int c = 0; c < n; ++c) {
+      float2 a = make_float2(acc[dn][0], acc[dn][1]);
+      float2 b = make_float2(acc[dn][2], acc[dn][3]);
+      if (c != chunk) {
+        if (t0 < T) {
+          a = __ldcg(reinterpret_cast<const float2*>(
+              part + c * plane + static_cast<int64_t>(t0) * C + col));
+        }
+        if (t1 < T) {
+          b = __ldcg(reinterpret_cast<const float2*>(
+              part + c * plane + static_cast<int64_t>(t1) * C + col));
+        }
+      }
+      sum[0] += a.x;
+      sum[1] += a.y;
+      sum[2] += b.x;
+      sum[3] += b.y;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[dn][e] = sum[e];
+  }
+}
+
+// Writes this chunk's partial; true (acc = Σ of all n chunks) in the CTA
+// that arrives last.
+template <int kHS>
+__device__ __forceinline__ bool CombineChunks(float (&acc)[kHS / 8][4],
+                                              float* part, int chunk, int n,
+                                              int* counter, int T, int C,
+                                              int col0, int t0) {
+  WritePartial<kHS>(acc, part, chunk, T, C, col0, t0);
+  if (!LastArrival(counter, n)) return false;
+  SumPartials<kHS>(acc, part, chunk, n, T, C, col0, t0);
+  return true;
+}
+
+// Forward, kernel 1: per query-side item, the row maxima and sums over the
+// chunk's keys (online rescaling) → part_m, part_l.
+template <int kHS>
+__global__ void __launch_bounds__(kThreads)
+    ForwardStatsKernel(const Params p) {
+  constexpr int kLd = kHS + kPad;
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
+  int qt, chunk;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
+  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
+  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+  const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
+  // This kernel also applies RoPE: it reads the fp32 product output and
+  // rotates every tile it uses; the chunk-0 CTA of each query tile writes
+  // that tile's rotated q, k and rounded v (bf16) for the later kernels.
+  const float* q = p.qkv32 + h * kHS;
+  const float* k = q + C;
+  constexpr int kLdTile = kHS + kPad;
+  uint32_t qa[kHS / 16][4];
+  RotatedTileRegs<kHS> next;
+  {
+    RotatedTileRegs<kHS> tq;
+    tq.Load(q, ld, qt * kTile, T);
+    next.Load(k, ld, kt0 * kTile, T);
+    tq.Store(s_k, kLdTile, p.rope, T, false);
+    if (chunk == 0) {
+      tq.Store(p.qkv16 + static_cast<int64_t>(qt) * kTile * ld + h * kHS, ld,
+               p.rope, T, true);
+    }
+    __syncthreads();
+    LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
+  }
+  // Every row has a key at or before it in the chunk's first tile, so the
+  // maxima are finite from the first tile on (exp(−∞ − finite) = 0
+  // rescales the empty sums).
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  for (int kt = kt0; kt <= kt1; ++kt) {
+    __syncthreads();
+    next.Store(s_k, kLdTile, p.rope, T, false);
+    __syncthreads();
+    if (kt < kt1) next.Load(k, ld, (kt + 1) * kTile, T);
+    float s[8][4];
+    RowProducts<kHS, 8>(qa, s_k, 0, s);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] *= p.scale2;
+    }
+    if (kt == qt) MaskAbove(s, kt * kTile, t0, -INFINITY);
+    float x0 = m0, x1 = m1;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
+      x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
+    }
+    x0 = QuadMax(x0);
+    x1 = QuadMax(x1);
+    l0 *= exp2f(m0 - x0);
+    l1 *= exp2f(m1 - x1);
+    m0 = x0;
+    m1 = x1;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      l0 += exp2f(s[n][0] - m0) + exp2f(s[n][1] - m0);
+      l1 += exp2f(s[n][2] - m1) + exp2f(s[n][3] - m1);
+    }
+  }
+  l0 = QuadSum(l0);
+  l1 = QuadSum(l1);
+  if (c == 0) {
+    const int64_t base = (static_cast<int64_t>(chunk) * p.NH + h) * T;
+    if (t0 < T) {
+      p.part_m[base + t0] = m0;
+      p.part_l[base + t0] = l0;
+    }
+    if (t1 < T) {
+      p.part_m[base + t1] = m1;
+      p.part_l[base + t1] = l1;
+    }
+  }
+  if (chunk == 0) {  // this tile's k (rotated) and v (rounded) in bf16
+    RotatedTileRegs<kHS> tk, tv;
+    tk.Load(k, ld, qt * kTile, T);
+    tv.Load(k + C, ld, qt * kTile, T);
+    bf16* dst = p.qkv16 + static_cast<int64_t>(qt) * kTile * ld + h * kHS;
+    tk.Store(dst + C, ld, p.rope, T, true);
+    tv.Store(dst + 2 * C, ld, nullptr, T, true);
+  }
+}
+
+// Row t's lse2 = m2 + log2 Σ from its chunks' partials (chunk order).
+__device__ __forceinline__ float CombineStats(const Params& p, int h, int t,
+                                              int n) {
+  if (t >= p.T) return 0.0f;
+  const int64_t stride = static_cast<int64_t>(p.NH) * p.T;
+  const int64_t i = static_cast<int64_t>(h) * p.T + t;
+  float mx = -INFINITY;
+  for (int c = 0; c < n; ++c) mx = fmaxf(mx, p.part_m[c * stride + i]);
+  float l = 0.0f;
+  for (int c = 0; c < n; ++c) {
+    l += p.part_l[c * stride + i] * exp2f(p.part_m[c * stride + i] - mx);
+  }
+  return mx + log2f(l);
+}
+
+// Forward, kernel 2: per query-side item, P over the chunk's keys with the
+// combined statistics, y partial = bf16(P) · v; the tile's last chunk adds
+// the partials and writes y in bf16. Chunk 0 writes the statistics.
+template <int kHS>
+__global__ void __launch_bounds__(kThreads)
+    ForwardOutputKernel(const Params p) {
+  constexpr int kLd = kHS + kPad;
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  __shared__ __align__(16) bf16 s_v[kTile * kLd];
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
+  int qt, chunk;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
+  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
+  const int n_chunks = qt / kSplit + 1;
+  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+  const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
+  const bf16* q = p.qkv + h * kHS;
+  const bf16* k = q + C;
+  const bf16* v = q + 2 * C;
+  uint32_t qa[kHS / 16][4];
+  TileRegs<kHS> nk, nv;
+  float lse0, lse1;
+  {
+    TileRegs<kHS> tq;
+    tq.Load(q, ld, qt * kTile, T);
+    nk.Load(k, ld, kt0 * kTile, T);
+    nv.Load(v, ld, kt0 * kTile, T);
+    lse0 = CombineStats(p, h, t0, n_chunks);
+    lse1 = CombineStats(p, h, t1, n_chunks);
+    tq.Store(s_k);
+    __syncthreads();
+    LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
+  }
+  if (chunk == 0 && c == 0) {
+    if (t0 < T) p.stats[h * T + t0] = lse0;
+    if (t1 < T) p.stats[h * T + t1] = lse1;
+  }
+  float o[kHS / 8][4] = {};
+  for (int kt = kt0; kt <= kt1; ++kt) {
+    __syncthreads();
+    nk.Store(s_k);
+    nv.Store(s_v);
+    __syncthreads();
+    if (kt < kt1) {
+      nk.Load(k, ld, (kt + 1) * kTile, T);
+      nv.Load(v, ld, (kt + 1) * kTile, T);
+    }
+    float s[8][4];
+    RowProducts<kHS, 8>(qa, s_k, 0, s);
+    Probabilities(s, p.scale2, lse0, lse1, kt == qt, kt * kTile, t0);
+    uint32_t pa[4][4];
+    PackA<8>(s, pa);
+    AccumulateT<kHS, 4>(pa, s_v, 0, o);
+  }
+  const int col0 = h * kHS + c * 2;
+  if (n_chunks > 1 &&
+      !CombineChunks<kHS>(o, p.part_o, chunk, n_chunks,
+                          p.counters + h * p.num_tiles + qt, T, C, col0, t0)) {
+    return;
+  }
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+    const int col = col0 + dn * 8;
+    if (t0 < T) {
+      *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<int64_t>(t0) * C +
+                                         col) =
+          __floats2bfloat162_rn(o[dn][0], o[dn][1]);
+    }
+    if (t1 < T) {
+      *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<int64_t>(t1) * C +
+                                         col) =
+          __floats2bfloat162_rn(o[dn][2], o[dn][3]);
+    }
+  }
+}
+
+// The gradient of one head's rotated q (or k) for rows t0 and t0 + 8 of
+// this thread, g = scale · acc, through the inverse RoPE (rope.h; the pair
+// partner of column i < HS/2 is i + HS/2, held by the same thread in
+// n-tile dn + HS/16) and rounded to bf16 into dst (row stride ld):
+//   out[i] = g[i]·cos + g[i + HS/2]·sin,  out[i + HS/2] = g[i + HS/2]·cos − g[i]·sin.
+template <int kHS>
+__device__ __forceinline__ void WriteInverseRope(
+    const float (&acc)[kHS / 8][4], float scale, const float* rope, int T,
+    bf16* dst, int ld, int col_head, int t0) {
+  constexpr int kHalf = kHS / 2;
+  const int c2 = (threadIdx.x & 3) * 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = t0 + 8 * r;
+    if (t >= T) continue;
+    const float* cs = rope + t * kHalf;
+    const float* sn = rope + T * kHalf + t * kHalf;
+    bf16* out = dst + static_cast<int64_t>(t) * ld + col_head;
+#pragma unroll
+    for (int dn = 0; dn < kHS / 16; ++dn) {
+      const int i = dn * 8 + c2;
+      const float a0 = scale * acc[dn][2 * r], a1 = scale * acc[dn][2 * r + 1];
+      const float b0 = scale * acc[dn + kHS / 16][2 * r];
+      const float b1 = scale * acc[dn + kHS / 16][2 * r + 1];
+      const float2 c = *reinterpret_cast<const float2*>(cs + i);
+      const float2 s = *reinterpret_cast<const float2*>(sn + i);
+      *reinterpret_cast<__nv_bfloat162*>(out + i) =
+          __floats2bfloat162_rn(a0 * c.x + b0 * s.x, a1 * c.y + b1 * s.y);
+      *reinterpret_cast<__nv_bfloat162*>(out + i + kHalf) =
+          __floats2bfloat162_rn(b0 * c.x - a0 * s.x, b1 * c.y - a1 * s.y);
+    }
+  }
+}
+
+// Backward: the query-side state of one item (q and dy fragments, the
+// forward's statistics of rows t0, t1) and the per-tile P and dP.
+template <int kHS>
+struct QuerySide {
+  uint32_t qa[kHS / 16][4], da[kHS / 16][4];
+  float lse0, lse1;
+  int t0, qt;
+
+  __device__ __forceinline__ void Init(const Params& p, int h, int tile,
+                                       bf16* tile_a, bf16* tile_b) {
+    const int C = p.NH * kHS, T = p.T;
+    qt = tile;
+    t0 = qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+    const int t1 = t0 + 8;
+    TileRegs<kHS> tq, td;
+    tq.Load(p.qkv + h * kHS, 3 * C, qt * kTile, T);
+    td.Load(p.dy + h * kHS, C, qt * kTile, T);
+    // Rows beyond T: lse2 = +∞ gives P = 0.
+    lse0 = t0 < T ? p.stats[h * T + t0] : INFINITY;
+    lse1 = t1 < T ? p.stats[h * T + t1] : INFINITY;
+    tq.Store(tile_a);
+    td.Store(tile_b);
+    __syncthreads();
+    LoadA<kHS>(tile_a, (threadIdx.x >> 5) * 16, qa);
+    LoadA<kHS>(tile_b, (threadIdx.x >> 5) * 16, da);
+  }
+  // s ← P (fp32, 0 above the diagonal), dp ← dy · vᵀ for key tile kt.
+  __device__ __forceinline__ void Probs(const bf16* s_k, const bf16* s_v,
+                                        float scale2, int kt,
+                                        float (&s)[8][4],
+                                        float (&dp)[8][4]) const {
+    RowProducts<kHS, 8>(qa, s_k, 0, s);
+    RowProducts<kHS, 8>(da, s_v, 0, dp);
+    Probabilities(s, scale2, lse0, lse1, kt == qt, kt * kTile, t0);
+  }
+};
+
+// Backward, kernel 1: per query-side item, the partial D = Σ P·dP over the
+// chunk's keys → part_d.
+template <int kHS>
+__global__ void __launch_bounds__(kThreads)
+    BackwardDeltaKernel(const Params p) {
+  constexpr int kLd = kHS + kPad;
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  __shared__ __align__(16) bf16 s_v[kTile * kLd];
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
+  int qt, chunk;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
+  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
+  const bf16* k = p.qkv + C + h * kHS;
+  const bf16* v = k + C;
+  TileRegs<kHS> nk, nv;
+  nk.Load(k, ld, kt0 * kTile, T);
+  nv.Load(v, ld, kt0 * kTile, T);
+  QuerySide<kHS> qs;
+  qs.Init(p, h, qt, s_k, s_v);
+  float d0 = 0.0f, d1 = 0.0f;
+  for (int kt = kt0; kt <= kt1; ++kt) {
+    __syncthreads();
+    nk.Store(s_k);
+    nv.Store(s_v);
+    __syncthreads();
+    if (kt < kt1) {
+      nk.Load(k, ld, (kt + 1) * kTile, T);
+      nv.Load(v, ld, (kt + 1) * kTile, T);
+    }
+    float s[8][4], dp[8][4];
+    qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      d0 += s[n][0] * dp[n][0] + s[n][1] * dp[n][1];
+      d1 += s[n][2] * dp[n][2] + s[n][3] * dp[n][3];
+    }
+  }
+  d0 = QuadSum(d0);
+  d1 = QuadSum(d1);
+  if ((threadIdx.x & 3) == 0) {
+    const int64_t base = (static_cast<int64_t>(chunk) * p.NH + h) * T;
+    if (qs.t0 < T) p.part_d[base + qs.t0] = d0;
+    if (qs.t0 + 8 < T) p.part_d[base + qs.t0 + 8] = d1;
+  }
+}
+
+// D of row t: Σ of its query tile's chunk partials, in chunk order.
+__device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
+  if (t >= p.T) return 0.0f;
+  const int n = (t / kTile) / kSplit + 1;
+  const int64_t stride = static_cast<int64_t>(p.NH) * p.T;
+  const int64_t i = static_cast<int64_t>(h) * p.T + t;
+  // Loads issued four at a time; the sum stays in chunk order.
+  float d = 0.0f;
+  for (int c0 = 0; c0 < n; c0 += 4) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      v[u] = c0 + u < n ? p.part_d[(c0 + u) * stride + i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (c0 + u < n) d += v[u];
+    }
+  }
+  return d;
+}
+
+// Backward, kernel 2: per query-side item, dS over the chunk's keys and the
+// partial dq = dS · k; the tile's last chunk writes scale · Σ into dqkv.
+template <int kHS>
+__global__ void __launch_bounds__(kThreads)
+    BackwardQueryKernel(const Params p) {
+  constexpr int kLd = kHS + kPad;
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  __shared__ __align__(16) bf16 s_v[kTile * kLd];
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
+  int qt, chunk;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
+  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
+  const bf16* k = p.qkv + C + h * kHS;
+  const bf16* v = k + C;
+  TileRegs<kHS> nk, nv;
+  nk.Load(k, ld, kt0 * kTile, T);
+  nv.Load(v, ld, kt0 * kTile, T);
+  const int row_t0 =
+      qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+  const float d0 = RowDelta(p, h, row_t0), d1 = RowDelta(p, h, row_t0 + 8);
+  QuerySide<kHS> qs;
+  qs.Init(p, h, qt, s_k, s_v);
+  float dq[kHS / 8][4] = {};
+  for (int kt = kt0; kt <= kt1; ++kt) {
+    __syncthreads();
+    nk.Store(s_k);
+    nv.Store(s_v);
+    __syncthreads();
+    if (kt < kt1) {
+      nk.Load(k, ld, (kt + 1) * kTile, T);
+      nv.Load(v, ld, (kt + 1) * kTile, T);
+    }
+    float s[8][4], dp[8][4];
+    qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      s[n][0] *= dp[n][0] - d0;
+      s[n][1] *= dp[n][1] - d0;
+      s[n][2] *= dp[n][2] - d1;
+      s[n][3] *= dp[n][3] - d1;
+    }
+    uint32_t dsa[4][4];
+    PackA<8>(s, dsa);
+    AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
+  }
+  const int n_chunks = qt / kSplit + 1;
+  const int col0 = h * kHS + (threadIdx.x & 3) * 2;
+  if (n_chunks > 1 &&
+      !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
+                          p.counters + (p.NH + h) * p.num_tiles + qt, T, C,
+                          col0, qs.t0)) {
+    return;
+  }
+  WriteInverseRope<kHS>(dq, p.scale, p.rope, T, p.dqkv, 3 * C, h * kHS,
+                        qs.t0);
+}
+
+// Backward, kernel 3: per key-side item, over the chunk's query tiles:
+// dv partial = bf16(P)ᵀ · dy, dk partial = dSᵀ · q (keys as rows: each warp
+// owns 16 keys); the key tile's last chunk writes scale · Σ dk and Σ dv.
+template <int kHS>
+__global__ void __launch_bounds__(kThreads)
+    BackwardKeyKernel(const Params p) {
+  constexpr int kLd = kHS + kPad;
+  __shared__ __align__(16) bf16 s_q[kTile * kLd];
+  __shared__ __align__(16) bf16 s_o[kTile * kLd];
+  __shared__ __align__(8) float s_lse[kTile];
+  __shared__ __align__(8) float s_d[kTile];
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
+  int kt, chunk;
+  KeyItem(blockIdx.x, p.num_tiles, &kt, &chunk);
+  const int qt0 = kt + chunk * kSplit;
+  const int qt1 = min(p.num_tiles - 1, qt0 + kSplit - 1);
+  const int r0 = (threadIdx.x >> 5) * 16;
+  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+  const int j0 = kt * kTile + r0 + g, j1 = j0 + 8;
+  const bf16* q = p.qkv + h * kHS;
+  const bf16* k = q + C;
+  const bf16* v = q + 2 * C;
+  const bf16* o = p.dy + h * kHS;
+
+  // Per query tile, the lse2 and D of its 64 rows (threads 0..63 load
+  // them with the tile prefetch).
+  auto row_stats = [&](int tile, float* lse, float* d) {
+    const int i = tile * kTile + threadIdx.x;
+    *lse = i < T ? p.stats[h * T + i] : INFINITY;
+    *d = RowDelta(p, h, i);
+  };
+  uint32_t ka[kHS / 16][4], va[kHS / 16][4];
+  TileRegs<kHS> nq, no;
+  float next_lse = 0.0f, next_d = 0.0f;
+  {
+    TileRegs<kHS> tk, tv;
+    tk.Load(k, ld, kt * kTile, T);
+    tv.Load(v, ld, kt * kTile, T);
+    nq.Load(q, ld, qt0 * kTile, T);
+    no.Load(o, C, qt0 * kTile, T);
+    if (threadIdx.x < kTile) row_stats(qt0, &next_lse, &next_d);
+    tk.Store(s_q);
+    tv.Store(s_o);
+    __syncthreads();
+    LoadA<kHS>(s_q, r0, ka);
+    LoadA<kHS>(s_o, r0, va);
+  }
+  float dk[kHS / 8][4] = {}, dv[kHS / 8][4] = {};
+  for (int qt = qt0; qt <= qt1; ++qt) {
+    __syncthreads();
+    nq.Store(s_q);
+    no.Store(s_o);
+    if (threadIdx.x < kTile) {
+      s_lse[threadIdx.x] = next_lse;
+      s_d[threadIdx.x] = next_d;
+    }
+    __syncthreads();
+    if (qt < qt1) {
+      nq.Load(q, ld, (qt + 1) * kTile, T);
+      no.Load(o, C, (qt + 1) * kTile, T);
+      if (threadIdx.x < kTile) row_stats(qt + 1, &next_lse, &next_d);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float st[4][4], dpt[4][4];
+      RowProducts<kHS, 4>(ka, s_q, half * 4, st);
+      RowProducts<kHS, 4>(va, s_o, half * 4, dpt);
+      // Columns (queries) beyond T have lse2 = +∞, so P = 0 there.
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const int il = half * 32 + n * 8 + c * 2;
+        const float2 lse = *reinterpret_cast<const float2*>(s_lse + il);
+        const float2 d = *reinterpret_cast<const float2*>(s_d + il);
+        float pr[4];
+        pr[0] = exp2f(fmaf(st[n][0], p.scale2, -lse.x));
+        pr[1] = exp2f(fmaf(st[n][1], p.scale2, -lse.y));
+        pr[2] = exp2f(fmaf(st[n][2], p.scale2, -lse.x));
+        pr[3] = exp2f(fmaf(st[n][3], p.scale2, -lse.y));
+        if (qt == kt) {  // diagonal tile: keys after the query → 0
+          const int i = qt * kTile + il;
+          if (j0 > i) pr[0] = 0.0f;
+          if (j0 > i + 1) pr[1] = 0.0f;
+          if (j1 > i) pr[2] = 0.0f;
+          if (j1 > i + 1) pr[3] = 0.0f;
+        }
+        st[n][0] = pr[0];
+        st[n][1] = pr[1];
+        st[n][2] = pr[2];
+        st[n][3] = pr[3];
+        dpt[n][0] = pr[0] * (dpt[n][0] - d.x);
+        dpt[n][1] = pr[1] * (dpt[n][1] - d.y);
+        dpt[n][2] = pr[2] * (dpt[n][2] - d.x);
+        dpt[n][3] = pr[3] * (dpt[n][3] - d.y);
+      }
+      uint32_t pa[2][4], dsa[2][4];
+      PackA<4>(st, pa);
+      PackA<4>(dpt, dsa);
+      AccumulateT<kHS, 2>(pa, s_o, half * 32, dv);
+      AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
+    }
+  }
+  const int n_chunks = (p.num_tiles - 1 - kt) / kSplit + 1;
+  const int col0 = h * kHS + c * 2;
+  if (n_chunks > 1) {
+    WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
+    WritePartial<kHS>(dv, p.part_dv, chunk, T, C, col0, j0);
+    if (!LastArrival(p.counters + (2 * p.NH + h) * p.num_tiles + kt,
+                     n_chunks)) {
+      return;
+    }
+    SumPartials<kHS>(dk, p.part_dk, chunk, n_chunks, T, C, col0, j0);
+    SumPartials<kHS>(dv, p.part_dv, chunk, n_chunks, T, C, col0, j0);
+  }
+  WriteInverseRope<kHS>(dk, p.scale, p.rope, T, p.dqkv, 3 * C,
+                        C + h * kHS, j0);
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+    const int col = 2 * C + col0 + dn * 8;
+    if (j0 < T) {
+      *reinterpret_cast<__nv_bfloat162*>(
+          p.dqkv + static_cast<int64_t>(j0) * 3 * C + col) =
+          __floats2bfloat162_rn(dv[dn][0], dv[dn][1]);
+    }
+    if (j1 < T) {
+      *reinterpret_cast<__nv_bfloat162*>(
+          p.dqkv + static_cast<int64_t>(j1) * 3 * C + col) =
+          __floats2bfloat162_rn(dv[dn][2], dv[dn][3]);
+    }
+  }
+}
+
+// Scratch layout, in 4-byte words, each region aligned to 64 words.
+struct ScratchLayout {
+  size_t counters, part_m, part_l, part_d, part_o, part_dq, part_dk, part_dv;
+  size_t words;
+};
+
+ScratchLayout Layout(int T, int NH, int HS) {
+  const size_t tiles = static_cast<size_t>((T + kTile - 1) / kTile);
+  const size_t chunks = static_cast<size_t>(NumChunks(static_cast<int>(tiles)));
+  const size_t rows = chunks * NH * T;
+  const size_t plane = chunks * T * static_cast<size_t>(NH) * HS;
+  auto up = [](size_t w) { return (w + 63) / 64 * 64; };
+  ScratchLayout l;
+  size_t at = 0;
+  l.counters = at;
+  at += up(3 * NH * tiles);
+  l.part_m = at;
+  at += up(rows);
+  l.part_l = at;
+  at += up(rows);
+  l.part_d = at;
+  at += up(rows);
+  l.part_o = at;
+  at += up(plane);
+  l.part_dq = at;
+  at += up(plane);
+  l.part_dk = at;
+  at += up(plane);
+  l.part_dv = at;
+  at += up(plane);
+  l.words = at;
+  return l;
+}
+
+Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
+                  const float* rope, bf16* dqkv, int T, int NH, int HS,
+                  void* scratch) {
+  const ScratchLayout l = Layout(T, NH, HS);
+  float* w = static_cast<float*>(scratch);
+  Params p;
+  p.qkv32 = nullptr;
+  p.qkv16 = nullptr;
+  p.qkv = qkv;
+  p.dy = dy;
+  p.y = y;
+  p.stats = stats;
+  p.rope = rope;
+  p.dqkv = dqkv;
+  p.T = T;
+  p.NH = NH;
+  p.num_tiles = (T + kTile - 1) / kTile;
+  p.scale = 1.0f / sqrtf(static_cast<float>(HS));
+  p.scale2 = p.scale * 1.4426950408889634f;  // log2(e)
+  p.counters = reinterpret_cast<int*>(w + l.counters);
+  p.part_m = w + l.part_m;
+  p.part_l = w + l.part_l;
+  p.part_d = w + l.part_d;
+  p.part_o = w + l.part_o;
+  p.part_dq = w + l.part_dq;
+  p.part_dk = w + l.part_dk;
+  p.part_dv = w + l.part_dv;
+  return p;
+}
+
+enum Which { kForward, kDelta, kQuery, kKeys };
+
+template <int kHS>
+cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
+  const dim3 grid(NumItems(p.num_tiles), p.NH);
+  switch (which) {
+    case kForward:
+      ForwardStatsKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+      ForwardOutputKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
+      break;
+    case kDelta:
+      BackwardDeltaKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
+      break;
+    case kQuery:
+      BackwardQueryKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
+      break;
+    case kKeys:
+      BackwardKeyKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t Launch(Which which, int HS, const Params& p,
+                   cudaStream_t stream) {
+  if (p.T <= 0 || p.NH <= 0) return cudaErrorInvalidValue;
+  switch (HS) {
+    case 16: return LaunchHS<16>(which, p, stream);
+    case 32: return LaunchHS<32>(which, p, stream);
+    case 64: return LaunchHS<64>(which, p, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
-cudaError_t CausalSoftmaxForward(float* scores_to_probs, int NH, int T,
-                                 __nv_bfloat16* probs_bf16,
-                                 cudaStream_t stream) {
-  const int64_t rows = static_cast<int64_t>(NH) * T;
-  const unsigned blocks =
-      static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  CausalSoftmaxForwardKernel<<<blocks, kRowsPerBlock * 32, 0, stream>>>(
-      scores_to_probs, NH, T, probs_bf16);
-  return cudaGetLastError();
+bool AttentionSupportsHeadSize(int HS) {
+  return HS == 16 || HS == 32 || HS == 64;
 }
 
-cudaError_t CausalSoftmaxBackward(const float* probs, const float* dprobs,
-                                  int NH, int T, __nv_bfloat16* dscores_bf16,
-                                  cudaStream_t stream) {
-  const int64_t rows = static_cast<int64_t>(NH) * T;
-  const unsigned blocks =
-      static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  CausalSoftmaxBackwardKernel<<<blocks, kRowsPerBlock * 32, 0, stream>>>(
-      probs, dprobs, NH, T, dscores_bf16);
-  return cudaGetLastError();
+size_t AttentionScratchBytes(int T, int NH, int HS) {
+  return Layout(T, NH, HS).words * 4;
+}
+
+cudaError_t AttentionForward(const float* qkv32, const float* rope_table,
+                             int T, int NH, int HS, bf16* qkv16, bf16* y,
+                             float* stats, void* scratch,
+                             cudaStream_t stream) {
+  Params p = MakeParams(qkv16, nullptr, y, stats, rope_table, nullptr, T, NH,
+                        HS, scratch);
+  p.qkv32 = qkv32;
+  p.qkv16 = qkv16;
+  return Launch(kForward, HS, p, stream);
+}
+
+cudaError_t AttentionBackwardDelta(const bf16* qkv, const bf16* dy,
+                                   const float* stats, int T, int NH, int HS,
+                                   void* scratch, cudaStream_t stream) {
+  return Launch(kDelta, HS,
+                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
+                           nullptr, nullptr, T, NH, HS, scratch),
+                stream);
+}
+
+cudaError_t AttentionBackwardQuery(const bf16* qkv, const bf16* dy,
+                                   const float* stats, const float* rope_table,
+                                   int T, int NH, int HS, void* scratch,
+                                   bf16* dqkv, cudaStream_t stream) {
+  return Launch(kQuery, HS,
+                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
+                           rope_table, dqkv, T, NH, HS, scratch),
+                stream);
+}
+
+cudaError_t AttentionBackwardKeys(const bf16* qkv, const bf16* dy,
+                                  const float* stats, const float* rope_table,
+                                  int T, int NH, int HS, void* scratch,
+                                  bf16* dqkv, cudaStream_t stream) {
+  return Launch(kKeys, HS,
+                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
+                           rope_table, dqkv, T, NH, HS, scratch),
+                stream);
+}
+
+cudaError_t AttentionBackward(const bf16* qkv, const bf16* dy,
+                              const float* stats, const float* rope_table,
+                              int T, int NH, int HS, void* scratch, bf16* dqkv,
+                              cudaStream_t stream) {
+  cudaError_t e =
+      AttentionBackwardDelta(qkv, dy, stats, T, NH, HS, scratch, stream);
+  if (e != cudaSuccess) return e;
+  e = AttentionBackwardQuery(qkv, dy, stats, rope_table, T, NH, HS, scratch,
+                             dqkv, stream);
+  if (e != cudaSuccess) return e;
+  return AttentionBackwardKeys(qkv, dy, stats, rope_table, T, NH, HS, scratch,
+                               dqkv, stream);
 }
 
 }  // namespace coppelius

@@ -1,44 +1,112 @@
 // File: trainer/kernels/attention.h
 //
-// Causal softmax attention, first version: the products run as cuBLASLt
-// strided-batched bf16 products (matmul.h, one batch entry per head; the
-// backend owns the plans) around these two fp32 softmax kernels.
+// Fused causal softmax attention (flash-attention style: Dao et al., 2022,
+// "FlashAttention", and Dao, 2023, "FlashAttention-2"), forward and backward,
+// on tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation). No
+// [T, T] matrix is ever stored: scores and probabilities live in registers,
+// one 64 × 64 tile at a time.
 //
-// Per head h (NH heads, HS head size, T rows; q, k, v [T, HS] bf16 slices of
-// the rotated qkv [T, 3C], column h·HS of each part):
-//   S = scale · q · kᵀ              [T, T] fp32, scale = 1/sqrt(HS) (product)
-//   P[t, j] = exp(S[t,j] − max) / Σ_{j' ≤ t} exp(S[t,j'] − max) for j ≤ t,
-//             0 for j > t                                  (this file)
-//   y = P · v                       [T, HS] fp32 → bf16 into y [T, C]
+// Math, per head h (NH heads, HS head size, T rows; q, k, v are [T, HS] bf16
+// slices of the rotated qkv [T, 3C], column h·HS of each part):
+//   S = scale · q · kᵀ                       scale = 1/sqrt(HS), fp32
+//   lse2[t] = log2 Σ_{j ≤ t} exp(S[t, j])    (through the row maximum)
+//   P[t, j] = 2^(S[t, j] · log2 e − lse2[t]) for j ≤ t, 0 above (fp32;
+//             = exp(S − m) / Σ exp(S − m) up to fp32 rounding: one FFMA
+//             and one ex2 per element, the FlashAttention-2 form)
+//   y = bf16(P) · v                          → bf16 into y [T, C]
 // Backward, given dy [T, HS] (slice of the bf16 dY [T, C]):
-//   dP = dy · vᵀ;  dv = Pᵀ · dy                             (products)
-//   dS[t,j] = P[t,j] · (dP[t,j] − Σ_j' P[t,j'] dP[t,j'])    (this file)
-//   dq = scale · dS · k;  dk = scale · dSᵀ · q              (products)
+//   dP = dy · vᵀ                             fp32
+//   D[t] = Σ_{j ≤ t} P[t, j] · dP[t, j]      fp32
+//   dS = bf16(P ⊙ (dP − D))
+//   dq = scale · dS · k;  dk = scale · dSᵀ · q;  dv = bf16(P)ᵀ · dy   fp32
+//   then the inverse RoPE of dq and dk (rope.h), all three rounded to bf16
+//   (they feed only the qkv dX / dW products)
 //
-// Layout: scores / probabilities [NH, T, T] row-major fp32 (head-major);
-// the forward kernel works in place (S in, P out) and also writes P rounded
-// to bf16 (the operand of P · v and Pᵀ · dy). The backward kernel reads P
-// and dP fp32 and writes dS rounded to bf16. Only the causal part (j ≤ t) is
-// read or written: above the diagonal the fp32 buffer keeps S, and the bf16
-// outputs must hold zeros there — the CALLER zeroes those buffers once (the
-// kernels never write there), so the full products need no mask.
-// Reductions: one warp per row, fixed butterfly order (deterministic).
+// The numerics are those of the unfused formulation (the CPU reference
+// backend, trainer/reference_backend.h): P is normalized in fp32 BEFORE its
+// bf16 rounding (which is why the forward makes two passes over the keys:
+// the first finds lse2 with the online rescaling of FlashAttention, the
+// second forms the normalized P), D is the fp32 Σ P·dP of the softmax
+// backward (not the dy·y shortcut of FlashAttention-2, which would use the
+// rounded P), and every product operand is bf16 with fp32 accumulation.
+//
+// Parallelism (deterministic: no float atomics; every sum in a fixed
+// order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a
+// query tile is split into chunks of at most 4 key tiles (and the query
+// range of a key tile likewise), one CTA per (tile, chunk, head), so the
+// longest rows (T = 1024: 16 key tiles) take 4 tile steps instead of 16 and
+// every SM gets work. Chunk results combine in chunk order: row statistics
+// and D through a second kernel, products in the CTA that arrives last at
+// an integer counter (fp32 partials in scratch).
+//   forward:   (1) RoPE of the tiles it reads (and, once per tile, the
+//              rotated bf16 qkv written out), partial max and Σ per chunk;
+//              (2) combined lse2; P; the y partials; the last chunk writes y;
+//   backward:  (1) "delta": partial D per chunk; (2) "query": dS, dq;
+//              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
+//              (2) and (3) depend only on (1): they may run concurrently.
+//
+// Layouts: qkv [T, 3C] bf16 row-major (q heads at columns 0..C−1, then k,
+// then v); y and dy [T, C] bf16; stats [NH, T] fp32 (lse2);
+// dqkv [T, 3C] bf16 (the gradients of the qkv product's output: unrotated
+// q, k and v); rope table [2, T, HS/2] fp32 (rope.h); scratch: AttentionScratchBytes, zero-filled
+// once before the first use (the kernels leave their counters at zero; the
+// rest is overwritten before it is read). One scratch serves every layer,
+// but calls sharing it must not overlap, except the backward's query and
+// keys kernels with each other.
+// Requirements: HS ∈ {16, 32, 64}; C a multiple of 8 (16-byte rows); any T.
 #ifndef COPPELIUS_TRAINER_KERNELS_ATTENTION_H_
 #define COPPELIUS_TRAINER_KERNELS_ATTENTION_H_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 namespace coppelius {
 
-// rows = NH · T (every head's rows, head-major), each of length T.
-cudaError_t CausalSoftmaxForward(float* scores_to_probs, int NH, int T,
-                                 __nv_bfloat16* probs_bf16,
-                                 cudaStream_t stream);
+// True if the fused kernels support head size HS (16, 32 or 64).
+bool AttentionSupportsHeadSize(int HS);
 
-cudaError_t CausalSoftmaxBackward(const float* probs, const float* dprobs,
-                                  int NH, int T, __nv_bfloat16* dscores_bf16,
+// Bytes of scratch the kernels need at this size.
+size_t AttentionScratchBytes(int T, int NH, int HS);
+
+// From the qkv product's fp32 output qkv32 [T, 3C]: applies RoPE (rope.h;
+// `rope_table` is RopeTable(T, HS, base) on the device) and writes the
+// rotated bf16 qkv16 [T, 3C] (for the backward), then y [T, C] and stats
+// [NH, T] (two kernels on `stream`). Every function returns
+// cudaErrorInvalidValue for an unsupported HS, else the launch status.
+cudaError_t AttentionForward(const float* qkv32, const float* rope_table,
+                             int T, int NH, int HS, __nv_bfloat16* qkv16,
+                             __nv_bfloat16* y, float* stats, void* scratch,
+                             cudaStream_t stream);
+
+// Backward step (1): partial D of every row into scratch.
+cudaError_t AttentionBackwardDelta(const __nv_bfloat16* qkv,
+                                   const __nv_bfloat16* dy, const float* stats,
+                                   int T, int NH, int HS, void* scratch,
+                                   cudaStream_t stream);
+
+// Backward step (2), after (1): the dq columns of dqkv. `rope_table` is
+// rope.h's RopeTable(T, HS, base) on the device.
+cudaError_t AttentionBackwardQuery(const __nv_bfloat16* qkv,
+                                   const __nv_bfloat16* dy, const float* stats,
+                                   const float* rope_table, int T, int NH,
+                                   int HS, void* scratch, __nv_bfloat16* dqkv,
+                                   cudaStream_t stream);
+
+// Backward step (3), after (1): the dk and dv columns of dqkv.
+cudaError_t AttentionBackwardKeys(const __nv_bfloat16* qkv,
+                                  const __nv_bfloat16* dy, const float* stats,
+                                  const float* rope_table, int T, int NH,
+                                  int HS, void* scratch, __nv_bfloat16* dqkv,
                                   cudaStream_t stream);
+
+// (1), (2), (3) in order on one stream: the whole dqkv [T, 3C].
+cudaError_t AttentionBackward(const __nv_bfloat16* qkv,
+                              const __nv_bfloat16* dy, const float* stats,
+                              const float* rope_table, int T, int NH, int HS,
+                              void* scratch, __nv_bfloat16* dqkv,
+                              cudaStream_t stream);
 
 }  // namespace coppelius
 

@@ -353,57 +353,177 @@ TEST(RopeTest, ForwardAndBackwardAgainstDouble) {
 
 // ------------------------------------------------------------- attention
 
-TEST(CausalSoftmaxTest, ForwardAndBackwardAgainstDouble) {
-  SKIP_WITHOUT_GPU();
-  const int NH = 3, T = 45;
-  const size_t n = static_cast<size_t>(NH) * T * T;
-  auto s = RandomNormal(n, 3.0f, &Rng());
-  auto dp = RandomNormal(n, 1.0f, &Rng());
-  DeviceBuffer<float> ds(n), ddp(n);
-  Bf16Buffer p16(n), dsc16(n);
-  ds.Upload(s);
-  ddp.Upload(dp);
-  // The caller zeroes the bf16 outputs once (above-diagonal entries are never
-  // written); the causal part is still poisoned (NaN) before the call.
+// Fused attention against the unfused formulation in double on the same bf16
+// inputs: S, the softmax, P rounded to bf16 for P·v and Pᵀ·dy, dS rounded to
+// bf16 for the dq / dk products (attention.h).
+void RunAttentionCase(int NH, int T, int HS) {
+  SCOPED_TRACE(testing::Message() << "NH=" << NH << " T=" << T << " HS=" << HS);
+  const int C = NH * HS;
+  const size_t nqkv = static_cast<size_t>(T) * 3 * C, ny = static_cast<size_t>(T) * C;
+  // The qkv product's fp32 output; scores of standard deviation ~2: peaked
+  // and flat rows both occur.
+  const auto qkv32 = RandomNormal(nqkv, 1.4f, &Rng());
+  const auto dy = FromBf16(ToBf16(RandomNormal(ny, 1.0f, &Rng())));
+  DeviceBuffer<float> d_qkv32(nqkv);
+  Bf16Buffer d_qkv(nqkv), d_dy(ny), d_y(ny);
+  DeviceBuffer<float> d_stats(static_cast<size_t>(NH) * T);
+  Bf16Buffer d_dqkv(nqkv);
+  const std::vector<float> rope = RopeTable(T, HS, 10000.0);
+  DeviceBuffer<float> d_rope(rope.size());
+  d_rope.Upload(rope);
+  // Scratch: zero-filled once (counters), as the backend does; the rest is
+  // poisoned (NaN) to show it is written before it is read.
+  const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS);
+  DeviceBuffer<char> scratch(scratch_bytes);
+  ASSERT_EQ(cudaMemset(scratch.get(), 0, 4096 < scratch_bytes ? 4096 : scratch_bytes),
+            cudaSuccess);
+  d_qkv32.Upload(qkv32);
+  d_dy.Upload(ToBf16(dy));
+  ASSERT_EQ(AttentionForward(d_qkv32.get(), d_rope.get(), T, NH, HS, AsBf16(d_qkv),
+                             AsBf16(d_y), d_stats.get(), scratch.get(), nullptr),
+            cudaSuccess);
+  // The forward's RoPE against double (rope.h's formula, same table); v is
+  // rounded only, so it must equal the host rounding bit for bit. The
+  // attention reference below then starts from the kernel's own bf16 qkv.
+  const auto qkv = FromBf16(d_qkv.Download());
   {
-    std::vector<uint16_t> init(n, 0xFFFF);
-    for (int r = 0; r < NH * T; ++r) {
-      for (int j = r % T + 1; j < T; ++j) init[static_cast<size_t>(r) * T + j] = 0;
+    const int half = HS / 2;
+    std::vector<double> ref(nqkv);
+    for (int t = 0; t < T; ++t) {
+      for (int col = 0; col < 3 * C; ++col) {
+        const size_t idx = static_cast<size_t>(t) * 3 * C + col;
+        if (col >= 2 * C) {
+          ASSERT_EQ(qkv[idx], RoundBf16(qkv32[idx])) << "v at row " << t << " col " << col;
+          ref[idx] = qkv32[idx];
+          continue;
+        }
+        const int j = col % HS, i = j < half ? j : j - half;
+        const double cs = rope[static_cast<size_t>(t) * half + i];
+        const double sn = rope[static_cast<size_t>(T) * half + static_cast<size_t>(t) * half + i];
+        ref[idx] = j < half ? qkv32[idx] * cs - static_cast<double>(qkv32[idx + half]) * sn
+                            : qkv32[idx] * cs + static_cast<double>(qkv32[idx - half]) * sn;
+      }
     }
-    p16.Upload(init);
-    dsc16.Upload(init);
+    EXPECT_LT(RelErr(qkv, ref), kBf16OutTol);
   }
-  ASSERT_EQ(CausalSoftmaxForward(ds.get(), NH, T, AsBf16(p16), nullptr),
+  ASSERT_EQ(AttentionBackward(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(), T,
+                              NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr),
             cudaSuccess);
-  std::vector<double> ref_p(n, 0.0), ref_ds(n, 0.0);
-  for (int r = 0; r < NH * T; ++r) {
-    const int t = r % T;
-    const size_t o = static_cast<size_t>(r) * T;
-    double m = -INFINITY, sum = 0, dot = 0;
-    for (int j = 0; j <= t; ++j) m = std::max<double>(m, s[o + j]);
-    for (int j = 0; j <= t; ++j) sum += std::exp(s[o + j] - m);
-    for (int j = 0; j <= t; ++j) ref_p[o + j] = std::exp(s[o + j] - m) / sum;
-    for (int j = 0; j <= t; ++j) dot += ref_p[o + j] * dp[o + j];
-    for (int j = 0; j <= t; ++j) ref_ds[o + j] = ref_p[o + j] * (dp[o + j] - dot);
-  }
-  auto p = ds.Download();
-  // Above the diagonal the fp32 buffer keeps the scores (not part of P).
-  for (int r = 0; r < NH * T; ++r) {
-    for (int j = r % T + 1; j < T; ++j) p[static_cast<size_t>(r) * T + j] = 0.0f;
-  }
-  EXPECT_LT(RelErr(p, ref_p), kFp32Tol);
-  const auto p16_host = FromBf16(p16.Download());
-  EXPECT_LT(RelErr(p16_host, ref_p), kBf16OutTol);
-  for (size_t i = 0; i < n; ++i) {
-    if (ref_p[i] == 0.0) {
-      ASSERT_EQ(p16_host[i], 0.0f) << "above the diagonal: " << i;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> y(ny, 0.0), stats(static_cast<size_t>(NH) * T),
+      dqkv(nqkv, 0.0);
+  std::vector<double> s(T), p(T), dp(T);
+  for (int h = 0; h < NH; ++h) {
+    auto at = [&](int row, int part, int d) {
+      return static_cast<double>(qkv[static_cast<size_t>(row) * 3 * C + part * C + h * HS + d]);
+    };
+    for (int t = 0; t < T; ++t) {
+      double m = -INFINITY, sum = 0.0, dot = 0.0;
+      for (int j = 0; j <= t; ++j) {
+        double acc = 0.0;
+        for (int d = 0; d < HS; ++d) acc += at(t, 0, d) * at(j, 1, d);
+        s[j] = scale * acc;
+        m = std::max(m, s[j]);
+      }
+      for (int j = 0; j <= t; ++j) sum += std::exp(s[j] - m);
+      stats[h * T + t] = (m + std::log(sum)) / std::log(2.0);  // lse2
+      for (int j = 0; j <= t; ++j) {
+        p[j] = std::exp(s[j] - m) / sum;
+        double acc = 0.0;
+        for (int d = 0; d < HS; ++d) acc += dy[static_cast<size_t>(t) * C + h * HS + d] * at(j, 2, d);
+        dp[j] = acc;
+        dot += p[j] * dp[j];
+      }
+      for (int j = 0; j <= t; ++j) {
+        const double p16 = RoundBf16(static_cast<float>(p[j]));
+        const double ds16 = RoundBf16(static_cast<float>(p[j] * (dp[j] - dot)));
+        for (int d = 0; d < HS; ++d) {
+          y[static_cast<size_t>(t) * C + h * HS + d] += p16 * at(j, 2, d);
+          dqkv[static_cast<size_t>(t) * 3 * C + h * HS + d] += scale * ds16 * at(j, 1, d);
+          dqkv[static_cast<size_t>(j) * 3 * C + C + h * HS + d] += scale * ds16 * at(t, 0, d);
+          dqkv[static_cast<size_t>(j) * 3 * C + 2 * C + h * HS + d] +=
+              p16 * dy[static_cast<size_t>(t) * C + h * HS + d];
+        }
+      }
     }
   }
-  ds.Upload(p);  // P with zeros above the diagonal: those must not matter
-  ASSERT_EQ(CausalSoftmaxBackward(ds.get(), ddp.get(), NH, T, AsBf16(dsc16),
-                                  nullptr),
+  // The inverse RoPE of dq and dk (rope.h), with the same table.
+  const int half = HS / 2;
+  for (int t = 0; t < T; ++t) {
+    for (int part = 0; part < 2; ++part) {
+      for (int h = 0; h < NH; ++h) {
+        double* g = &dqkv[static_cast<size_t>(t) * 3 * C + part * C + h * HS];
+        for (int i = 0; i < half; ++i) {
+          const double cs = rope[static_cast<size_t>(t) * half + i];
+          const double sn = rope[static_cast<size_t>(T) * half + static_cast<size_t>(t) * half + i];
+          const double a = g[i], b = g[i + half];
+          g[i] = a * cs + b * sn;
+          g[i + half] = b * cs - a * sn;
+        }
+      }
+    }
+  }
+  const auto got_y = FromBf16(d_y.Download());
+  const auto got_stats = d_stats.Download();
+  const auto got_dqkv = FromBf16(d_dqkv.Download());
+  EXPECT_LT(RelErr(got_y, y), kBf16OutTol);
+  EXPECT_LT(RelErr(got_stats, stats), kFp32Tol);
+  // dq, dk, dv separately (each part of dqkv).
+  for (int part = 0; part < 3; ++part) {
+    std::vector<float> g;
+    std::vector<double> r;
+    for (int t = 0; t < T; ++t) {
+      for (int col = 0; col < C; ++col) {
+        const size_t i = static_cast<size_t>(t) * 3 * C + part * C + col;
+        g.push_back(got_dqkv[i]);
+        r.push_back(dqkv[i]);
+      }
+    }
+    EXPECT_LT(RelErr(g, r), kBf16OutTol) << "part " << part << " (q, k, v)";
+  }
+  // Deterministic: a second run (counters left at zero by the first) gives
+  // the same bits, with the backward's query and keys kernels on two
+  // concurrent streams this time.
+  cudaStream_t side;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(AttentionForward(d_qkv32.get(), d_rope.get(), T, NH, HS, AsBf16(d_qkv),
+                             AsBf16(d_y), d_stats.get(), scratch.get(), nullptr),
             cudaSuccess);
-  EXPECT_LT(RelErr(FromBf16(dsc16.Download()), ref_ds), kBf16OutTol);
+  ASSERT_EQ(AttentionBackwardDelta(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), T, NH, HS,
+                                   scratch.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(AttentionBackwardKeys(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
+                                  T, NH, HS, scratch.get(), AsBf16(d_dqkv), side),
+            cudaSuccess);
+  ASSERT_EQ(AttentionBackwardQuery(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
+                                   T, NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStreamDestroy(side);
+  EXPECT_EQ(FromBf16(d_y.Download()), got_y);
+  EXPECT_EQ(FromBf16(d_dqkv.Download()), got_dqkv);
+}
+
+TEST(AttentionTest, FusedForwardBackwardAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  RunAttentionCase(3, 45, 16);   // tiny-like, one partial tile
+  RunAttentionCase(2, 130, 32);  // three tiles, the last with 2 rows
+  RunAttentionCase(2, 200, 64);  // coppelius head size, partial last tile
+  RunAttentionCase(8, 256, 64);  // coppelius heads, whole tiles
+  RunAttentionCase(2, 1000, 64); // 16 tiles: 4 chunks for the last rows
+}
+
+TEST(AttentionTest, RejectsUnsupportedHeadSize) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_FALSE(AttentionSupportsHeadSize(48));
+  EXPECT_TRUE(AttentionSupportsHeadSize(64));
+  EXPECT_EQ(AttentionForward(nullptr, nullptr, 64, 2, 48, nullptr, nullptr, nullptr, nullptr,
+                             nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(AttentionBackward(nullptr, nullptr, nullptr, nullptr, 64, 2, 128, nullptr,
+                              nullptr, nullptr),
+            cudaErrorInvalidValue);
 }
 
 // ---------------------------------------------------------------- swiglu

@@ -137,9 +137,6 @@ int KernelBench() {
       {"mm logits dW [V,C]", true, false, V, C, T, V, C, C, 1, 0, 0, 0},
       {"mm gate|up dW", true, false, 2 * H, C, T, 2 * H, C, C, 1, 0, 0, 0},
       {"mm gate|up dX", false, false, T, C, 2 * H, 2 * H, C, C, 1, 0, 0, 0},
-      {"mm att scores (8 heads)", false, true, T, T, HS, 3 * C, 3 * C, T, NH, HS, HS, int64_t{T} * T},
-      {"mm att P.v (8 heads)", false, false, T, HS, T, T, 3 * C, C, NH, int64_t{T} * T, HS, HS},
-      {"mm att dV=P^T.dy", true, false, T, HS, T, T, C, 3 * C, NH, int64_t{T} * T, HS, HS},
   };
   for (const MmCase& c : mms) {
     MatmulShape s;
@@ -197,18 +194,49 @@ int KernelBench() {
                       T * C * 18.0, 0});
   }
   {
-    float* s = F(int64_t{NH} * T * T);
-    bf* p16 = B(int64_t{NH} * T * T);
-    float* dp = F(int64_t{NH} * T * T);
-    g_rows.push_back({"causal softmax fwd", TimeIt([&] {
-                        return CausalSoftmaxForward(s, NH, T, p16, nullptr) == cudaSuccess;
-                      }),
-                      NH * double(T) * T * 10, 0});
-    g_rows.push_back({"causal softmax bwd", TimeIt([&] {
-                        return CausalSoftmaxBackward(s, dp, NH, T, p16, nullptr) ==
+    // Fused causal attention (8 heads, T = 1024, HS = 64). FLOP counted as
+    // the useful causal products: forward 2 (S, P.v), backward 4 (dP, dV,
+    // dQ, dK), each 2·NH·T·T/2·HS; the recomputations are not counted.
+    bf* qkv = B(T * 3 * C);
+    float* qkv32 = F(T * 3 * C);
+    bf* y = B(T * C);
+    bf* dy = B(T * C);
+    float* stats = F(NH * T);
+    bf* dqkv = B(T * 3 * C);
+    const auto rope_h = RopeTable(T, HS, 10000.0);
+    float* rope = F(rope_h.size());
+    cudaMemcpy(rope, rope_h.data(), rope_h.size() * 4, cudaMemcpyHostToDevice);
+    void* scratch = nullptr;
+    const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS);
+    CHECK_CUDA(cudaMalloc(&scratch, scratch_bytes));
+    CHECK_CUDA(cudaMemset(scratch, 0, scratch_bytes));
+    const double causal_product = 2.0 * NH * T * (T + 1) / 2.0 * HS;
+    g_rows.push_back({"attention fwd (fused, 2 kernels, incl. RoPE)", TimeIt([&] {
+                        return AttentionForward(qkv32, rope, T, NH, HS, qkv, y, stats, scratch,
+                                                nullptr) ==
                                cudaSuccess;
                       }),
-                      NH * double(T) * T * 10, 0});
+                      0, 2 * causal_product});
+    g_rows.push_back({"attention bwd (fused, 3 kernels, 1 stream, incl. inverse RoPE)", TimeIt([&] {
+                        return AttentionBackward(qkv, dy, stats, rope, T, NH, HS, scratch,
+                                                 dqkv, nullptr) == cudaSuccess;
+                      }),
+                      0, 4 * causal_product});
+    g_rows.push_back({"  attention bwd: delta kernel", TimeIt([&] {
+                        return AttentionBackwardDelta(qkv, dy, stats, T, NH, HS, scratch,
+                                                      nullptr) == cudaSuccess;
+                      }),
+                      0, 0});
+    g_rows.push_back({"  attention bwd: query kernel", TimeIt([&] {
+                        return AttentionBackwardQuery(qkv, dy, stats, rope, T, NH, HS,
+                                                      scratch, dqkv, nullptr) == cudaSuccess;
+                      }),
+                      0, 0});
+    g_rows.push_back({"  attention bwd: keys kernel", TimeIt([&] {
+                        return AttentionBackwardKeys(qkv, dy, stats, rope, T, NH, HS,
+                                                     scratch, dqkv, nullptr) == cudaSuccess;
+                      }),
+                      0, 0});
   }
   {
     float* qkv = F(T * 3 * C);
