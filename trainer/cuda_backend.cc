@@ -669,9 +669,12 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
         "LayerNormForward(attention_norm)");
     RETURN_IF_ERROR(Mm(*p_qkv_, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
     CUDA_RETURN_IF_ERROR(
-        AttentionForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], y16_[l],
-                         stats_[l], attention_scratch_, stream_),
-        "AttentionForward");
+        RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
+        "RopeForward");
+    CUDA_RETURN_IF_ERROR(AttentionForward(qkv16_[l], T, NH, HS, y16_[l],
+                                          stats_[l], attention_scratch_,
+                                          stream_),
+                         "AttentionForward");
     RETURN_IF_ERROR(Mm(*p_out_, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
     CUDA_RETURN_IF_ERROR(
         LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,

@@ -68,6 +68,15 @@ __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// 2^x by the SFU (ex2.approx.ftz: relative error about 2⁻²², results
+// below 2⁻¹²⁶ flushed to 0, 2^−∞ = 0); one instruction instead of
+// exp2f's range handling.
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float QuadMax(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -106,70 +115,6 @@ struct TileRegs {
       const int idx = threadIdx.x + i * kThreads;
       *reinterpret_cast<uint4*>(dst + (idx / kRowChunks) * (kHS + kPad) +
                                 (idx % kRowChunks) * 8) = v[i];
-    }
-  }
-};
-
-// One 64-row tile of one head's q or k from the fp32 qkv product output,
-// rotated by RoPE (rope.h: q'[i] = q[i]·cos − q[i + HS/2]·sin,
-// q'[i + HS/2] = q[i + HS/2]·cos + q[i]·sin, in fp32) and rounded to bf16;
-// or of v, only rounded. Each thread holds kItems groups of 4 column pairs
-// (i..i+3, i + HS/2..i + HS/2 + 3). Rows at or beyond T are zeros.
-template <int kHS>
-struct RotatedTileRegs {
-  static constexpr int kHalf = kHS / 2;
-  static constexpr int kRowItems = kHalf / 4;
-  static constexpr int kItems = kTile * kRowItems / kThreads;
-  static_assert(kItems >= 1, "head size too small");
-  float4 a[kItems], b[kItems];
-  int row0 = 0;
-
-  __device__ __forceinline__ void Load(const float* src, int ld, int first_row,
-                                       int T) {
-    row0 = first_row;
-#pragma unroll
-    for (int u = 0; u < kItems; ++u) {
-      const int idx = threadIdx.x + u * kThreads;
-      const int row = row0 + idx / kRowItems;
-      const int i = (idx % kRowItems) * 4;
-      if (row < T) {
-        const float* r = src + static_cast<int64_t>(row) * ld;
-        a[u] = *reinterpret_cast<const float4*>(r + i);
-        b[u] = *reinterpret_cast<const float4*>(r + i + kHalf);
-      } else {
-        a[u] = b[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-  }
-  // Rows row0.. into dst (row r at dst + r·ld), rotated if `rope` is
-  // non-null; only rows < T when `only_valid` (a global destination).
-  __device__ __forceinline__ void Store(bf16* dst, int ld, const float* rope,
-                                        int T, bool only_valid) const {
-#pragma unroll
-    for (int u = 0; u < kItems; ++u) {
-      const int idx = threadIdx.x + u * kThreads;
-      const int r = idx / kRowItems;
-      const int i = (idx % kRowItems) * 4;
-      const int row = row0 + r;
-      if (only_valid && row >= T) continue;
-      float4 lo = a[u], hi = b[u];
-      if (rope != nullptr && row < T) {
-        const float4 cs = *reinterpret_cast<const float4*>(rope + row * kHalf + i);
-        const float4 sn = *reinterpret_cast<const float4*>(
-            rope + T * kHalf + row * kHalf + i);
-        lo = make_float4(a[u].x * cs.x - b[u].x * sn.x, a[u].y * cs.y - b[u].y * sn.y,
-                         a[u].z * cs.z - b[u].z * sn.z, a[u].w * cs.w - b[u].w * sn.w);
-        hi = make_float4(b[u].x * cs.x + a[u].x * sn.x, b[u].y * cs.y + a[u].y * sn.y,
-                         b[u].z * cs.z + a[u].z * sn.z, b[u].w * cs.w + a[u].w * sn.w);
-      }
-      bf16* d = dst + static_cast<int64_t>(r) * ld + i;
-      uint2 wlo, whi;
-      wlo.x = Pack(lo.x, lo.y);
-      wlo.y = Pack(lo.z, lo.w);
-      whi.x = Pack(hi.x, hi.y);
-      whi.y = Pack(hi.z, hi.w);
-      *reinterpret_cast<uint2*>(d) = wlo;
-      *reinterpret_cast<uint2*>(d + kHalf) = whi;
     }
   }
 };
@@ -271,10 +216,10 @@ __device__ __forceinline__ void Probabilities(float (&s)[8][4], float scale2,
                                               bool diagonal, int j0, int t0) {
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
-    s[n][0] = exp2f(fmaf(s[n][0], scale2, -lse0));
-    s[n][1] = exp2f(fmaf(s[n][1], scale2, -lse0));
-    s[n][2] = exp2f(fmaf(s[n][2], scale2, -lse1));
-    s[n][3] = exp2f(fmaf(s[n][3], scale2, -lse1));
+    s[n][0] = Exp2(fmaf(s[n][0], scale2, -lse0));
+    s[n][1] = Exp2(fmaf(s[n][1], scale2, -lse0));
+    s[n][2] = Exp2(fmaf(s[n][2], scale2, -lse1));
+    s[n][3] = Exp2(fmaf(s[n][3], scale2, -lse1));
   }
   if (diagonal) MaskAbove(s, j0, t0, 0.0f);
 }
@@ -287,7 +232,11 @@ __device__ __forceinline__ void Probabilities(float (&s)[8][4], float scale2,
 // A tile's chunks combine in chunk order (fixed, whatever order the CTAs
 // finish in): the last CTA to arrive (integer counter) adds the partials.
 
-constexpr int kSplit = 4;
+// 6 tiles per chunk: at T = 1024 (16 tiles) and NH = 8 that is 240 items,
+// one wave at the 2 CTAs per SM the register use of the backward and output
+// kernels allows (264 on 132 SMs); with 4 tiles (320 items) they ran in two
+// waves (measured on the H200, 2026-11-30).
+constexpr int kSplit = 6;
 
 int NumChunks(int tiles) { return (tiles - 1) / kSplit + 1; }
 
@@ -322,9 +271,7 @@ __device__ __forceinline__ void KeyItem(int i, int num_tiles, int* kt,
 }
 
 struct Params {
-  const float* qkv32;  // [T, 3C] fp32 product output (forward kernel 1)
-  bf16* qkv16;         // [T, 3C] rotated bf16 (written by forward kernel 1)
-  const bf16* qkv;     // [T, 3C] rotated bf16 (read by the other kernels)
+  const bf16* qkv;     // [T, 3C] rotated q, k and v (bf16)
   const bf16* dy;    // [T, C]
   bf16* y;           // [T, C]
   float* stats;      // [NH, T] lse2
@@ -448,23 +395,15 @@ __global__ void __launch_bounds__(kThreads)
   const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
-  // This kernel also applies RoPE: it reads the fp32 product output and
-  // rotates every tile it uses; the chunk-0 CTA of each query tile writes
-  // that tile's rotated q, k and rounded v (bf16) for the later kernels.
-  const float* q = p.qkv32 + h * kHS;
-  const float* k = q + C;
-  constexpr int kLdTile = kHS + kPad;
+  const bf16* q = p.qkv + h * kHS;
+  const bf16* k = q + C;
   uint32_t qa[kHS / 16][4];
-  RotatedTileRegs<kHS> next;
+  TileRegs<kHS> next;
   {
-    RotatedTileRegs<kHS> tq;
+    TileRegs<kHS> tq;
     tq.Load(q, ld, qt * kTile, T);
     next.Load(k, ld, kt0 * kTile, T);
-    tq.Store(s_k, kLdTile, p.rope, T, false);
-    if (chunk == 0) {
-      tq.Store(p.qkv16 + static_cast<int64_t>(qt) * kTile * ld + h * kHS, ld,
-               p.rope, T, true);
-    }
+    tq.Store(s_k);
     __syncthreads();
     LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
   }
@@ -474,7 +413,7 @@ __global__ void __launch_bounds__(kThreads)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   for (int kt = kt0; kt <= kt1; ++kt) {
     __syncthreads();
-    next.Store(s_k, kLdTile, p.rope, T, false);
+    next.Store(s_k);
     __syncthreads();
     if (kt < kt1) next.Load(k, ld, (kt + 1) * kTile, T);
     float s[8][4];
@@ -493,14 +432,14 @@ __global__ void __launch_bounds__(kThreads)
     }
     x0 = QuadMax(x0);
     x1 = QuadMax(x1);
-    l0 *= exp2f(m0 - x0);
-    l1 *= exp2f(m1 - x1);
+    l0 *= Exp2(m0 - x0);
+    l1 *= Exp2(m1 - x1);
     m0 = x0;
     m1 = x1;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      l0 += exp2f(s[n][0] - m0) + exp2f(s[n][1] - m0);
-      l1 += exp2f(s[n][2] - m1) + exp2f(s[n][3] - m1);
+      l0 += Exp2(s[n][0] - m0) + Exp2(s[n][1] - m0);
+      l1 += Exp2(s[n][2] - m1) + Exp2(s[n][3] - m1);
     }
   }
   l0 = QuadSum(l0);
@@ -516,14 +455,6 @@ __global__ void __launch_bounds__(kThreads)
       p.part_l[base + t1] = l1;
     }
   }
-  if (chunk == 0) {  // this tile's k (rotated) and v (rounded) in bf16
-    RotatedTileRegs<kHS> tk, tv;
-    tk.Load(k, ld, qt * kTile, T);
-    tv.Load(k + C, ld, qt * kTile, T);
-    bf16* dst = p.qkv16 + static_cast<int64_t>(qt) * kTile * ld + h * kHS;
-    tk.Store(dst + C, ld, p.rope, T, true);
-    tv.Store(dst + 2 * C, ld, nullptr, T, true);
-  }
 }
 
 // Row t's lse2 = m2 + log2 Σ from its chunks' partials (chunk order).
@@ -536,7 +467,7 @@ __device__ __forceinline__ float CombineStats(const Params& p, int h, int t,
   for (int c = 0; c < n; ++c) mx = fmaxf(mx, p.part_m[c * stride + i]);
   float l = 0.0f;
   for (int c = 0; c < n; ++c) {
-    l += p.part_l[c * stride + i] * exp2f(p.part_m[c * stride + i] - mx);
+    l += p.part_l[c * stride + i] * Exp2(p.part_m[c * stride + i] - mx);
   }
   return mx + log2f(l);
 }
@@ -887,10 +818,10 @@ __global__ void __launch_bounds__(kThreads)
         const float2 lse = *reinterpret_cast<const float2*>(s_lse + il);
         const float2 d = *reinterpret_cast<const float2*>(s_d + il);
         float pr[4];
-        pr[0] = exp2f(fmaf(st[n][0], p.scale2, -lse.x));
-        pr[1] = exp2f(fmaf(st[n][1], p.scale2, -lse.y));
-        pr[2] = exp2f(fmaf(st[n][2], p.scale2, -lse.x));
-        pr[3] = exp2f(fmaf(st[n][3], p.scale2, -lse.y));
+        pr[0] = Exp2(fmaf(st[n][0], p.scale2, -lse.x));
+        pr[1] = Exp2(fmaf(st[n][1], p.scale2, -lse.y));
+        pr[2] = Exp2(fmaf(st[n][2], p.scale2, -lse.x));
+        pr[3] = Exp2(fmaf(st[n][3], p.scale2, -lse.y));
         if (qt == kt) {  // diagonal tile: keys after the query → 0
           const int i = qt * kTile + il;
           if (j0 > i) pr[0] = 0.0f;
@@ -984,8 +915,6 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   const ScratchLayout l = Layout(T, NH, HS);
   float* w = static_cast<float*>(scratch);
   Params p;
-  p.qkv32 = nullptr;
-  p.qkv16 = nullptr;
   p.qkv = qkv;
   p.dy = dy;
   p.y = y;
@@ -1053,15 +982,13 @@ size_t AttentionScratchBytes(int T, int NH, int HS) {
   return Layout(T, NH, HS).words * 4;
 }
 
-cudaError_t AttentionForward(const float* qkv32, const float* rope_table,
-                             int T, int NH, int HS, bf16* qkv16, bf16* y,
+cudaError_t AttentionForward(const bf16* qkv, int T, int NH, int HS, bf16* y,
                              float* stats, void* scratch,
                              cudaStream_t stream) {
-  Params p = MakeParams(qkv16, nullptr, y, stats, rope_table, nullptr, T, NH,
-                        HS, scratch);
-  p.qkv32 = qkv32;
-  p.qkv16 = qkv16;
-  return Launch(kForward, HS, p, stream);
+  return Launch(kForward, HS,
+                MakeParams(qkv, nullptr, y, stats, nullptr, nullptr, T, NH, HS,
+                           scratch),
+                stream);
 }
 
 cudaError_t AttentionBackwardDelta(const bf16* qkv, const bf16* dy,

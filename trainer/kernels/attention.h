@@ -12,7 +12,9 @@
 //   lse2[t] = log2 Σ_{j ≤ t} exp(S[t, j])    (through the row maximum)
 //   P[t, j] = 2^(S[t, j] · log2 e − lse2[t]) for j ≤ t, 0 above (fp32;
 //             = exp(S − m) / Σ exp(S − m) up to fp32 rounding: one FFMA
-//             and one ex2 per element, the FlashAttention-2 form)
+//             and one ex2.approx per element, the FlashAttention-2 form;
+//             the SFU's ~2⁻²² relative error is far below bf16's 2⁻⁹,
+//             values under 2⁻¹²⁶ become 0)
 //   y = bf16(P) · v                          → bf16 into y [T, C]
 // Backward, given dy [T, HS] (slice of the bf16 dY [T, C]):
 //   dP = dy · vᵀ                             fp32
@@ -32,15 +34,14 @@
 //
 // Parallelism (deterministic: no float atomics; every sum in a fixed
 // order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a
-// query tile is split into chunks of at most 4 key tiles (and the query
+// query tile is split into chunks of at most 6 key tiles (and the query
 // range of a key tile likewise), one CTA per (tile, chunk, head), so the
-// longest rows (T = 1024: 16 key tiles) take 4 tile steps instead of 16 and
+// longest rows (T = 1024: 16 key tiles) take 6 tile steps instead of 16 and
 // every SM gets work. Chunk results combine in chunk order: row statistics
 // and D through a second kernel, products in the CTA that arrives last at
 // an integer counter (fp32 partials in scratch).
-//   forward:   (1) RoPE of the tiles it reads (and, once per tile, the
-//              rotated bf16 qkv written out), partial max and Σ per chunk;
-//              (2) combined lse2; P; the y partials; the last chunk writes y;
+//   forward:   (1) partial max and Σ per chunk; (2) combined lse2; P; the
+//              y partials; the last chunk writes y;
 //   backward:  (1) "delta": partial D per chunk; (2) "query": dS, dq;
 //              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
 //              (2) and (3) depend only on (1): they may run concurrently.
@@ -70,13 +71,10 @@ bool AttentionSupportsHeadSize(int HS);
 // Bytes of scratch the kernels need at this size.
 size_t AttentionScratchBytes(int T, int NH, int HS);
 
-// From the qkv product's fp32 output qkv32 [T, 3C]: applies RoPE (rope.h;
-// `rope_table` is RopeTable(T, HS, base) on the device) and writes the
-// rotated bf16 qkv16 [T, 3C] (for the backward), then y [T, C] and stats
-// [NH, T] (two kernels on `stream`). Every function returns
-// cudaErrorInvalidValue for an unsupported HS, else the launch status.
-cudaError_t AttentionForward(const float* qkv32, const float* rope_table,
-                             int T, int NH, int HS, __nv_bfloat16* qkv16,
+// Writes y [T, C] and stats [NH, T] (two kernels on `stream`). Every
+// function returns cudaErrorInvalidValue for an unsupported HS, else the
+// launch status.
+cudaError_t AttentionForward(const __nv_bfloat16* qkv, int T, int NH, int HS,
                              __nv_bfloat16* y, float* stats, void* scratch,
                              cudaStream_t stream);
 

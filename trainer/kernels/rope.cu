@@ -23,46 +23,66 @@ std::vector<float> RopeTable(int T, int HS, double base) {
 
 namespace {
 
-// Grid (column blocks, T): thread per element of row t = blockIdx.y;
-// `kInverse` selects the backward rotation. 32-bit index arithmetic.
+// Grid (item blocks, T): one thread per group of 4 — 4 rotation pairs
+// (columns i..i+3 and i + HS/2..i + HS/2 + 3 of one q or k head; HS/2 a
+// multiple of 4) or 4 v columns — of row t = blockIdx.y, with 16-byte
+// loads; `kInverse` selects the backward rotation. 32-bit index arithmetic.
 template <bool kInverse>
 __global__ void RopeKernel(const float* __restrict__ in,
                            const float* __restrict__ table, int T, int NH,
                            int HS, __nv_bfloat16* __restrict__ out) {
-  const int C = NH * HS;
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= 3 * C) return;
+  const int C = NH * HS, half = HS / 2;
+  const int qk_items = 2 * NH * (half / 4);
+  const int item = blockIdx.x * blockDim.x + threadIdx.x;
+  if (item >= qk_items + C / 4) return;
   const int t = blockIdx.y;
-  const int64_t idx = static_cast<int64_t>(t) * 3 * C + col;
-  float value = in[idx];
-  if (col < 2 * C) {
-    const int half = HS / 2;
-    const int j = col % HS;
-    const int i = j < half ? j : j - half;
-    const float cs = table[t * half + i];
-    const float sn = table[T * half + t * half + i];
-    if (!kInverse) {
-      if (j < half) {
-        value = value * cs - in[idx + half] * sn;
-      } else {
-        value = value * cs + in[idx - half] * sn;
-      }
-    } else {
-      if (j < half) {
-        value = value * cs + in[idx + half] * sn;
-      } else {
-        value = value * cs - in[idx - half] * sn;
-      }
-    }
+  const float* row = in + static_cast<int64_t>(t) * 3 * C;
+  __nv_bfloat16* orow = out + static_cast<int64_t>(t) * 3 * C;
+  auto store4 = [](__nv_bfloat16* dst, float4 v) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 w;
+    w.x = *reinterpret_cast<uint32_t*>(&lo);
+    w.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(dst) = w;
+  };
+  if (item >= qk_items) {  // v: rounded only
+    const int col = 2 * C + (item - qk_items) * 4;
+    store4(orow + col, *reinterpret_cast<const float4*>(row + col));
+    return;
   }
-  out[idx] = __float2bfloat16_rn(value);
+  // q heads 0..NH−1 then k heads: head · HS is the column of either.
+  const int head = item / (half / 4);
+  const int i = (item % (half / 4)) * 4;
+  const int col = head * HS + i;
+  const float4 a = *reinterpret_cast<const float4*>(row + col);
+  const float4 b = *reinterpret_cast<const float4*>(row + col + half);
+  const float4 cs = *reinterpret_cast<const float4*>(table + t * half + i);
+  const float4 sn =
+      *reinterpret_cast<const float4*>(table + T * half + t * half + i);
+  float4 lo, hi;
+  if (!kInverse) {
+    lo = make_float4(a.x * cs.x - b.x * sn.x, a.y * cs.y - b.y * sn.y,
+                     a.z * cs.z - b.z * sn.z, a.w * cs.w - b.w * sn.w);
+    hi = make_float4(b.x * cs.x + a.x * sn.x, b.y * cs.y + a.y * sn.y,
+                     b.z * cs.z + a.z * sn.z, b.w * cs.w + a.w * sn.w);
+  } else {
+    lo = make_float4(a.x * cs.x + b.x * sn.x, a.y * cs.y + b.y * sn.y,
+                     a.z * cs.z + b.z * sn.z, a.w * cs.w + b.w * sn.w);
+    hi = make_float4(b.x * cs.x - a.x * sn.x, b.y * cs.y - a.y * sn.y,
+                     b.z * cs.z - a.z * sn.z, b.w * cs.w - a.w * sn.w);
+  }
+  store4(orow + col, lo);
+  store4(orow + col + half, hi);
 }
 
 template <bool kInverse>
 cudaError_t LaunchRope(const float* in, const float* table, int T, int NH,
                        int HS, __nv_bfloat16* out, cudaStream_t stream) {
-  const int threads = 256;
-  const dim3 grid((3 * NH * HS + threads - 1) / threads, T);
+  if (HS % 8 != 0) return cudaErrorInvalidValue;
+  const int items = 2 * NH * (HS / 8) + NH * HS / 4;
+  const int threads = 128;
+  const dim3 grid((items + threads - 1) / threads, T);
   RopeKernel<kInverse><<<grid, threads, 0, stream>>>(in, table, T, NH, HS,
                                                      out);
   return cudaGetLastError();

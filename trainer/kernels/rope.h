@@ -16,6 +16,8 @@
 // then k, then v (the qkv product's output). Both directions read fp32 and
 // write the whole [T, 3C] rounded to bf16 (v / dv copied unrotated): the
 // result only feeds matrix products (attention forward; dX/dW backward).
+// Requirements: HS a multiple of 8 (16-byte groups of 4 pairs), else
+// cudaErrorInvalidValue; rows 16-byte aligned (C a multiple of 4).
 #ifndef COPPELIUS_TRAINER_KERNELS_ROPE_H_
 #define COPPELIUS_TRAINER_KERNELS_ROPE_H_
 
