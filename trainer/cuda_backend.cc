@@ -573,9 +573,21 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Plan(&p_out_, linear_fwd("output forward", C, C, C, 1)));
   RETURN_IF_ERROR(Plan(&p_gu_, linear_fwd("gate|up forward", 2 * H, C, 2 * H, 0)));
   RETURN_IF_ERROR(Plan(&p_down_, linear_fwd("down forward", C, H, C, 1)));
-  RETURN_IF_ERROR(Plan(&p_logits_, linear_fwd("logits forward", V, C, V, 0)));
+  // Heuristic candidates other than the first where step_bench measured
+  // them faster on the H200 (2026-11-30, cuBLAS 13; docs/PERFORMANCE.md):
+  // logits forward #3 (32.4 vs 36.9 us), logits dW #2 (30.0 vs 31.5 us).
+  // Fixed indices keep the algorithms, and so the results, reproducible.
+  {
+    MatmulShape s = linear_fwd("logits forward", V, C, V, 0);
+    s.algo_index = 3;
+    RETURN_IF_ERROR(Plan(&p_logits_, s));
+  }
   RETURN_IF_ERROR(Plan(&p_dxf_, linear_dx("logits dX", V, C)));
-  RETURN_IF_ERROR(Plan(&p_demb_, linear_dw("logits dW", V, C)));
+  {
+    MatmulShape s = linear_dw("logits dW", V, C);
+    s.algo_index = 2;
+    RETURN_IF_ERROR(Plan(&p_demb_, s));
+  }
   RETURN_IF_ERROR(Plan(&p_dx_down_, linear_dx("down dX", C, H)));
   RETURN_IF_ERROR(Plan(&p_dw_down_, linear_dw("down dW", C, H)));
   RETURN_IF_ERROR(Plan(&p_dx_gu_, linear_dx("gate|up dX", 2 * H, C)));

@@ -58,6 +58,7 @@ struct MatmulCase {
   int64_t m, n, k;
   int batch;
   float alpha, beta;
+  int algo_index = 0;  // MatmulShape::algo_index
 };
 
 void RunMatmulCase(const MatmulCase& c) {
@@ -98,6 +99,7 @@ void RunMatmulCase(const MatmulCase& c) {
   s.stride_c = sc;
   s.alpha = c.alpha;
   s.beta = c.beta;
+  s.algo_index = c.algo_index;
   const size_t ws_bytes = 32u << 20;
   DeviceBuffer<char> ws(ws_bytes);
   auto plan = MatmulPlan::Create(lt, s, ws_bytes);
@@ -220,7 +222,25 @@ TEST(MatmulTest, RejectsBadShapes) {
   s.ldc = 4;
   EXPECT_EQ(MatmulPlan::Create(lt, s, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
+  s.lda = 4;
+  s.algo_index = 16;  // beyond any heuristic list
+  EXPECT_EQ(MatmulPlan::Create(lt, s, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  s.algo_index = -1;
+  EXPECT_EQ(MatmulPlan::Create(lt, s, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
   cublasLtDestroy(lt);
+}
+
+// The backend pins non-default heuristic candidates (logits forward #3,
+// logits dW #2): those algorithms must compute the same product.
+TEST(MatmulTest, NonDefaultCandidatesAgainstDoubleReference) {
+  SKIP_WITHOUT_GPU();
+  for (int index : {1, 2, 3}) {
+    SCOPED_TRACE(testing::Message() << "algo_index=" << index);
+    RunMatmulCase({false, true, 1024, 1000, 64, 1, 1.0f, 0.0f, index});
+    RunMatmulCase({true, false, 1000, 128, 256, 1, 1.0f, 0.0f, index});
+  }
 }
 
 // ------------------------------------------------------------- layernorm

@@ -7,6 +7,7 @@
 // (transposed iff trans_a), m = N, n = M.
 #include "trainer/kernels/matmul.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -15,6 +16,9 @@
 
 namespace coppelius {
 namespace {
+
+// Longest heuristic list a plan may index (MatmulShape::algo_index).
+constexpr int kMaxCandidates = 16;
 
 absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols,
                         int64_t ld, int batch, int64_t stride,
@@ -131,13 +135,19 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
     st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
                                               sizeof(align));
   }
-  cublasLtMatmulHeuristicResult_t result = {};
+  if (s.algo_index < 0 || s.algo_index >= kMaxCandidates) {
+    cublasLtMatmulPreferenceDestroy(pref);
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": algo_index ", s.algo_index, " outside [0, ", kMaxCandidates,
+        ")"));
+  }
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(handle, plan->op_desc_,
-                                        plan->layout_a_, plan->layout_b_,
-                                        plan->layout_c_, plan->layout_c_, pref,
-                                        1, &result, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(
+        handle, plan->op_desc_, plan->layout_a_, plan->layout_b_,
+        plan->layout_c_, plan->layout_c_, pref, s.algo_index + 1, results,
+        &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_RETURN_IF_ERROR(
@@ -147,8 +157,32 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
         what, ": cublasLtMatmulAlgoGetHeuristic found no algorithm (m=", s.m,
         " n=", s.n, " k=", s.k, " batch=", s.batch, ")"));
   }
-  plan->algo_ = result.algo;
+  if (found <= s.algo_index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": algo_index ", s.algo_index, " but the heuristic offers only ",
+        found, " candidates"));
+  }
+  plan->algo_ = results[s.algo_index].algo;
   return plan;
+}
+
+absl::StatusOr<int> MatmulPlan::CountCandidates(cublasLtHandle_t handle,
+                                                const MatmulShape& shape,
+                                                size_t workspace_bytes,
+                                                int limit) {
+  MatmulShape s = shape;
+  int count = 0;
+  for (int i = 0; i < std::min(limit, kMaxCandidates); ++i) {
+    s.algo_index = i;
+    absl::StatusOr<std::unique_ptr<MatmulPlan>> plan =
+        Create(handle, s, workspace_bytes);
+    if (!plan.ok()) {
+      if (absl::IsInvalidArgument(plan.status()) && i > 0) break;
+      return plan.status();
+    }
+    count = i + 1;
+  }
+  return count;
 }
 
 absl::Status MatmulPlan::Run(const __nv_bfloat16* a, const __nv_bfloat16* b,

@@ -55,6 +55,12 @@ struct MatmulShape {
   // the product's epilogue (round to nearest even), for results that only
   // feed another product. Use RunBf16().
   bool d_bf16 = false;
+  // Which entry of cuBLASLt's heuristic list (best first) to use: a fixed
+  // index, chosen offline from step_bench's per-candidate timings, keeps the
+  // algorithm — and so the results — the same from run to run (timing the
+  // candidates at start-up would not). InvalidArgument if the heuristic
+  // returns fewer candidates.
+  int algo_index = 0;
 };
 
 class MatmulPlan {
@@ -83,6 +89,13 @@ class MatmulPlan {
                        cudaStream_t stream) const;
 
   const MatmulShape& shape() const { return shape_; }
+
+  // The number of candidates cuBLASLt's heuristic offers for `shape` (at
+  // most `limit`), for benchmarks that time each algo_index.
+  static absl::StatusOr<int> CountCandidates(cublasLtHandle_t handle,
+                                             const MatmulShape& shape,
+                                             size_t workspace_bytes,
+                                             int limit);
 
  private:
   MatmulPlan() = default;

@@ -69,6 +69,7 @@ struct Row {
 };
 
 std::vector<Row> g_rows;
+std::vector<std::string> g_candidates;  // per product: us of each algo_index
 
 void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
   void* p = nullptr;
@@ -137,6 +138,11 @@ int KernelBench() {
       {"mm logits dW [V,C]", true, false, V, C, T, V, C, C, 1, 0, 0, 0},
       {"mm gate|up dW", true, false, 2 * H, C, T, 2 * H, C, C, 1, 0, 0, 0},
       {"mm gate|up dX", false, false, T, C, 2 * H, 2 * H, C, C, 1, 0, 0, 0},
+      {"mm down dX", false, false, T, H, C, C, H, H, 1, 0, 0, 0},
+      {"mm down dW", true, false, C, H, T, C, H, H, 1, 0, 0, 0},
+      {"mm out dW", true, false, C, C, T, C, C, C, 1, 0, 0, 0},
+      {"mm qkv dX", false, false, T, C, 3 * C, 3 * C, C, C, 1, 0, 0, 0},
+      {"mm qkv dW", true, false, 3 * C, C, T, 3 * C, C, C, 1, 0, 0, 0},
   };
   for (const MmCase& c : mms) {
     MatmulShape s;
@@ -164,6 +170,28 @@ int KernelBench() {
     MatmulPlan* p = plan->get();
     const double ms = TimeIt([&] { return p->Run(a, b, nullptr, d, ws, nullptr).ok(); });
     g_rows.push_back({c.name, ms, 0, 2.0 * c.m * c.n * c.k * c.batch});
+    // Every heuristic candidate (MatmulShape::algo_index), for choosing the
+    // backend's fixed indices.
+    auto count = MatmulPlan::CountCandidates(lt, s, ws_bytes, 8);
+    CHECK_OK(count.status());
+    std::string line;
+    int best = 0;
+    double best_ms = ms;
+    for (int i = 0; i < *count; ++i) {
+      MatmulShape si = s;
+      si.algo_index = i;
+      auto pi = MatmulPlan::Create(lt, si, ws_bytes);
+      CHECK_OK(pi.status());
+      MatmulPlan* q = pi->get();
+      const double mi = TimeIt([&] { return q->Run(a, b, nullptr, d, ws, nullptr).ok(); });
+      line += " " + std::to_string(i) + ":" + std::to_string(mi * 1000).substr(0, 5);
+      if (mi < best_ms) {
+        best_ms = mi;
+        best = i;
+      }
+    }
+    g_candidates.push_back(std::string(c.name) + " | best index " + std::to_string(best) +
+                           " (" + std::to_string(best_ms * 1000).substr(0, 5) + " us) |" + line);
     cudaFree(a);
     cudaFree(b);
     cudaFree(d);
@@ -429,6 +457,8 @@ int Main(int argc, char** argv) {
                   r.bytes > 0 ? r.bytes / r.ms / 1e6 : 0.0,
                   r.flops > 0 ? r.flops / r.ms / 1e9 : 0.0);
     }
+    std::printf("\n== cuBLASLt heuristic candidates per product (us, median of 50) ==\n");
+    for (const std::string& line : g_candidates) std::printf("%s\n", line.c_str());
   }
   return BackendBench(config, steps);
 }
