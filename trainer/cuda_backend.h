@@ -6,11 +6,12 @@
 //
 // Numerics (the same as the reference backend): every operand of every
 // matrix product is rounded to bf16 (RNE) at the product, accumulation and
-// results fp32 (cuBLASLt, trainer/kernels/matmul.h); P, M, V and gradients
+// results fp32 (cuBLASLt, trainer/kernels/matmul.h; the attention products
+// in our fused kernels, trainer/kernels/attention.h); P, M, V and gradients
 // fp32; LayerNorm statistics, softmax and cross-entropy fp32; AdamW mirrors
 // trainer/adamw.h's fp32 operation order bitwise. Deterministic: fixed
-// grids, fixed-order reductions, no float atomics, cuBLASLt algorithms chosen
-// once; the same inputs give bitwise identical results run after run on the
+// grids, fixed-order reductions, no float atomics, cuBLASLt algorithms fixed
+// (heuristic candidate by index); the same inputs give bitwise identical results run after run on the
 // same GPU model.
 //
 // Step graph (captured once, at the first EnqueueStep): device timestamp;
@@ -19,20 +20,22 @@
 // from a host-computed table indexed by s); per-row CE into a ring of mapped
 // pinned host windows; device timestamp; advance the counter. EnqueueStep
 // launches it and records an event; PollStep waits on that step's event.
-// Inside the graph, independent backward products (dW ∥ dX, dP ∥ dV,
-// dQ ∥ dK) and the LayerNorm weight/bias reductions run on a side stream,
-// and each block's AdamW runs on a third stream as soon as the block's
-// gradients are complete (fork/join edges of the capture; every node writes
-// its own buffer, so the overlap cannot change a bit).
+// Inside the graph, independent backward work (dW ∥ dX products, the
+// attention's dk/dv kernel ∥ its dq kernel) and the LayerNorm weight/bias
+// reductions run on a side stream, and each block's AdamW runs on a third,
+// low-priority stream as soon as the block's gradients are complete
+// (fork/join edges of the capture; every node writes its own buffer, so the
+// overlap cannot change a bit).
 // BeginSnapshot enqueues a device-side copy of P/M/V, then an asynchronous
 // copy to pinned host memory on its own stream; FinishSnapshot waits for it.
 // At most one snapshot is pending: max_steps_in_flight() is
 // min(32, checkpoint_interval − 1).
 //
-// Device memory (coppelius): ~4.9 GiB peak — P/M/V 692 MB + its snapshot
-// copy 692 MB, gradients 231 MB, bf16 weights 115 MB, per-block saved
-// activations incl. the attention probabilities (fp32 + bf16, 48 MB per
-// block), logits 50 MB, two 32 MiB cuBLASLt workspaces.
+// Device memory (coppelius): 2.80 GiB peak as `train` reports it (incl.
+// the CUDA context) — P/M/V 692 MB + its snapshot copy 692 MB, gradients
+// 231 MB, bf16 weights 115 MB, per-block saved activations (no [T, T]
+// matrices: the fused attention keeps one [NH, T] statistic per block),
+// logits 50 MB, attention scratch 25 MB, two 32 MiB cuBLASLt workspaces.
 #ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_
 #define COPPELIUS_TRAINER_CUDA_BACKEND_H_
 

@@ -11,12 +11,12 @@
 // A C fragment pair (n-tiles 2i, 2i+1) is, element for element, the A
 // fragment of the next product (FlashAttention-2's register reuse).
 //
-// Shared memory: "row" tiles [64][HS + 8] (position-major, B operand of
-// products contracting over the head dimension) and "transposed" tiles
-// [HS][64 + 8] (dimension-major, B operand of products contracting over
-// positions); the 8 bf16 of padding spread a warp's 32-bit fragment loads
-// over all 32 banks. The next tile is prefetched into registers while the
-// current one is used.
+// Shared memory: tiles [64][HS + 8], position-major (rows = queries or
+// keys). Products contracting over the head dimension read them as B
+// fragments with ldmatrix; products contracting over positions (P·v, dS·k,
+// Pᵀ·dy, dSᵀ·q) read the same tiles with ldmatrix.trans. The 8 bf16 of
+// padding put the 8 rows an ldmatrix reads in distinct banks. The next
+// tile is prefetched into registers while the current one is used.
 #include "trainer/kernels/attention.h"
 
 #include <cmath>
