@@ -32,7 +32,7 @@
 
 namespace coppelius {
 
-constexpr int kLayerNormBackwardRows = 16;
+constexpr int kLayerNormBackwardRows = 8;
 
 // Floats of scratch LayerNormBackward needs for `T` rows of width `C`.
 inline size_t LayerNormBackwardScratchFloats(int T, int C) {
