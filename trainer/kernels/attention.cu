@@ -22,12 +22,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "trainer/kernels/attention_items.h"
+
 namespace coppelius {
 namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kTile = 64;      // positions per tile (query rows or keys)
+constexpr int kTile = kAttentionTile;  // positions per tile (rows or keys)
 constexpr int kThreads = 128;  // 4 warps × 16 rows
 constexpr int kPad = 8;        // bf16 of padding per shared-memory row
 
@@ -225,50 +227,9 @@ __device__ __forceinline__ void Probabilities(float (&s)[8][4], float scale2,
 }
 
 // ------------------------------------------------------------------------
-// Work decomposition. Query-side items are (query tile qt, chunk) with the
-// chunk covering key tiles kSplit·chunk .. min(qt, kSplit·chunk + kSplit − 1),
-// enumerated longest rows first; key-side items are (key tile kt, chunk)
-// with the chunk covering query tiles kt + kSplit·chunk .. (at most kSplit).
-// A tile's chunks combine in chunk order (fixed, whatever order the CTAs
-// finish in): the last CTA to arrive (integer counter) adds the partials.
-
-// 6 tiles per chunk: at T = 1024 (16 tiles) and NH = 8 that is 240 items,
-// one wave at the 2 CTAs per SM the register use of the backward and output
-// kernels allows (264 on 132 SMs); with 4 tiles (320 items) they ran in two
-// waves (measured on the H200, 2026-11-30).
-constexpr int kSplit = 6;
-
-int NumChunks(int tiles) { return (tiles - 1) / kSplit + 1; }
-
-int NumItems(int num_tiles) {
-  int n = 0;
-  for (int t = 0; t < num_tiles; ++t) n += NumChunks(t + 1);
-  return n;
-}
-
-__device__ __forceinline__ void QueryItem(int i, int num_tiles, int* qt,
-                                          int* chunk) {
-  int t = num_tiles - 1;
-  for (; t > 0; --t) {
-    const int n = t / kSplit + 1;
-    if (i < n) break;
-    i -= n;
-  }
-  *qt = t;
-  *chunk = i;
-}
-
-__device__ __forceinline__ void KeyItem(int i, int num_tiles, int* kt,
-                                        int* chunk) {
-  int t = 0;
-  for (; t < num_tiles - 1; ++t) {
-    const int n = (num_tiles - 1 - t) / kSplit + 1;
-    if (i < n) break;
-    i -= n;
-  }
-  *kt = t;
-  *chunk = i;
-}
+// Work decomposition: attention_items.h. A tile's chunks combine in chunk
+// order (fixed, whatever order the CTAs finish in): the last CTA to arrive
+// (integer counter) adds the partials.
 
 struct Params {
   const bf16* qkv;     // [T, 3C] rotated q, k and v (bf16)
@@ -390,9 +351,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
-  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -482,10 +442,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
-  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
-  const int n_chunks = qt / kSplit + 1;
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
+  const int n_chunks = QueryTileChunks(qt);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -628,9 +587,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
-  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -668,7 +626,7 @@ __global__ void __launch_bounds__(kThreads)
 // D of row t: Σ of its query tile's chunk partials, in chunk order.
 __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
   if (t >= p.T) return 0.0f;
-  const int n = (t / kTile) / kSplit + 1;
+  const int n = QueryTileChunks(t / kTile);
   const int64_t stride = static_cast<int64_t>(p.NH) * p.T;
   const int64_t i = static_cast<int64_t>(h) * p.T + t;
   // Loads issued four at a time; the sum stays in chunk order.
@@ -696,9 +654,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk);
-  const int kt0 = chunk * kSplit, kt1 = min(qt, kt0 + kSplit - 1);
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -732,7 +689,7 @@ __global__ void __launch_bounds__(kThreads)
     PackA<8>(s, dsa);
     AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
   }
-  const int n_chunks = qt / kSplit + 1;
+  const int n_chunks = QueryTileChunks(qt);
   const int col0 = h * kHS + (threadIdx.x & 3) * 2;
   if (n_chunks > 1 &&
       !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
@@ -756,10 +713,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(8) float s_lse[kTile];
   __shared__ __align__(8) float s_d[kTile];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int kt, chunk;
-  KeyItem(blockIdx.x, p.num_tiles, &kt, &chunk);
-  const int qt0 = kt + chunk * kSplit;
-  const int qt1 = min(p.num_tiles - 1, qt0 + kSplit - 1);
+  int kt, chunk, qt0, qt1;
+  KeyItem(blockIdx.x, p.num_tiles, &kt, &chunk, &qt0, &qt1);
   const int r0 = (threadIdx.x >> 5) * 16;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int j0 = kt * kTile + r0 + g, j1 = j0 + 8;
@@ -845,7 +800,7 @@ __global__ void __launch_bounds__(kThreads)
       AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
     }
   }
-  const int n_chunks = (p.num_tiles - 1 - kt) / kSplit + 1;
+  const int n_chunks = KeyTileChunks(kt, p.num_tiles);
   const int col0 = h * kHS + c * 2;
   if (n_chunks > 1) {
     WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
@@ -882,8 +837,8 @@ struct ScratchLayout {
 };
 
 ScratchLayout Layout(int T, int NH, int HS) {
-  const size_t tiles = static_cast<size_t>((T + kTile - 1) / kTile);
-  const size_t chunks = static_cast<size_t>(NumChunks(static_cast<int>(tiles)));
+  const size_t tiles = static_cast<size_t>(AttentionTiles(T));
+  const size_t chunks = static_cast<size_t>(AttentionChunks(static_cast<int>(tiles)));
   const size_t rows = chunks * NH * T;
   const size_t plane = chunks * T * static_cast<size_t>(NH) * HS;
   auto up = [](size_t w) { return (w + 63) / 64 * 64; };
@@ -923,7 +878,7 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   p.dqkv = dqkv;
   p.T = T;
   p.NH = NH;
-  p.num_tiles = (T + kTile - 1) / kTile;
+  p.num_tiles = AttentionTiles(T);
   p.scale = 1.0f / sqrtf(static_cast<float>(HS));
   p.scale2 = p.scale * 1.4426950408889634f;  // log2(e)
   p.counters = reinterpret_cast<int*>(w + l.counters);
@@ -941,7 +896,7 @@ enum Which { kForward, kDelta, kQuery, kKeys };
 
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
-  const dim3 grid(NumItems(p.num_tiles), p.NH);
+  const dim3 grid(NumAttentionItems(p.num_tiles), p.NH);
   switch (which) {
     case kForward:
       ForwardStatsKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
