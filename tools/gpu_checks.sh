@@ -8,6 +8,8 @@
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
+#   6. with PROFILE=1: ncu's duration of every kernel of one step graph,
+#      summed per kernel (tools/ncu_step_table.py; ~20 s)
 # Env: STEPS (default 300) timed steps for the benchmark; SKIP_SANITIZER=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,8 +107,19 @@ if [ "${SKIP_TORCH:-0}" != 1 ] && python3 -c "import torch" 2>/dev/null; then
   cat "$out/bench_torch.log" >> "$log"
 fi
 
+# 6. per-kernel profile of one step (ncu runs the kernels one at a time)
+if [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null && [ -x stage/bin/step_bench ]; then
+  echo "== ncu step profile" | tee -a "$log"
+  timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count 700 stage/bin/step_bench --kernels=0 --steps=1 \
+    > "$out/ncu_step.csv" 2> "$out/ncu_step.err"
+  python3 tools/ncu_step_table.py "$out/ncu_step.csv" --top 25 > "$out/ncu_step_table.txt" 2>&1
+  note "ncu step profile" "rc=$? ($out/ncu_step_table.txt)"
+fi
+
 echo
 echo "================ summary ($(date -u +%H:%M:%SZ)) ================"
 [ -f "$out/step_bench.log" ] && cat "$out/step_bench.log"
 [ -f "$out/bench_torch.log" ] && grep -E "^(torch|pytorch)" "$out/bench_torch.log"
+[ -f "$out/ncu_step_table.txt" ] && head -20 "$out/ncu_step_table.txt"
 printf '%s\n' "${summary[@]}"
