@@ -28,9 +28,15 @@
 // backend, trainer/reference_backend.h): P is normalized in fp32 BEFORE its
 // bf16 rounding (which is why the forward makes two passes over the keys:
 // the first finds lse2 with the online rescaling of FlashAttention, the
-// second forms the normalized P), D is the fp32 Σ P·dP of the softmax
-// backward (not the dy·y shortcut of FlashAttention-2, which would use the
-// rounded P), and every product operand is bf16 with fp32 accumulation.
+// second forms the normalized P), D is Σ P·dP over the unrounded P (not the
+// dy·y shortcut of FlashAttention-2, which would use the rounded P; summed
+// here in fp32, in the reference in double), and every product operand is
+// bf16 with fp32 accumulation. One difference in order: the reference
+// rounds scale·P⊙(dP − D) to bf16 and leaves the dq/dk products unscaled;
+// these kernels (like the cuBLAS version before them, whose alpha was the
+// scale) round P⊙(dP − D) and scale the products. For a power-of-two scale
+// — HS = 16 or 64, every config there is — the two give the same bits; for
+// HS = 32 (scale 2^−2.5) they differ by up to one bf16 rounding of dS.
 //
 // Parallelism (deterministic: no float atomics; every sum in a fixed
 // order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a
@@ -41,7 +47,8 @@
 // and D through a second kernel, products in the CTA that arrives last at
 // an integer counter (fp32 partials in scratch).
 //   forward:   (1) partial max and Σ per chunk; (2) combined lse2; P; the
-//              y partials; the last chunk writes y;
+//              y partials; the CTA that arrives last writes y (the sum is in
+//              chunk order whichever CTA that is);
 //   backward:  (1) "delta": partial D per chunk; (2) "query": dS, dq;
 //              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
 //              (2) and (3) depend only on (1): they may run concurrently.
@@ -53,8 +60,14 @@
 // once before the first use (the kernels leave their counters at zero; the
 // rest is overwritten before it is read). One scratch serves every layer,
 // but calls sharing it must not overlap, except the backward's query and
-// keys kernels with each other.
-// Requirements: HS ∈ {16, 32, 64}; C a multiple of 8 (16-byte rows); any T.
+// keys kernels with each other, and it is valid only for the (T, NH, HS) it
+// was sized and zeroed for: the regions' offsets depend on them, so a call
+// with another shape would find non-zero counters and combine wrongly.
+// Scratch grows as ⌈T / 384⌉ · T · C · 16 bytes (25 MB at T = 1024, C = 512).
+// Requirements: HS ∈ {16, 32, 64} and T, NH > 0 (else every function returns
+// cudaErrorInvalidValue); qkv and dy 16-byte aligned, y, dqkv, stats, rope
+// and scratch 8-byte aligned (cudaMalloc gives 256); outputs not aliasing
+// inputs; the RoPE table built for the same T and HS.
 #ifndef COPPELIUS_TRAINER_KERNELS_ATTENTION_H_
 #define COPPELIUS_TRAINER_KERNELS_ATTENTION_H_
 

@@ -27,8 +27,9 @@ TEST(AttentionItemsTest, TilesOfT) {
   EXPECT_EQ(AttentionTiles(1024), 16);
 }
 
-TEST(AttentionItemsTest, CoppeliusSizeHas240ItemsPerHead) {
-  // 16 tiles: query tiles 0..5 one chunk, 6..11 two, 12..15 three.
+TEST(AttentionItemsTest, CoppeliusSizeHas30ItemsPerHead) {
+  // 16 tiles: query tiles 0..5 one chunk, 6..11 two, 12..15 three (240
+  // CTAs for 8 heads).
   EXPECT_EQ(NumAttentionItems(16), 6 * 1 + 6 * 2 + 4 * 3);
   EXPECT_EQ(QueryTileChunks(15), 3);
   EXPECT_EQ(KeyTileChunks(0, 16), 3);

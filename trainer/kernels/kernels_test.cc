@@ -396,12 +396,14 @@ void RunAttentionCase(int NH, int T, int HS) {
   const std::vector<float> rope = RopeTable(T, HS, 10000.0);
   DeviceBuffer<float> d_rope(rope.size());
   d_rope.Upload(rope);
-  // Scratch: zero-filled once (counters), as the backend does; the rest is
-  // poisoned (NaN) to show it is written before it is read.
+  // Scratch: the counters (its first 3·NH·⌈T/64⌉ words) zero-filled once,
+  // as the backend zero-fills the whole; the rest is poisoned (NaN) to show
+  // it is written before it is read.
   const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS);
+  const size_t counter_bytes = 3 * static_cast<size_t>(NH) * ((T + 63) / 64) * 4;
   DeviceBuffer<char> scratch(scratch_bytes);
-  ASSERT_EQ(cudaMemset(scratch.get(), 0, 4096 < scratch_bytes ? 4096 : scratch_bytes),
-            cudaSuccess);
+  ASSERT_LE(counter_bytes, scratch_bytes);
+  ASSERT_EQ(cudaMemset(scratch.get(), 0, counter_bytes), cudaSuccess);
   d_qkv.Upload(ToBf16(qkv));
   d_dy.Upload(ToBf16(dy));
   ASSERT_EQ(AttentionForward(AsBf16(d_qkv), T, NH, HS, AsBf16(d_y), d_stats.get(),
@@ -484,7 +486,11 @@ void RunAttentionCase(int NH, int T, int HS) {
   }
   // Deterministic: a second run (counters left at zero by the first) gives
   // the same bits, with the backward's query and keys kernels on two
-  // concurrent streams this time.
+  // concurrent streams this time; the outputs are poisoned again first, so
+  // an element the second run fails to write cannot pass.
+  ASSERT_EQ(cudaMemset(d_y.get(), 0xFF, ny * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_stats.get(), 0xFF, static_cast<size_t>(NH) * T * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_dqkv.get(), 0xFF, nqkv * 2), cudaSuccess);
   cudaStream_t side;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(AttentionForward(AsBf16(d_qkv), T, NH, HS, AsBf16(d_y), d_stats.get(),
@@ -512,7 +518,11 @@ TEST(AttentionTest, FusedForwardBackwardAgainstDouble) {
   RunAttentionCase(2, 130, 32);  // three tiles, the last with 2 rows
   RunAttentionCase(2, 200, 64);  // coppelius head size, partial last tile
   RunAttentionCase(8, 256, 64);  // coppelius heads, whole tiles
-  RunAttentionCase(2, 1000, 64); // 16 tiles: 4 chunks for the last rows
+  RunAttentionCase(2, 1000, 64); // 16 tiles: 3 chunks for the last rows
+  // Several chunks (T > 384) at the other head sizes too. (Added after the
+  // last device run of 2026-11-30; first run in the next GPU session.)
+  RunAttentionCase(3, 777, 16);
+  RunAttentionCase(4, 1100, 32);
 }
 
 TEST(AttentionTest, RejectsUnsupportedHeadSize) {
