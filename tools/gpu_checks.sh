@@ -101,7 +101,7 @@ fi
 # 5. the PyTorch baseline on the same model (tools/bench_torch.py), side by side
 if [ "${SKIP_TORCH:-0}" != 1 ] && python3 -c "import torch" 2>/dev/null; then
   echo "== bench_torch" | tee -a "$log"
-  timeout "${TORCH_TIMEOUT:-300}" python3 tools/bench_torch.py --modes "${TORCH_MODES:-eager,compile}" --steps "${TORCH_STEPS:-200}" \
+  timeout "${TORCH_TIMEOUT:-300}" python3 tools/bench_torch.py --modes "${TORCH_MODES:-eager,compile,reduce-overhead}" --steps "${TORCH_STEPS:-200}" \
     >"$out/bench_torch.log" 2>&1
   note "bench_torch" "rc=$?"
   cat "$out/bench_torch.log" >> "$log"
