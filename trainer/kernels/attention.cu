@@ -927,6 +927,18 @@ cudaError_t Launch(Which which, int HS, const Params& p,
   }
 }
 
+// The backward's kernels read the forward's statistics (never written
+// here: Params holds one non-const pointer for both directions).
+cudaError_t LaunchBackward(Which which, const bf16* qkv, const bf16* dy,
+                           const float* stats, const float* rope_table, int T,
+                           int NH, int HS, void* scratch, bf16* dqkv,
+                           cudaStream_t stream) {
+  return Launch(which, HS,
+                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
+                           rope_table, dqkv, T, NH, HS, scratch),
+                stream);
+}
+
 }  // namespace
 
 bool AttentionSupportsHeadSize(int HS) {
@@ -949,30 +961,24 @@ cudaError_t AttentionForward(const bf16* qkv, int T, int NH, int HS, bf16* y,
 cudaError_t AttentionBackwardDelta(const bf16* qkv, const bf16* dy,
                                    const float* stats, int T, int NH, int HS,
                                    void* scratch, cudaStream_t stream) {
-  return Launch(kDelta, HS,
-                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
-                           nullptr, nullptr, T, NH, HS, scratch),
-                stream);
+  return LaunchBackward(kDelta, qkv, dy, stats, nullptr, T, NH, HS, scratch,
+                        nullptr, stream);
 }
 
 cudaError_t AttentionBackwardQuery(const bf16* qkv, const bf16* dy,
                                    const float* stats, const float* rope_table,
                                    int T, int NH, int HS, void* scratch,
                                    bf16* dqkv, cudaStream_t stream) {
-  return Launch(kQuery, HS,
-                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
-                           rope_table, dqkv, T, NH, HS, scratch),
-                stream);
+  return LaunchBackward(kQuery, qkv, dy, stats, rope_table, T, NH, HS,
+                        scratch, dqkv, stream);
 }
 
 cudaError_t AttentionBackwardKeys(const bf16* qkv, const bf16* dy,
                                   const float* stats, const float* rope_table,
                                   int T, int NH, int HS, void* scratch,
                                   bf16* dqkv, cudaStream_t stream) {
-  return Launch(kKeys, HS,
-                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
-                           rope_table, dqkv, T, NH, HS, scratch),
-                stream);
+  return LaunchBackward(kKeys, qkv, dy, stats, rope_table, T, NH, HS, scratch,
+                        dqkv, stream);
 }
 
 cudaError_t AttentionBackward(const bf16* qkv, const bf16* dy,
