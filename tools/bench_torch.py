@@ -82,31 +82,28 @@ def bench(mode, steps, warmup):
                              {"params": rest, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
 
-    def step(ids, targets):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(ids, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        return loss
-
-    if mode == "compile":
-        step = torch.compile(step)
-    elif mode == "reduce-overhead":
-        compiled_model = torch.compile(model, mode="reduce-overhead")
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-
+    def make_step(forward, mark_step_begin=False):
         def step(ids, targets):
-            # CUDA-graph trees: each call is a new iteration (the graphs'
-            # outputs of the previous one may be overwritten).
-            torch.compiler.cudagraph_mark_step_begin()
+            if mark_step_begin:
+                # CUDA-graph trees: each call is a new iteration (the graphs'
+                # outputs of the previous one may be overwritten).
+                torch.compiler.cudagraph_mark_step_begin()
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = compiled_model(ids, targets)
+                loss = forward(ids, targets)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
             return loss
+        return step
+
+    step = make_step(model)
+    if mode == "compile":
+        step = torch.compile(step)
+    elif mode == "reduce-overhead":
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        step = make_step(torch.compile(model, mode="reduce-overhead"),
+                         mark_step_begin=True)
     data = torch.randint(0, V, (steps + warmup, 1, T + 1), device="cuda")
     t0 = time.time()
     for s in range(warmup):
