@@ -3,11 +3,13 @@
 
 #include <cstdint>
 
+#include "trainer/kernels/bf16.cuh"
 #include "trainer/kernels/reduce.cuh"
 
 namespace coppelius {
 namespace {
 
+using kernels::StoreBf16x4;
 using kernels::WarpSum;
 
 constexpr int kForwardWarps = 8;   // rows per forward block
@@ -80,12 +82,7 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x,
       y.y = (r.v[4 * i + 1] - mean) * rstd * w.y + b.y;
       y.z = (r.v[4 * i + 2] - mean) * rstd * w.z + b.z;
       y.w = (r.v[4 * i + 3] - mean) * rstd * w.w + b.w;
-      __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y);
-      __nv_bfloat162 hi = __floats2bfloat162_rn(y.z, y.w);
-      uint2 packed;
-      packed.x = *reinterpret_cast<uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(y_bf16 + base + c0) = packed;
+      StoreBf16x4(y_bf16 + base + c0, y);
       if (y_f32 != nullptr) {
         *reinterpret_cast<float4*>(y_f32 + base + c0) = y;
       }
@@ -179,12 +176,7 @@ __global__ void LayerNormBackwardKernel(
         o.z = res.v[4 * i + 2];
         o.w = res.v[4 * i + 3];
         *reinterpret_cast<float4*>(dresid + base + c0) = o;
-        __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y);
-        __nv_bfloat162 hi = __floats2bfloat162_rn(o.z, o.w);
-        uint2 packed;
-        packed.x = *reinterpret_cast<uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(dresid_bf16 + base + c0) = packed;
+        StoreBf16x4(dresid_bf16 + base + c0, o);
       }
     }
 #pragma unroll

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "trainer/kernels/bf16.cuh"
+
 namespace coppelius {
 
 std::vector<float> RopeTable(int T, int HS, double base) {
@@ -38,17 +40,9 @@ __global__ void RopeKernel(const float* __restrict__ in,
   const int t = blockIdx.y;
   const float* row = in + static_cast<int64_t>(t) * 3 * C;
   __nv_bfloat16* orow = out + static_cast<int64_t>(t) * 3 * C;
-  auto store4 = [](__nv_bfloat16* dst, float4 v) {
-    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
-    __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
-    uint2 w;
-    w.x = *reinterpret_cast<uint32_t*>(&lo);
-    w.y = *reinterpret_cast<uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(dst) = w;
-  };
   if (item >= qk_items) {  // v: rounded only
     const int col = 2 * C + (item - qk_items) * 4;
-    store4(orow + col, *reinterpret_cast<const float4*>(row + col));
+    kernels::StoreBf16x4(orow + col, *reinterpret_cast<const float4*>(row + col));
     return;
   }
   // q heads 0..NH−1 then k heads: head · HS is the column of either.
@@ -72,8 +66,8 @@ __global__ void RopeKernel(const float* __restrict__ in,
     hi = make_float4(b.x * cs.x - a.x * sn.x, b.y * cs.y - a.y * sn.y,
                      b.z * cs.z - a.z * sn.z, b.w * cs.w - a.w * sn.w);
   }
-  store4(orow + col, lo);
-  store4(orow + col + half, hi);
+  kernels::StoreBf16x4(orow + col, lo);
+  kernels::StoreBf16x4(orow + col + half, hi);
 }
 
 template <bool kInverse>

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "trainer/kernels/bf16.cuh"
+
 namespace coppelius {
 namespace {
 
@@ -27,12 +29,7 @@ template <int kVec>
 __device__ __forceinline__ void StoreBf16(__nv_bfloat16* dst,
                                           const float (&v)[kVec]) {
   if constexpr (kVec == 4) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
-    uint2 w;
-    w.x = *reinterpret_cast<const uint32_t*>(&lo);
-    w.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(dst) = w;
+    kernels::StoreBf16x4(dst, make_float4(v[0], v[1], v[2], v[3]));
   } else {
     dst[0] = __float2bfloat16_rn(v[0]);
   }
