@@ -343,6 +343,30 @@ __device__ __forceinline__ bool CombineChunks(float (&acc)[kHS / 8][4],
   return true;
 }
 
+// The loop of the query-side kernels over the chunk's key tiles
+// [kt0, kt1]: the k and v tiles of kt0 are already loading into nk, nv
+// (issued by the caller ahead of its prologue); each iteration stores the
+// pair into s_k, s_v, prefetches the next pair into registers and calls
+// body(kt) on the stored tiles.
+template <int kHS, typename Body>
+__device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
+                                               int ld, int T, int kt0, int kt1,
+                                               TileRegs<kHS>& nk,
+                                               TileRegs<kHS>& nv, bf16* s_k,
+                                               bf16* s_v, Body&& body) {
+  for (int kt = kt0; kt <= kt1; ++kt) {
+    __syncthreads();
+    nk.Store(s_k);
+    nv.Store(s_v);
+    __syncthreads();
+    if (kt < kt1) {
+      nk.Load(k, ld, (kt + 1) * kTile, T);
+      nv.Load(v, ld, (kt + 1) * kTile, T);
+    }
+    body(kt);
+  }
+}
+
 // Forward, kernel 1: per query-side item, the row maxima and sums over the
 // chunk's keys (online rescaling) → part_m, part_l.
 template <int kHS>
@@ -469,22 +493,14 @@ __global__ void __launch_bounds__(kThreads)
     if (t1 < T) p.stats[h * T + t1] = lse1;
   }
   float o[kHS / 8][4] = {};
-  for (int kt = kt0; kt <= kt1; ++kt) {
-    __syncthreads();
-    nk.Store(s_k);
-    nv.Store(s_v);
-    __syncthreads();
-    if (kt < kt1) {
-      nk.Load(k, ld, (kt + 1) * kTile, T);
-      nv.Load(v, ld, (kt + 1) * kTile, T);
-    }
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4];
     RowProducts<kHS, 8>(qa, s_k, 0, s);
     Probabilities(s, p.scale2, lse0, lse1, kt == qt, kt * kTile, t0);
     uint32_t pa[4][4];
     PackA<8>(s, pa);
     AccumulateT<kHS, 4>(pa, s_v, 0, o);
-  }
+  });
   const int col0 = h * kHS + c * 2;
   if (n_chunks > 1 &&
       !CombineChunks<kHS>(o, p.part_o, chunk, n_chunks,
@@ -597,15 +613,7 @@ __global__ void __launch_bounds__(kThreads)
   QuerySide<kHS> qs;
   qs.Init(p, h, qt, s_k, s_v);
   float d0 = 0.0f, d1 = 0.0f;
-  for (int kt = kt0; kt <= kt1; ++kt) {
-    __syncthreads();
-    nk.Store(s_k);
-    nv.Store(s_v);
-    __syncthreads();
-    if (kt < kt1) {
-      nk.Load(k, ld, (kt + 1) * kTile, T);
-      nv.Load(v, ld, (kt + 1) * kTile, T);
-    }
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4], dp[8][4];
     qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
 #pragma unroll
@@ -613,7 +621,7 @@ __global__ void __launch_bounds__(kThreads)
       d0 += s[n][0] * dp[n][0] + s[n][1] * dp[n][1];
       d1 += s[n][2] * dp[n][2] + s[n][3] * dp[n][3];
     }
-  }
+  });
   d0 = QuadSum(d0);
   d1 = QuadSum(d1);
   if ((threadIdx.x & 3) == 0) {
@@ -667,15 +675,7 @@ __global__ void __launch_bounds__(kThreads)
   QuerySide<kHS> qs;
   qs.Init(p, h, qt, s_k, s_v);
   float dq[kHS / 8][4] = {};
-  for (int kt = kt0; kt <= kt1; ++kt) {
-    __syncthreads();
-    nk.Store(s_k);
-    nv.Store(s_v);
-    __syncthreads();
-    if (kt < kt1) {
-      nk.Load(k, ld, (kt + 1) * kTile, T);
-      nv.Load(v, ld, (kt + 1) * kTile, T);
-    }
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4], dp[8][4];
     qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
 #pragma unroll
@@ -688,7 +688,7 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t dsa[4][4];
     PackA<8>(s, dsa);
     AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
-  }
+  });
   const int n_chunks = QueryTileChunks(qt);
   const int col0 = h * kHS + (threadIdx.x & 3) * 2;
   if (n_chunks > 1 &&
