@@ -7,7 +7,6 @@
 // (transposed iff trans_a), m = N, n = M.
 #include "trainer/kernels/matmul.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -164,25 +163,6 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
   }
   plan->algo_ = results[s.algo_index].algo;
   return plan;
-}
-
-absl::StatusOr<int> MatmulPlan::CountCandidates(cublasLtHandle_t handle,
-                                                const MatmulShape& shape,
-                                                size_t workspace_bytes,
-                                                int limit) {
-  MatmulShape s = shape;
-  int count = 0;
-  for (int i = 0; i < std::min(limit, kMaxCandidates); ++i) {
-    s.algo_index = i;
-    absl::StatusOr<std::unique_ptr<MatmulPlan>> plan =
-        Create(handle, s, workspace_bytes);
-    if (!plan.ok()) {
-      if (absl::IsInvalidArgument(plan.status()) && i > 0) break;
-      return plan.status();
-    }
-    count = i + 1;
-  }
-  return count;
 }
 
 absl::Status MatmulPlan::Run(const __nv_bfloat16* a, const __nv_bfloat16* b,

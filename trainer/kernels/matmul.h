@@ -90,13 +90,6 @@ class MatmulPlan {
 
   const MatmulShape& shape() const { return shape_; }
 
-  // The number of candidates cuBLASLt's heuristic offers for `shape` (at
-  // most `limit`), for benchmarks that time each algo_index.
-  static absl::StatusOr<int> CountCandidates(cublasLtHandle_t handle,
-                                             const MatmulShape& shape,
-                                             size_t workspace_bytes,
-                                             int limit);
-
  private:
   MatmulPlan() = default;
   absl::Status RunRaw(const void* a, const void* b, const void* c, void* d,
