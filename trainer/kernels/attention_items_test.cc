@@ -36,33 +36,54 @@ TEST(AttentionItemsTest, CoppeliusSizeHas30ItemsPerHead) {
   EXPECT_EQ(KeyTileChunks(15, 16), 1);
 }
 
+// One enumeration of `tiles` tiles: item(i, &tile, &chunk, &lo, &hi) names
+// a tile of its side and the range [lo, hi] of the other side's tiles;
+// first(tile) is where chunk 0 starts, last(tile) the other side's last
+// tile for it, chunks(tile) its chunk count, and pair(tile, other) the
+// causal pair (query tile, key tile). Checks that the items cover every
+// causal pair exactly once, each chunk of each tile once, chunk c starting
+// at first + c · kAttentionSplit and spanning at most kAttentionSplit tiles.
+template <typename Item, typename First, typename Last, typename Chunks,
+          typename Pair>
+void CheckCoversEveryCausalPairOnce(int T, int tiles, Item item, First first,
+                                    Last last, Chunks chunks, Pair pair) {
+  std::set<std::pair<int, int>> pairs;
+  std::map<int, std::set<int>> chunks_of_tile;
+  for (int i = 0; i < NumAttentionItems(tiles); ++i) {
+    int tile = -1, chunk = -1, lo = -1, hi = -1;
+    item(i, &tile, &chunk, &lo, &hi);
+    ASSERT_GE(tile, 0) << "T=" << T << " item " << i;
+    ASSERT_LT(tile, tiles);
+    ASSERT_GE(chunk, 0);
+    ASSERT_LT(chunk, chunks(tile)) << "T=" << T << " item " << i;
+    ASSERT_EQ(lo, first(tile) + chunk * kAttentionSplit);
+    ASSERT_LE(lo, hi);
+    ASSERT_LE(hi, last(tile));
+    ASSERT_LE(hi - lo + 1, kAttentionSplit);
+    ASSERT_TRUE(chunks_of_tile[tile].insert(chunk).second) << "repeated item";
+    for (int other = lo; other <= hi; ++other) {
+      ASSERT_TRUE(pairs.insert(pair(tile, other)).second)
+          << "T=" << T << " tile " << tile << ", other " << other << " twice";
+    }
+  }
+  ASSERT_EQ(static_cast<int>(pairs.size()), tiles * (tiles + 1) / 2) << "T=" << T;
+  for (int tile = 0; tile < tiles; ++tile) {
+    ASSERT_EQ(static_cast<int>(chunks_of_tile[tile].size()), chunks(tile));
+  }
+}
+
 TEST(AttentionItemsTest, QuerySideCoversEveryCausalPairOnce) {
   for (int T = 1; T <= 4096; ++T) {
     const int tiles = AttentionTiles(T);
-    const int items = NumAttentionItems(tiles);
-    std::set<std::pair<int, int>> pairs;
-    std::map<int, std::set<int>> chunks_of_tile;
-    for (int i = 0; i < items; ++i) {
-      int qt = -1, chunk = -1, kt0 = -1, kt1 = -1;
-      QueryItem(i, tiles, &qt, &chunk, &kt0, &kt1);
-      ASSERT_GE(qt, 0) << "T=" << T << " item " << i;
-      ASSERT_LT(qt, tiles);
-      ASSERT_GE(chunk, 0);
-      ASSERT_LT(chunk, QueryTileChunks(qt)) << "T=" << T << " item " << i;
-      ASSERT_EQ(kt0, chunk * kAttentionSplit);
-      ASSERT_LE(kt0, kt1);
-      ASSERT_LE(kt1, qt);
-      ASSERT_LE(kt1 - kt0 + 1, kAttentionSplit);
-      ASSERT_TRUE(chunks_of_tile[qt].insert(chunk).second) << "repeated item";
-      for (int kt = kt0; kt <= kt1; ++kt) {
-        ASSERT_TRUE(pairs.insert({qt, kt}).second)
-            << "T=" << T << " pair (" << qt << ", " << kt << ") twice";
-      }
-    }
-    ASSERT_EQ(static_cast<int>(pairs.size()), tiles * (tiles + 1) / 2) << "T=" << T;
-    for (int qt = 0; qt < tiles; ++qt) {
-      ASSERT_EQ(static_cast<int>(chunks_of_tile[qt].size()), QueryTileChunks(qt));
-    }
+    CheckCoversEveryCausalPairOnce(
+        T, tiles,
+        [&](int i, int* qt, int* chunk, int* kt0, int* kt1) {
+          QueryItem(i, tiles, qt, chunk, kt0, kt1);
+        },
+        [](int) { return 0; }, [](int qt) { return qt; },
+        [](int qt) { return QueryTileChunks(qt); },
+        [](int qt, int kt) { return std::make_pair(qt, kt); });
+    if (HasFatalFailure()) return;
     // Longest rows first: the first item is the last query tile's chunk 0.
     int qt = -1, chunk = -1, kt0 = -1, kt1 = -1;
     QueryItem(0, tiles, &qt, &chunk, &kt0, &kt1);
@@ -74,30 +95,15 @@ TEST(AttentionItemsTest, QuerySideCoversEveryCausalPairOnce) {
 TEST(AttentionItemsTest, KeySideCoversEveryCausalPairOnce) {
   for (int T = 1; T <= 4096; ++T) {
     const int tiles = AttentionTiles(T);
-    const int items = NumAttentionItems(tiles);
-    std::set<std::pair<int, int>> pairs;
-    std::map<int, std::set<int>> chunks_of_tile;
-    for (int i = 0; i < items; ++i) {
-      int kt = -1, chunk = -1, qt0 = -1, qt1 = -1;
-      KeyItem(i, tiles, &kt, &chunk, &qt0, &qt1);
-      ASSERT_GE(kt, 0) << "T=" << T << " item " << i;
-      ASSERT_LT(kt, tiles);
-      ASSERT_GE(chunk, 0);
-      ASSERT_LT(chunk, KeyTileChunks(kt, tiles)) << "T=" << T << " item " << i;
-      ASSERT_EQ(qt0, kt + chunk * kAttentionSplit);
-      ASSERT_LE(qt0, qt1);
-      ASSERT_LT(qt1, tiles);
-      ASSERT_LE(qt1 - qt0 + 1, kAttentionSplit);
-      ASSERT_TRUE(chunks_of_tile[kt].insert(chunk).second) << "repeated item";
-      for (int qt = qt0; qt <= qt1; ++qt) {
-        ASSERT_TRUE(pairs.insert({qt, kt}).second)
-            << "T=" << T << " pair (" << qt << ", " << kt << ") twice";
-      }
-    }
-    ASSERT_EQ(static_cast<int>(pairs.size()), tiles * (tiles + 1) / 2) << "T=" << T;
-    for (int kt = 0; kt < tiles; ++kt) {
-      ASSERT_EQ(static_cast<int>(chunks_of_tile[kt].size()), KeyTileChunks(kt, tiles));
-    }
+    CheckCoversEveryCausalPairOnce(
+        T, tiles,
+        [&](int i, int* kt, int* chunk, int* qt0, int* qt1) {
+          KeyItem(i, tiles, kt, chunk, qt0, qt1);
+        },
+        [](int kt) { return kt; }, [&](int) { return tiles - 1; },
+        [&](int kt) { return KeyTileChunks(kt, tiles); },
+        [](int kt, int qt) { return std::make_pair(qt, kt); });
+    if (HasFatalFailure()) return;
   }
 }
 
