@@ -108,6 +108,18 @@ class Checker {
   std::string name_;
 };
 
+// A recorded interval: `end` (at end_offset, field `<field>.<end_name>`)
+// not before `start`; 0 in either means not recorded, nothing to check.
+absl::Status CheckInterval(const Checker& c, int64_t end_offset,
+                           absl::string_view field, absl::string_view start_name,
+                           absl::string_view end_name, uint64_t start,
+                           uint64_t end) {
+  if (start == 0 || end == 0 || end >= start) return absl::OkStatus();
+  return c.Fail(end_offset, absl::StrCat(field, ".", end_name),
+                absl::StrCat("expected >= ", start_name, " ", start,
+                             ", found ", end));
+}
+
 absl::Status CheckText(const Checker& c, int64_t offset,
                        absl::string_view field, const std::string& text,
                        int capacity) {
@@ -220,14 +232,9 @@ absl::Status CheckTail(const ResultGeometry& g, const ResultLayout& layout,
                     absl::StrCat("expected ", expected_issues[k], ", found ",
                                  s.issues));
     }
-    if (s.device_start_ns != 0 && s.device_end_ns != 0 &&
-        s.device_end_ns < s.device_start_ns) {
-      return c.Fail(c.Off(base, sem_off::kEnd),
-                    absl::StrCat(field, ".device_end_ns"),
-                    absl::StrCat("expected >= device_start_ns ",
-                                 s.device_start_ns, ", found ",
-                                 s.device_end_ns));
-    }
+    RETURN_IF_ERROR(CheckInterval(c, c.Off(base, sem_off::kEnd), field,
+                                  "device_start_ns", "device_end_ns",
+                                  s.device_start_ns, s.device_end_ns));
   }
 
   // Error notifier.
@@ -336,22 +343,12 @@ absl::Status CheckTail(const ResultGeometry& g, const ResultLayout& layout,
       return c.Fail(c.Off(base, ts_off::kStep), absl::StrCat(field, ".step"),
                     absl::StrCat("expected ", step, ", found ", ts.step));
     }
-    if (ts.host_issue_ns != 0 && ts.host_complete_ns != 0 &&
-        ts.host_complete_ns < ts.host_issue_ns) {
-      return c.Fail(c.Off(base, ts_off::kHostComplete),
-                    absl::StrCat(field, ".host_complete_ns"),
-                    absl::StrCat("expected >= host_issue_ns ",
-                                 ts.host_issue_ns, ", found ",
-                                 ts.host_complete_ns));
-    }
-    if (ts.device_start_ns != 0 && ts.device_end_ns != 0 &&
-        ts.device_end_ns < ts.device_start_ns) {
-      return c.Fail(c.Off(base, ts_off::kDeviceEnd),
-                    absl::StrCat(field, ".device_end_ns"),
-                    absl::StrCat("expected >= device_start_ns ",
-                                 ts.device_start_ns, ", found ",
-                                 ts.device_end_ns));
-    }
+    RETURN_IF_ERROR(CheckInterval(c, c.Off(base, ts_off::kHostComplete),
+                                  field, "host_issue_ns", "host_complete_ns",
+                                  ts.host_issue_ns, ts.host_complete_ns));
+    RETURN_IF_ERROR(CheckInterval(c, c.Off(base, ts_off::kDeviceEnd), field,
+                                  "device_start_ns", "device_end_ns",
+                                  ts.device_start_ns, ts.device_end_ns));
   }
   return absl::OkStatus();
 }
