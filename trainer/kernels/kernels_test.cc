@@ -22,6 +22,7 @@
 #include "trainer/adamw.h"
 #include "trainer/kernels/adamw.h"
 #include "trainer/kernels/attention.h"
+#include "trainer/kernels/attention_items.h"
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/embedding.h"
 #include "trainer/kernels/layernorm.h"
@@ -400,7 +401,7 @@ void RunAttentionCase(int NH, int T, int HS) {
   // as the backend zero-fills the whole; the rest is poisoned (NaN) to show
   // it is written before it is read.
   const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS);
-  const size_t counter_bytes = 3 * static_cast<size_t>(NH) * ((T + 63) / 64) * 4;
+  const size_t counter_bytes = 3 * static_cast<size_t>(NH) * AttentionTiles(T) * 4;
   DeviceBuffer<char> scratch(scratch_bytes);
   ASSERT_LE(counter_bytes, scratch_bytes);
   ASSERT_EQ(cudaMemset(scratch.get(), 0, counter_bytes), cudaSuccess);
