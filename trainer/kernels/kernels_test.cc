@@ -339,20 +339,18 @@ void RunRopeCase(int T, int NH, int HS) {
   auto in = RandomNormal(static_cast<size_t>(T) * 3 * C, 1.0f, &Rng());
   const auto table = RopeTable(T, HS, base);
   DeviceBuffer<float> din(in.size()), dtable(table.size());
-  Bf16Buffer out(in.size()), back(in.size());
+  Bf16Buffer out(in.size());
   din.Upload(in);
   dtable.Upload(table);
   ASSERT_EQ(RopeForward(din.get(), dtable.get(), T, NH, HS, AsBf16(out), nullptr),
             cudaSuccess);
-  ASSERT_EQ(RopeBackward(din.get(), dtable.get(), T, NH, HS, AsBf16(back), nullptr),
-            cudaSuccess);
-  std::vector<double> ref_f(in.size()), ref_b(in.size());
+  std::vector<double> ref_f(in.size());
   const int half = HS / 2;
   for (int t = 0; t < T; ++t) {
     for (int col = 0; col < 3 * C; ++col) {
       const size_t idx = static_cast<size_t>(t) * 3 * C + col;
       if (col >= 2 * C) {
-        ref_f[idx] = ref_b[idx] = in[idx];
+        ref_f[idx] = in[idx];
         continue;
       }
       const int j = col % HS;
@@ -361,18 +359,15 @@ void RunRopeCase(int T, int NH, int HS) {
       const double cs = std::cos(a), sn = std::sin(a);
       if (j < half) {
         ref_f[idx] = in[idx] * cs - in[idx + half] * sn;
-        ref_b[idx] = in[idx] * cs + in[idx + half] * sn;
       } else {
         ref_f[idx] = in[idx] * cs + in[idx - half] * sn;
-        ref_b[idx] = in[idx] * cs - in[idx - half] * sn;
       }
     }
   }
   EXPECT_LT(RelErr(FromBf16(out.Download()), ref_f), kBf16OutTol);
-  EXPECT_LT(RelErr(FromBf16(back.Download()), ref_b), kBf16OutTol);
 }
 
-TEST(RopeTest, ForwardAndBackwardAgainstDouble) {
+TEST(RopeTest, ForwardAgainstDouble) {
   SKIP_WITHOUT_GPU();
   RunRopeCase(37, 3, 16);
   RunRopeCase(29, 8, 64);

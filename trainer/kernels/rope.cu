@@ -28,9 +28,8 @@ namespace {
 // Grid (item blocks, T): one thread per group of 4 — 4 rotation pairs
 // (columns i..i+3 and i + HS/2..i + HS/2 + 3 of one q or k head; HS/2 a
 // multiple of 4) or 4 v columns — of row t = blockIdx.y, with 16-byte
-// loads; `kInverse` selects the backward rotation. 32-bit index arithmetic.
-template <bool kInverse>
-__global__ void RopeKernel(const float* __restrict__ in,
+// loads. 32-bit index arithmetic.
+__global__ void RopeForwardKernel(const float* __restrict__ in,
                            const float* __restrict__ table, int T, int NH,
                            int HS, __nv_bfloat16* __restrict__ out) {
   const int C = NH * HS, half = HS / 2;
@@ -54,44 +53,26 @@ __global__ void RopeKernel(const float* __restrict__ in,
   const float4 cs = *reinterpret_cast<const float4*>(table + t * half + i);
   const float4 sn =
       *reinterpret_cast<const float4*>(table + T * half + t * half + i);
-  float4 lo, hi;
-  if (!kInverse) {
-    lo = make_float4(a.x * cs.x - b.x * sn.x, a.y * cs.y - b.y * sn.y,
-                     a.z * cs.z - b.z * sn.z, a.w * cs.w - b.w * sn.w);
-    hi = make_float4(b.x * cs.x + a.x * sn.x, b.y * cs.y + a.y * sn.y,
-                     b.z * cs.z + a.z * sn.z, b.w * cs.w + a.w * sn.w);
-  } else {
-    lo = make_float4(a.x * cs.x + b.x * sn.x, a.y * cs.y + b.y * sn.y,
-                     a.z * cs.z + b.z * sn.z, a.w * cs.w + b.w * sn.w);
-    hi = make_float4(b.x * cs.x - a.x * sn.x, b.y * cs.y - a.y * sn.y,
-                     b.z * cs.z - a.z * sn.z, b.w * cs.w - a.w * sn.w);
-  }
+  const float4 lo =
+      make_float4(a.x * cs.x - b.x * sn.x, a.y * cs.y - b.y * sn.y,
+                  a.z * cs.z - b.z * sn.z, a.w * cs.w - b.w * sn.w);
+  const float4 hi =
+      make_float4(b.x * cs.x + a.x * sn.x, b.y * cs.y + a.y * sn.y,
+                  b.z * cs.z + a.z * sn.z, b.w * cs.w + a.w * sn.w);
   kernels::StoreBf16x4(orow + col, lo);
   kernels::StoreBf16x4(orow + col + half, hi);
-}
-
-template <bool kInverse>
-cudaError_t LaunchRope(const float* in, const float* table, int T, int NH,
-                       int HS, __nv_bfloat16* out, cudaStream_t stream) {
-  if (HS % 8 != 0) return cudaErrorInvalidValue;
-  const int items = 2 * NH * (HS / 8) + NH * HS / 4;
-  const int threads = 128;
-  const dim3 grid((items + threads - 1) / threads, T);
-  RopeKernel<kInverse><<<grid, threads, 0, stream>>>(in, table, T, NH, HS,
-                                                     out);
-  return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t RopeForward(const float* qkv, const float* table, int T, int NH,
                         int HS, __nv_bfloat16* out, cudaStream_t stream) {
-  return LaunchRope<false>(qkv, table, T, NH, HS, out, stream);
-}
-
-cudaError_t RopeBackward(const float* dqkv, const float* table, int T, int NH,
-                         int HS, __nv_bfloat16* out, cudaStream_t stream) {
-  return LaunchRope<true>(dqkv, table, T, NH, HS, out, stream);
+  if (HS % 8 != 0) return cudaErrorInvalidValue;
+  const int items = 2 * NH * (HS / 8) + NH * HS / 4;
+  const int threads = 128;
+  const dim3 grid((items + threads - 1) / threads, T);
+  RopeForwardKernel<<<grid, threads, 0, stream>>>(qkv, table, T, NH, HS, out);
+  return cudaGetLastError();
 }
 
 }  // namespace coppelius

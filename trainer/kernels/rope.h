@@ -8,14 +8,15 @@
 //   q'[i]        = q[i] · cos a − q[i + HS/2] · sin a
 //   q'[i + HS/2] = q[i + HS/2] · cos a + q[i] · sin a        (same for k)
 //
-// Backward is the inverse (transposed) rotation:
+// Backward is the inverse (transposed) rotation, applied by the attention
+// backward kernels as they write dq and dk (attention.h):
 //   dq[i]        =  dq'[i] · cos a + dq'[i + HS/2] · sin a
 //   dq[i + HS/2] = −dq'[i] · sin a + dq'[i + HS/2] · cos a
 //
 // Layout: qkv [T, 3C] fp32 row-major, columns q (heads 0..NH−1, HS each),
-// then k, then v (the qkv product's output). Both directions read fp32 and
-// write the whole [T, 3C] rounded to bf16 (v / dv copied unrotated): the
-// result only feeds matrix products (attention forward; dX/dW backward).
+// then k, then v (the qkv product's output). RopeForward reads fp32 and
+// writes the whole [T, 3C] rounded to bf16 (v copied unrotated): the result
+// only feeds the attention kernels.
 // Requirements: HS a multiple of 8 (16-byte groups of 4 pairs), else
 // cudaErrorInvalidValue; rows 16-byte aligned (C a multiple of 4).
 #ifndef COPPELIUS_TRAINER_KERNELS_ROPE_H_
@@ -34,9 +35,6 @@ std::vector<float> RopeTable(int T, int HS, double base);
 // `table` is RopeTable's output on the device.
 cudaError_t RopeForward(const float* qkv, const float* table, int T, int NH,
                         int HS, __nv_bfloat16* out, cudaStream_t stream);
-
-cudaError_t RopeBackward(const float* dqkv, const float* table, int T, int NH,
-                         int HS, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace coppelius
 
