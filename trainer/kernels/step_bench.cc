@@ -426,6 +426,17 @@ int BackendBench(const std::string& config_name, int steps) {
               last_loss);
   std::printf("%-44s %10lld\n", "non-finite steps",
               static_cast<long long>(tel->nonfinite_steps));
+  // FNV-1a (64-bit) of the P/M/V bytes after warm + steps updates: two
+  // builds whose changes should not alter a single bit (stream layout,
+  // launch mode) must print the same value for the same --steps.
+  CHECK_OK(b->Snapshot(pmv.data()));
+  uint64_t fnv = 14695981039346656037ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(pmv.data());
+  for (size_t i = 0; i < pmv.size() * sizeof(float); ++i) {
+    fnv = (fnv ^ bytes[i]) * 1099511628211ull;
+  }
+  std::printf("%-44s %016llx\n", "P/M/V FNV-1a after warm-up + timed steps",
+              static_cast<unsigned long long>(fnv));
   return 0;
 }
 
