@@ -105,16 +105,19 @@ class CudaBackend final : public Backend {
                   const float* c, float* d) {
     return plan.Run(a, b, c, d, workspace_, stream_);
   }
-  // The same on the side stream (its own workspace), between Fork and Join.
+  // The same on the side stream (its own workspace), after a Fork.
   absl::Status MmSide(const MatmulPlan& plan, const bf16* a, const bf16* b,
                       float* d) {
     return plan.Run(a, b, nullptr, d, side_workspace_, side_stream_);
   }
   // Fork: the side stream waits for everything enqueued so far on the main
-  // stream. Join: the main stream waits for the side stream. Used (only
-  // inside the step graph's capture) to run independent products of the
-  // backward concurrently; each writes its own buffer, so results do not
-  // depend on the overlap.
+  // stream. Join: the main stream waits for the side stream. Used only
+  // inside the step graph's capture. The side stream carries the backward's
+  // weight-gradient work (dW products, LayerNorm parameter reductions, the
+  // tied dE product), which nothing on the main stream reads: the main
+  // stream joins it only at the end of the step, so the dX chain (the
+  // critical path) never waits for a dW product. Each product writes its
+  // own buffer, so results do not depend on the overlap.
   absl::Status Fork() {
     CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_event_, stream_),
                          "cudaEventRecord(fork)");
@@ -128,6 +131,73 @@ class CudaBackend final : public Backend {
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, join_event_, 0),
                          "cudaStreamWaitEvent(join)");
     return absl::OkStatus();
+  }
+  // The dk/dv kernel runs on its own stream next to the dq kernel (not on
+  // the side stream, where it would queue behind weight-gradient products).
+  absl::Status ForkAttention() {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(attention_fork_event_, stream_),
+                         "cudaEventRecord(attention fork)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(attention_stream_, attention_fork_event_, 0),
+        "cudaStreamWaitEvent(attention fork)");
+    return absl::OkStatus();
+  }
+  absl::Status JoinAttention() {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(attention_join_event_, attention_stream_),
+                         "cudaEventRecord(attention join)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(stream_, attention_join_event_, 0),
+        "cudaStreamWaitEvent(attention join)");
+    return absl::OkStatus();
+  }
+  // A buffer the main stream writes and the side stream reads with no join
+  // in between: copies used in turn. Before the main stream writes a copy
+  // again it waits (in the stream) for the side stream's last read of that
+  // copy, so a copy is never overwritten while a product still reads it.
+  struct SideRing {
+    std::vector<void*> copies;
+    std::vector<cudaEvent_t> read_done;
+    std::vector<char> pending;  // read_done recorded in this capture
+    int next = 0;
+  };
+  absl::Status MakeSideRing(SideRing* ring, int copies, size_t bytes,
+                            const char* what) {
+    for (int i = 0; i < copies; ++i) {
+      char* p = nullptr;
+      RETURN_IF_ERROR(Alloc(&p, bytes, what));
+      ring->copies.push_back(p);
+      cudaEvent_t e = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                           absl::StrCat("cudaEventCreateWithFlags(", what, ")"));
+      ring->read_done.push_back(e);
+      ring->pending.push_back(0);
+    }
+    return absl::OkStatus();
+  }
+  // The next copy for the main stream to write; `*index` names it for
+  // SideReadDone.
+  template <typename T>
+  absl::StatusOr<T*> NextCopy(SideRing* ring, int* index) {
+    const int i = ring->next;
+    ring->next = (i + 1) % static_cast<int>(ring->copies.size());
+    if (ring->pending[i]) {
+      CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ring->read_done[i], 0),
+                           "cudaStreamWaitEvent(side read done)");
+      ring->pending[i] = 0;
+    }
+    *index = i;
+    return static_cast<T*>(ring->copies[i]);
+  }
+  // After the side stream's last reader of copy `index` is enqueued.
+  absl::Status SideReadDone(SideRing* ring, int index) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(ring->read_done[index], side_stream_),
+                         "cudaEventRecord(side read done)");
+    ring->pending[index] = 1;
+    return absl::OkStatus();
+  }
+  static void ResetRing(SideRing* ring) {
+    std::fill(ring->pending.begin(), ring->pending.end(), 0);
+    ring->next = 0;
   }
   void NotePeakMemory();
   absl::Status ForwardPass(const int64_t* step, int64_t fixed_index,
@@ -193,6 +263,10 @@ class CudaBackend final : public Backend {
   cudaEvent_t adam_fork_event_ = nullptr;
   cudaEvent_t adam_join_event_ = nullptr;
   cudaEvent_t side_done_event_ = nullptr;
+  cudaEvent_t demb_done_event_ = nullptr;
+  cudaStream_t attention_stream_ = nullptr;
+  cudaEvent_t attention_fork_event_ = nullptr;
+  cudaEvent_t attention_join_event_ = nullptr;
   float* rope_table_ = nullptr;
   uint64_t update_count_ = 0;
   bool loaded_ = false;
@@ -206,16 +280,15 @@ class CudaBackend final : public Backend {
   float* logits_ = nullptr;
   bf16* dlogits16_ = nullptr;
   float* losses_ = nullptr;
-  // Backward scratch.
+  // Backward scratch. The side stream's inputs are rings (SideRing):
+  // dresid bf16 [T,C] (read by the down and out dW products), dgu bf16
+  // [T,2H], dqkv bf16 [T,3C], LayerNorm partials.
   float* dresid_ = nullptr;
-  bf16* dresid16_ = nullptr;
+  SideRing dresid16_ring_, dgu16_ring_, dqkv16_ring_, ln_scratch_ring_;
   float* dh32_ = nullptr;
   float* da32_ = nullptr;
-  bf16* dgu16_ = nullptr;
   bf16* dy16_ = nullptr;
   void* attention_scratch_ = nullptr;
-  bf16* dqkv16_ = nullptr;
-  float* ln_scratch_ = nullptr;
   // Host side (mapped pinned) rings and staging.
   float* loss_ring_ = nullptr;       // [kRingSlots][T]
   float* loss_ring_dev_ = nullptr;   // its device alias
@@ -275,6 +348,14 @@ CudaBackend::~CudaBackend() {
   if (adam_fork_event_ != nullptr) cudaEventDestroy(adam_fork_event_);
   if (adam_join_event_ != nullptr) cudaEventDestroy(adam_join_event_);
   if (side_done_event_ != nullptr) cudaEventDestroy(side_done_event_);
+  if (demb_done_event_ != nullptr) cudaEventDestroy(demb_done_event_);
+  if (attention_stream_ != nullptr) cudaStreamSynchronize(attention_stream_);
+  if (attention_fork_event_ != nullptr) cudaEventDestroy(attention_fork_event_);
+  if (attention_join_event_ != nullptr) cudaEventDestroy(attention_join_event_);
+  for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
+                      &ln_scratch_ring_}) {
+    for (cudaEvent_t e : r->read_done) cudaEventDestroy(e);
+  }
   if (join_event_ != nullptr) cudaEventDestroy(join_event_);
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
   if (graph_ != nullptr) cudaGraphDestroy(graph_);
@@ -298,6 +379,7 @@ CudaBackend::~CudaBackend() {
   if (snapshot_stream_ != nullptr) cudaStreamDestroy(snapshot_stream_);
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (adam_stream_ != nullptr) cudaStreamDestroy(adam_stream_);
+  if (attention_stream_ != nullptr) cudaStreamDestroy(attention_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -327,9 +409,11 @@ absl::Status CudaBackend::Init() {
   const int64_t T = T_, C = C_, H = H_, V = V_, NH = NH_;
 
   CUDA_RETURN_IF_ERROR(cudaSetDevice(0), "cudaSetDevice(0)");
-  // Priorities: the forward/backward chain (main and side streams) is the
-  // step's critical path; the per-block AdamW (memory-bound, overlapped)
-  // yields SMs to it. Captured kernel nodes keep their stream's priority
+  // Priorities: the forward/backward dX chain (main and attention streams)
+  // is the step's critical path; the weight-gradient work of the side
+  // stream one level below it (it only has to finish before its block's
+  // AdamW); the per-block AdamW (memory-bound, overlapped) yields SMs to
+  // both. Captured kernel nodes keep their stream's priority
   // (the graph is instantiated with cudaGraphInstantiateFlagUseNodePriority).
   int least_priority = 0, greatest_priority = 0;
   CUDA_RETURN_IF_ERROR(
@@ -342,10 +426,21 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags(snapshot)");
+  // Priorities count down: greatest_priority is the smallest number.
+  const int side_priority = std::min(greatest_priority + 1, least_priority);
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking,
-                                   greatest_priority),
+                                   side_priority),
       "cudaStreamCreateWithPriority(side)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithPriority(&attention_stream_, cudaStreamNonBlocking,
+                                   greatest_priority),
+      "cudaStreamCreateWithPriority(attention)");
+  for (cudaEvent_t* e : {&attention_fork_event_, &attention_join_event_,
+                         &demb_done_event_}) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming),
+                         "cudaEventCreateWithFlags(backward)");
+  }
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(fork)");
@@ -497,10 +592,14 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Alloc(&dlogits16_, T * V, "dlogits"));
   RETURN_IF_ERROR(Alloc(&losses_, T, "losses"));
   RETURN_IF_ERROR(Alloc(&dresid_, T * C, "dresid"));
-  RETURN_IF_ERROR(Alloc(&dresid16_, T * C, "dresid bf16"));
+  // Ring sizes: dresid and the LayerNorm partials are written twice per
+  // block, dgu and dqkv once, so the main stream would wait only for a
+  // side stream more than a block behind.
+  RETURN_IF_ERROR(MakeSideRing(&dresid16_ring_, 4, T * C * sizeof(bf16),
+                               "dresid bf16"));
   RETURN_IF_ERROR(Alloc(&dh32_, T * C, "dh"));
   RETURN_IF_ERROR(Alloc(&da32_, T * H, "da"));
-  RETURN_IF_ERROR(Alloc(&dgu16_, T * 2 * H, "dgu"));
+  RETURN_IF_ERROR(MakeSideRing(&dgu16_ring_, 2, T * 2 * H * sizeof(bf16), "dgu"));
   RETURN_IF_ERROR(Alloc(&dy16_, T * C, "dy bf16"));
   {
     const size_t bytes = AttentionScratchBytes(T_, NH_, HS_);
@@ -511,9 +610,12 @@ absl::Status CudaBackend::Init() {
                          "cudaMemsetAsync(attention scratch)");
     attention_scratch_ = scratch;
   }
-  RETURN_IF_ERROR(Alloc(&dqkv16_, T * 3 * C, "dqkv bf16"));
-  RETURN_IF_ERROR(Alloc(&ln_scratch_, LayerNormBackwardScratchFloats(T_, C_),
-                        "LayerNorm partials"));
+  RETURN_IF_ERROR(MakeSideRing(&dqkv16_ring_, 2, T * 3 * C * sizeof(bf16),
+                               "dqkv bf16"));
+  RETURN_IF_ERROR(MakeSideRing(
+      &ln_scratch_ring_, 4,
+      LayerNormBackwardScratchFloats(T_, C_) * sizeof(float),
+      "LayerNorm partials"));
 
   CUDA_RETURN_IF_ERROR(
       cudaHostAlloc(reinterpret_cast<void**>(&loss_ring_), kRingSlots * T * sizeof(float),
@@ -716,86 +818,99 @@ absl::Status CudaBackend::BackwardPass() {
   const int T = T_, C = C_, H = H_, NH = NH_, HS = HS_;
   const float* P = pmv_;
   float* G = grad_;
-  // Tied output product: dE = dlogitsᵀ · xf (overwrites), dxf = dlogits · E.
+  for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
+                      &ln_scratch_ring_}) {
+    ResetRing(r);
+  }
+  // LayerNorm backward: the rows on the main stream (dresid += the norm's
+  // dX; dresid bf16 and the dweight/dbias partials into ring copies), the
+  // partials' reduction on the side stream.
+  auto norm_backward = [&](const float* dh, const float* x, int64_t weight,
+                           int64_t bias, const float* mean, const float* rstd,
+                           bool accumulate, int* dresid16_index,
+                           bf16** dresid16) -> absl::Status {
+    int ln_index = 0;
+    ASSIGN_OR_RETURN(float* partials,
+                     NextCopy<float>(&ln_scratch_ring_, &ln_index));
+    ASSIGN_OR_RETURN(*dresid16,
+                     NextCopy<bf16>(&dresid16_ring_, dresid16_index));
+    CUDA_RETURN_IF_ERROR(
+        LayerNormBackwardRows(dh, x, P + weight, mean, rstd, T, C, accumulate,
+                              dresid_, *dresid16, partials, stream_),
+        "LayerNormBackwardRows");
+    RETURN_IF_ERROR(Fork());
+    CUDA_RETURN_IF_ERROR(LayerNormBackwardReduce(partials, T, C, G + weight,
+                                                 G + bias, side_stream_),
+                         "LayerNormBackwardReduce");
+    return SideReadDone(&ln_scratch_ring_, ln_index);
+  };
+  // Tied output product: dE = dlogitsᵀ · xf (side stream, overwrites),
+  // dxf = dlogits · E (main stream).
   RETURN_IF_ERROR(Fork());
   RETURN_IF_ERROR(
       MmSide(*p_demb_, dlogits16_, xf16_, G + offsets_.embedding));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(demb_done_event_, side_stream_),
+                       "cudaEventRecord(dE done)");
   RETURN_IF_ERROR(
       Mm(*p_dxf_, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
-  RETURN_IF_ERROR(Join());
-  // LayerNorm backward: the rows on the main stream, the dweight/dbias
-  // reduction (off the critical path) on the side stream; the side stream
-  // is joined before the next LayerNorm backward reuses the partials.
-  CUDA_RETURN_IF_ERROR(
-      LayerNormBackwardRows(dh32_, x_[L_], P + offsets_.final_norm_weight,
-                            meanf_, rstdf_, T, C, /*accumulate=*/false,
-                            dresid_, dresid16_, ln_scratch_, stream_),
-      "LayerNormBackwardRows(final_norm)");
-  RETURN_IF_ERROR(Fork());
-  CUDA_RETURN_IF_ERROR(
-      LayerNormBackwardReduce(ln_scratch_, T, C, G + offsets_.final_norm_weight,
-                              G + offsets_.final_norm_bias, side_stream_),
-      "LayerNormBackwardReduce(final_norm)");
+  int dresid16_index = 0;
+  bf16* dresid16 = nullptr;
+  RETURN_IF_ERROR(norm_backward(dh32_, x_[L_], offsets_.final_norm_weight,
+                                offsets_.final_norm_bias, meanf_, rstdf_,
+                                /*accumulate=*/false, &dresid16_index,
+                                &dresid16));
   for (int l = L_ - 1; l >= 0; --l) {
     const BlockOffsets& o = offsets_.blocks[l];
-    // MLP: x_next = xmid + down(a).
-    RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dw_down_, dresid16_, a16_[l], G + o.down));
-    RETURN_IF_ERROR(Mm(*p_dx_down_, dresid16_, p16_ + o.down, nullptr, da32_));
-    RETURN_IF_ERROR(Join());
-    CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16_, stream_),
+    // MLP: x_next = xmid + down(a). The side stream has waited for dresid16
+    // (norm_backward's Fork).
+    RETURN_IF_ERROR(MmSide(*p_dw_down_, dresid16, a16_[l], G + o.down));
+    RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
+    RETURN_IF_ERROR(Mm(*p_dx_down_, dresid16, p16_ + o.down, nullptr, da32_));
+    int dgu16_index = 0;
+    ASSIGN_OR_RETURN(bf16* dgu16, NextCopy<bf16>(&dgu16_ring_, &dgu16_index));
+    CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16, stream_),
                          "SwigluBackward");
     RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dw_gu_, dgu16_, h2_[l], G + o.gate));
-    RETURN_IF_ERROR(Mm(*p_dx_gu_, dgu16_, p16_ + o.gate, nullptr, dh32_));
-    RETURN_IF_ERROR(Join());
-    CUDA_RETURN_IF_ERROR(
-        LayerNormBackwardRows(dh32_, xmid_[l], P + o.mlp_norm_weight,
-                              mean2_[l], rstd2_[l], T, C, /*accumulate=*/true,
-                              dresid_, dresid16_, ln_scratch_, stream_),
-        "LayerNormBackwardRows(mlp_norm)");
-    RETURN_IF_ERROR(Fork());
-    CUDA_RETURN_IF_ERROR(
-        LayerNormBackwardReduce(ln_scratch_, T, C, G + o.mlp_norm_weight,
-                                G + o.mlp_norm_bias, side_stream_),
-        "LayerNormBackwardReduce(mlp_norm)");
+    RETURN_IF_ERROR(MmSide(*p_dw_gu_, dgu16, h2_[l], G + o.gate));
+    RETURN_IF_ERROR(SideReadDone(&dgu16_ring_, dgu16_index));
+    RETURN_IF_ERROR(Mm(*p_dx_gu_, dgu16, p16_ + o.gate, nullptr, dh32_));
+    RETURN_IF_ERROR(norm_backward(dh32_, xmid_[l], o.mlp_norm_weight,
+                                  o.mlp_norm_bias, mean2_[l], rstd2_[l],
+                                  /*accumulate=*/true, &dresid16_index,
+                                  &dresid16));
     // Attention: xmid = x + y · Woᵀ.
-    RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dw_out_, dresid16_, y16_[l], G + o.output));
+    RETURN_IF_ERROR(MmSide(*p_dw_out_, dresid16, y16_[l], G + o.output));
+    RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
     RETURN_IF_ERROR(
-        p_dx_out_->RunBf16(dresid16_, p16_ + o.output, dy16_, workspace_, stream_));
-    RETURN_IF_ERROR(Join());
-    // Attention: D, then dq (main stream) ∥ dk, dv (side stream).
+        p_dx_out_->RunBf16(dresid16, p16_ + o.output, dy16_, workspace_, stream_));
+    // Attention: D, then dq (main stream) ∥ dk, dv (attention stream).
+    int dqkv16_index = 0;
+    ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
     CUDA_RETURN_IF_ERROR(
         AttentionBackwardDelta(qkv16_[l], dy16_, stats_[l], T, NH, HS,
                                attention_scratch_, stream_),
         "AttentionBackwardDelta");
-    RETURN_IF_ERROR(Fork());
+    RETURN_IF_ERROR(ForkAttention());
     CUDA_RETURN_IF_ERROR(
         AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
-                              HS, attention_scratch_, dqkv16_, side_stream_),
+                              HS, attention_scratch_, dqkv16,
+                              attention_stream_),
         "AttentionBackwardKeys");
     CUDA_RETURN_IF_ERROR(
         AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
-                               NH, HS, attention_scratch_, dqkv16_, stream_),
+                               NH, HS, attention_scratch_, dqkv16, stream_),
         "AttentionBackwardQuery");
-    RETURN_IF_ERROR(Join());
+    RETURN_IF_ERROR(JoinAttention());
     RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dw_qkv_, dqkv16_, h1_[l], G + o.qkv));
-    RETURN_IF_ERROR(Mm(*p_dx_qkv_, dqkv16_, p16_ + o.qkv, nullptr, dh32_));
-    RETURN_IF_ERROR(Join());
-    CUDA_RETURN_IF_ERROR(
-        LayerNormBackwardRows(dh32_, x_[l], P + o.attention_norm_weight,
-                              mean1_[l], rstd1_[l], T, C, /*accumulate=*/true,
-                              dresid_, dresid16_, ln_scratch_, stream_),
-        "LayerNormBackwardRows(attention_norm)");
-    RETURN_IF_ERROR(Fork());
-    CUDA_RETURN_IF_ERROR(
-        LayerNormBackwardReduce(ln_scratch_, T, C, G + o.attention_norm_weight,
-                                G + o.attention_norm_bias, side_stream_),
-        "LayerNormBackwardReduce(attention_norm)");
-    // The block's AdamW (below) reads these norm gradients: the AdamW stream
-    // waits for the side stream too (the main stream does not).
+    RETURN_IF_ERROR(MmSide(*p_dw_qkv_, dqkv16, h1_[l], G + o.qkv));
+    RETURN_IF_ERROR(SideReadDone(&dqkv16_ring_, dqkv16_index));
+    RETURN_IF_ERROR(Mm(*p_dx_qkv_, dqkv16, p16_ + o.qkv, nullptr, dh32_));
+    RETURN_IF_ERROR(norm_backward(dh32_, x_[l], o.attention_norm_weight,
+                                  o.attention_norm_bias, mean1_[l], rstd1_[l],
+                                  /*accumulate=*/true, &dresid16_index,
+                                  &dresid16));
+    // The block's AdamW (below) reads all of its gradients, the last of them
+    // written on the side stream: the AdamW stream waits for both streams.
     CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
                          "cudaEventRecord(side done)");
     // Block l's gradients are complete and its weights are not read again
@@ -812,9 +927,11 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
                                adam_stream_));
   }
-  // The tied dE product ran on the side stream (joined since); join the
-  // side stream's last reduction too before the capture ends.
-  RETURN_IF_ERROR(Join());
+  // The embedding backward adds the gathered rows into dE, which the side
+  // stream's tied product wrote at the start: wait for that product only
+  // (the side stream's last block is joined after, see EnqueueStepBody).
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, demb_done_event_, 0),
+                       "cudaStreamWaitEvent(dE done)");
   CUDA_RETURN_IF_ERROR(
       EmbeddingBackward(inputs_, dresid_, T, C, G + offsets_.embedding,
                         stream_),
@@ -835,8 +952,11 @@ absl::Status CudaBackend::EnqueueStepBody() {
   CUDA_RETURN_IF_ERROR(
       Timestamp(step_counter_, kRingSlots, 1, phase_ring, stream_),
       "Timestamp(backward end)");
-  // Embedding and final norm (read at the start of the backward) last.
+  // Embedding and final norm (read at the start of the backward) last; the
+  // final norm's gradients come from the side stream, joined here (its last
+  // products overlap the embedding backward and update).
   RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
+  RETURN_IF_ERROR(Join());
   RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_join_event_, adam_stream_),
                        "cudaEventRecord(adamw join)");
