@@ -1,5 +1,6 @@
 // File: trainer/kernels/adamw.cu (see adamw.h for the math).
 #include "trainer/kernels/adamw.h"
+#include "trainer/kernels/launch.cuh"
 
 namespace coppelius {
 namespace {
@@ -13,6 +14,7 @@ __global__ void __launch_bounds__(kThreads)
                 float* __restrict__ p, float* __restrict__ m,
                 float* __restrict__ v, const float* __restrict__ g,
                 __nv_bfloat16* __restrict__ p_bf16) {
+  GridDependencyWait();
   const AdamWChunk chunk = chunks[blockIdx.x];
   const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
   for (int i = threadIdx.x; i < chunk.count; i += kThreads) {
@@ -39,6 +41,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void CastKernel(const float* __restrict__ in, int64_t n,
                            __nv_bfloat16* __restrict__ out) {
+  GridDependencyWait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
@@ -50,17 +53,15 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               const int64_t* step, int64_t fixed_step,
                               float* p, float* m, float* v, const float* g,
                               __nv_bfloat16* p_bf16, cudaStream_t stream) {
-  AdamWKernel<<<num_chunks, kThreads, 0, stream>>>(
-      chunks, scalars_table, step, fixed_step, p, m, v, g, p_bf16);
-  return cudaGetLastError();
+  return LaunchKernel(AdamWKernel, num_chunks, kThreads, 0, stream, chunks,
+                      scalars_table, step, fixed_step, p, m, v, g, p_bf16);
 }
 
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,
                        cudaStream_t stream) {
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  CastKernel<<<blocks, threads, 0, stream>>>(in, n, out);
-  return cudaGetLastError();
+  return LaunchKernel(CastKernel, blocks, threads, 0, stream, in, n, out);
 }
 
 }  // namespace coppelius

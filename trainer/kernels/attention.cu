@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "trainer/kernels/attention_items.h"
+#include "trainer/kernels/launch.cuh"
 
 namespace coppelius {
 namespace {
@@ -372,6 +373,7 @@ __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     ForwardStatsKernel(const Params p) {
+  GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
@@ -462,6 +464,7 @@ __device__ __forceinline__ float CombineStats(const Params& p, int h, int t,
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     ForwardOutputKernel(const Params p) {
+  GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
@@ -599,6 +602,7 @@ struct QuerySide {
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardDeltaKernel(const Params p) {
+  GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
@@ -658,6 +662,7 @@ __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardQueryKernel(const Params p) {
+  GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
@@ -707,6 +712,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardKeyKernel(const Params p) {
+  GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_q[kTile * kLd];
   __shared__ __align__(16) bf16 s_o[kTile * kLd];
@@ -899,21 +905,23 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
   const dim3 grid(NumAttentionItems(p.num_tiles), p.NH);
   switch (which) {
     case kForward:
-      ForwardStatsKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
-      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-      ForwardOutputKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
-      break;
+      if (cudaError_t e = LaunchKernel(ForwardStatsKernel<kHS>, grid, kThreads,
+                                       0, stream, p);
+          e != cudaSuccess) {
+        return e;
+      }
+      return LaunchKernel(ForwardOutputKernel<kHS>, grid, kThreads, 0, stream,
+                          p);
     case kDelta:
-      BackwardDeltaKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
-      break;
+      return LaunchKernel(BackwardDeltaKernel<kHS>, grid, kThreads, 0, stream,
+                          p);
     case kQuery:
-      BackwardQueryKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
-      break;
+      return LaunchKernel(BackwardQueryKernel<kHS>, grid, kThreads, 0, stream,
+                          p);
     case kKeys:
-      BackwardKeyKernel<kHS><<<grid, kThreads, 0, stream>>>(p);
-      break;
+      return LaunchKernel(BackwardKeyKernel<kHS>, grid, kThreads, 0, stream, p);
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t Launch(Which which, int HS, const Params& p,

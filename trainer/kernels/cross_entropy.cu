@@ -1,6 +1,6 @@
 // File: trainer/kernels/cross_entropy.cu (see cross_entropy.h for the math).
 #include "trainer/kernels/cross_entropy.h"
-
+#include "trainer/kernels/launch.cuh"
 #include "trainer/kernels/reduce.cuh"
 
 namespace coppelius {
@@ -16,6 +16,7 @@ __global__ void __launch_bounds__(kThreads)
                        const uint32_t* __restrict__ targets, int V,
                        float grad_scale, float* __restrict__ losses,
                        __nv_bfloat16* __restrict__ dlogits) {
+  GridDependencyWait();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float* l = logits + row * V;
@@ -45,9 +46,8 @@ cudaError_t CrossEntropyForwardBackward(const float* logits,
                                         float grad_scale, float* losses,
                                         __nv_bfloat16* dlogits,
                                         cudaStream_t stream) {
-  CrossEntropyKernel<<<T, kThreads, 0, stream>>>(logits, targets, V,
-                                                 grad_scale, losses, dlogits);
-  return cudaGetLastError();
+  return LaunchKernel(CrossEntropyKernel, T, kThreads, 0, stream, logits,
+                      targets, V, grad_scale, losses, dlogits);
 }
 
 }  // namespace coppelius

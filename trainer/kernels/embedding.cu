@@ -1,5 +1,6 @@
 // File: trainer/kernels/embedding.cu (see embedding.h for the math).
 #include "trainer/kernels/embedding.h"
+#include "trainer/kernels/launch.cuh"
 
 namespace coppelius {
 namespace {
@@ -7,6 +8,7 @@ namespace {
 __global__ void EmbeddingForwardKernel(const uint32_t* __restrict__ tokens,
                                        const float* __restrict__ embedding,
                                        int T, int C, float* __restrict__ x) {
+  GridDependencyWait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(T) * C) return;
   const int t = static_cast<int>(i / C);
@@ -25,6 +27,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
     EmbeddingBackwardKernel(const uint32_t* __restrict__ tokens,
                             const float* __restrict__ dx, int T, int C,
                             float* __restrict__ dembedding) {
+  GridDependencyWait();
   extern __shared__ uint32_t shared[];
   uint32_t* shared_tokens = shared;
   uint32_t* list = shared + T;
@@ -81,9 +84,8 @@ cudaError_t EmbeddingForward(const uint32_t* tokens, const float* embedding,
   const int64_t n = static_cast<int64_t>(T) * C;
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  EmbeddingForwardKernel<<<blocks, threads, 0, stream>>>(tokens, embedding, T,
-                                                         C, x);
-  return cudaGetLastError();
+  return LaunchKernel(EmbeddingForwardKernel, blocks, threads, 0, stream,
+                      tokens, embedding, T, C, x);
 }
 
 cudaError_t EmbeddingBackward(const uint32_t* tokens, const float* dx, int T,
@@ -95,9 +97,8 @@ cudaError_t EmbeddingBackward(const uint32_t* tokens, const float* dx, int T,
         static_cast<int>(shared));
     if (e != cudaSuccess) return e;
   }
-  EmbeddingBackwardKernel<<<T, kBackwardThreads, shared, stream>>>(
-      tokens, dx, T, C, dembedding);
-  return cudaGetLastError();
+  return LaunchKernel(EmbeddingBackwardKernel, T, kBackwardThreads, shared,
+                      stream, tokens, dx, T, C, dembedding);
 }
 
 }  // namespace coppelius

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "trainer/kernels/bf16.cuh"
+#include "trainer/kernels/launch.cuh"
 #include "trainer/kernels/reduce.cuh"
 
 namespace coppelius {
@@ -52,6 +53,7 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x,
                                        float* __restrict__ y_f32,
                                        float* __restrict__ mean_out,
                                        float* __restrict__ rstd_out) {
+  GridDependencyWait();
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kForwardWarps + (threadIdx.x >> 5);
   if (row >= T) return;
@@ -120,6 +122,7 @@ __global__ void LayerNormBackwardKernel(
     const float* __restrict__ rstd, int T, int C, bool accumulate,
     float* __restrict__ dresid, __nv_bfloat16* __restrict__ dresid_bf16,
     float* __restrict__ partials) {
+  GridDependencyWait();
   extern __shared__ float acc[];  // [kBackwardWarps][2][C]
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -233,6 +236,7 @@ __global__ void LayerNormParamReduceKernel(const float* __restrict__ partials,
                                            int blocks, int C,
                                            float* __restrict__ dweight,
                                            float* __restrict__ dbias) {
+  GridDependencyWait();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= 2 * C) return;
   float total = 0.0f;
@@ -254,9 +258,9 @@ cudaError_t LaunchForward(const float* x, const float* weight,
                           __nv_bfloat16* y_bf16, float* y_f32, float* mean,
                           float* rstd, cudaStream_t stream) {
   const unsigned blocks = (T + kForwardWarps - 1) / kForwardWarps;
-  LayerNormForwardKernel<kVec><<<blocks, kForwardWarps * 32, 0, stream>>>(
-      x, weight, bias, T, C, eps, y_bf16, y_f32, mean, rstd);
-  return cudaGetLastError();
+  return LaunchKernel(LayerNormForwardKernel<kVec>, blocks, kForwardWarps * 32,
+                      0, stream, x, weight, bias, T, C, eps, y_bf16, y_f32,
+                      mean, rstd);
 }
 
 template <int kVec>
@@ -274,10 +278,9 @@ cudaError_t LaunchBackward(const float* dy, const float* x,
         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     if (e != cudaSuccess) return e;
   }
-  LayerNormBackwardKernel<kVec><<<blocks, kBackwardWarps * 32, shared, stream>>>(
-      dy, x, weight, mean, rstd, T, C, accumulate, dresid, dresid_bf16,
-      scratch);
-  return cudaGetLastError();
+  return LaunchKernel(LayerNormBackwardKernel<kVec>, blocks,
+                      kBackwardWarps * 32, shared, stream, dy, x, weight, mean,
+                      rstd, T, C, accumulate, dresid, dresid_bf16, scratch);
 }
 
 bool Aligned16(const void* p) {
@@ -331,9 +334,9 @@ cudaError_t LayerNormBackwardReduce(const float* scratch, int T, int C,
                                     cudaStream_t stream) {
   const int blocks = (T + kLayerNormBackwardRows - 1) / kLayerNormBackwardRows;
   const int threads = 256;
-  LayerNormParamReduceKernel<<<(2 * C + threads - 1) / threads, threads, 0,
-                               stream>>>(scratch, blocks, C, dweight, dbias);
-  return cudaGetLastError();
+  return LaunchKernel(LayerNormParamReduceKernel,
+                      (2 * C + threads - 1) / threads, threads, 0, stream,
+                      scratch, blocks, C, dweight, dbias);
 }
 
 cudaError_t LayerNormBackward(const float* dy, const float* x,

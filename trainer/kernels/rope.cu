@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "trainer/kernels/bf16.cuh"
+#include "trainer/kernels/launch.cuh"
 
 namespace coppelius {
 
@@ -32,6 +33,7 @@ namespace {
 __global__ void RopeForwardKernel(const float* __restrict__ in,
                            const float* __restrict__ table, int T, int NH,
                            int HS, __nv_bfloat16* __restrict__ out) {
+  GridDependencyWait();
   const int C = NH * HS, half = HS / 2;
   const int qk_items = 2 * NH * (half / 4);
   const int item = blockIdx.x * blockDim.x + threadIdx.x;
@@ -71,8 +73,8 @@ cudaError_t RopeForward(const float* qkv, const float* table, int T, int NH,
   const int items = 2 * NH * (HS / 8) + NH * HS / 4;
   const int threads = 128;
   const dim3 grid((items + threads - 1) / threads, T);
-  RopeForwardKernel<<<grid, threads, 0, stream>>>(qkv, table, T, NH, HS, out);
-  return cudaGetLastError();
+  return LaunchKernel(RopeForwardKernel, grid, threads, 0, stream, qkv, table,
+                      T, NH, HS, out);
 }
 
 }  // namespace coppelius

@@ -1,6 +1,8 @@
 // File: trainer/kernels/step.cu (see step.h).
 #include "trainer/kernels/step.h"
 
+#include "trainer/kernels/launch.cuh"
+
 namespace coppelius {
 namespace {
 
@@ -9,6 +11,7 @@ __global__ void StageKernel(const uint32_t* __restrict__ ids,
                             int64_t fixed_index, int T, int V,
                             uint32_t* __restrict__ inputs,
                             uint32_t* __restrict__ targets, int* invalid_flag) {
+  GridDependencyWait();
   const int64_t index = step != nullptr ? *step : fixed_index;
   const uint64_t first = static_cast<uint64_t>(index) * T;
   const bool in_range = first + T < num_tokens;
@@ -27,6 +30,7 @@ __global__ void StageKernel(const uint32_t* __restrict__ ids,
 __global__ void CopyToRingKernel(const float* __restrict__ src, int n,
                                  const int64_t* step, int slots,
                                  float* __restrict__ ring) {
+  GridDependencyWait();
   const int64_t slot = *step % slots;
   for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n;
        j += gridDim.x * blockDim.x) {
@@ -36,12 +40,16 @@ __global__ void CopyToRingKernel(const float* __restrict__ src, int n,
 
 __global__ void TimestampKernel(const int64_t* step, int slots, int which,
                                 uint64_t* ring) {
+  GridDependencyWait();
   uint64_t now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   ring[(*step % slots) * 2 + which] = now;
 }
 
-__global__ void AdvanceKernel(int64_t* step) { *step += 1; }
+__global__ void AdvanceKernel(int64_t* step) {
+  GridDependencyWait();
+  *step += 1;
+}
 
 }  // namespace
 
@@ -49,26 +57,24 @@ cudaError_t StageContext(const uint32_t* ids, uint64_t num_tokens,
                          const int64_t* step, int64_t fixed_index, int T,
                          int V, uint32_t* inputs, uint32_t* targets,
                          int* invalid_flag, cudaStream_t stream) {
-  StageKernel<<<1, 1024, 0, stream>>>(ids, num_tokens, step, fixed_index, T, V,
-                                      inputs, targets, invalid_flag);
-  return cudaGetLastError();
+  return LaunchKernel(StageKernel, 1, 1024, 0, stream, ids, num_tokens, step,
+                      fixed_index, T, V, inputs, targets, invalid_flag);
 }
 
 cudaError_t CopyToRing(const float* src, int n, const int64_t* step, int slots,
                        float* ring, cudaStream_t stream) {
-  CopyToRingKernel<<<4, 256, 0, stream>>>(src, n, step, slots, ring);
-  return cudaGetLastError();
+  return LaunchKernel(CopyToRingKernel, 4, 256, 0, stream, src, n, step, slots,
+                      ring);
 }
 
 cudaError_t Timestamp(const int64_t* step, int slots, int which,
                       uint64_t* ring, cudaStream_t stream) {
-  TimestampKernel<<<1, 1, 0, stream>>>(step, slots, which, ring);
-  return cudaGetLastError();
+  return LaunchKernel(TimestampKernel, 1, 1, 0, stream, step, slots, which,
+                      ring);
 }
 
 cudaError_t AdvanceStep(int64_t* step, cudaStream_t stream) {
-  AdvanceKernel<<<1, 1, 0, stream>>>(step);
-  return cudaGetLastError();
+  return LaunchKernel(AdvanceKernel, 1, 1, 0, stream, step);
 }
 
 }  // namespace coppelius

@@ -32,6 +32,7 @@
 #include "trainer/kernels/attention.h"
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/embedding.h"
+#include "trainer/kernels/launch.h"
 #include "trainer/kernels/layernorm.h"
 #include "trainer/kernels/matmul.h"
 #include "trainer/kernels/rope.h"
@@ -449,14 +450,20 @@ int Main(int argc, char** argv) {
     if (a.rfind("--config=", 0) == 0) config = a.substr(9);
     else if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
     else if (a.rfind("--kernels=", 0) == 0) kernels = a.substr(10) != "0";
-    else {
-      std::fprintf(stderr, "usage: step_bench [--config=NAME] [--steps=N] [--kernels=0|1]\n");
+    else if (a.rfind("--pdl=", 0) == 0) {
+      SetProgrammaticDependentLaunch(a.substr(6) != "0");
+    } else {
+      std::fprintf(stderr,
+                   "usage: step_bench [--config=NAME] [--steps=N] "
+                   "[--kernels=0|1] [--pdl=0|1]\n");
       return 2;
     }
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+  std::printf("device: %s (%d SMs); programmatic dependent launch %s\n",
+              prop.name, prop.multiProcessorCount,
+              ProgrammaticDependentLaunchEnabled() ? "on" : "off");
   if (kernels) {
     if (KernelBench() != 0) return 1;
     std::printf("\n== kernels at coppelius shapes (median of 50, ms) ==\n");

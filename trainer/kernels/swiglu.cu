@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "trainer/kernels/bf16.cuh"
+#include "trainer/kernels/launch.cuh"
 
 namespace coppelius {
 namespace {
@@ -38,6 +39,7 @@ __device__ __forceinline__ void StoreBf16(__nv_bfloat16* dst,
 template <int kVec>
 __global__ void SwigluForwardKernel(const float* __restrict__ gu, int T,
                                     int H, __nv_bfloat16* __restrict__ a) {
+  GridDependencyWait();
   using V = Vec<kVec>;
   const int j = (blockIdx.x * blockDim.x + threadIdx.x) * kVec;
   if (j >= H) return;
@@ -59,6 +61,7 @@ template <int kVec>
 __global__ void SwigluBackwardKernel(const float* __restrict__ gu,
                                      const float* __restrict__ da, int T,
                                      int H, __nv_bfloat16* __restrict__ dgu) {
+  GridDependencyWait();
   using V = Vec<kVec>;
   const int j = (blockIdx.x * blockDim.x + threadIdx.x) * kVec;
   if (j >= H) return;
@@ -87,12 +90,13 @@ cudaError_t SwigluForward(const float* gu, int T, int H, __nv_bfloat16* a,
   const int threads = 128;
   if (H % 4 == 0) {
     const dim3 grid((H / 4 + threads - 1) / threads, T);
-    SwigluForwardKernel<4><<<grid, threads, 0, stream>>>(gu, T, H, a);
+    return LaunchKernel(SwigluForwardKernel<4>, grid, threads, 0, stream, gu, T,
+                        H, a);
   } else {
     const dim3 grid((H + threads - 1) / threads, T);
-    SwigluForwardKernel<1><<<grid, threads, 0, stream>>>(gu, T, H, a);
+    return LaunchKernel(SwigluForwardKernel<1>, grid, threads, 0, stream, gu, T,
+                        H, a);
   }
-  return cudaGetLastError();
 }
 
 cudaError_t SwigluBackward(const float* gu, const float* da, int T, int H,
@@ -100,12 +104,13 @@ cudaError_t SwigluBackward(const float* gu, const float* da, int T, int H,
   const int threads = 128;
   if (H % 4 == 0) {
     const dim3 grid((H / 4 + threads - 1) / threads, T);
-    SwigluBackwardKernel<4><<<grid, threads, 0, stream>>>(gu, da, T, H, dgu);
+    return LaunchKernel(SwigluBackwardKernel<4>, grid, threads, 0, stream, gu,
+                        da, T, H, dgu);
   } else {
     const dim3 grid((H + threads - 1) / threads, T);
-    SwigluBackwardKernel<1><<<grid, threads, 0, stream>>>(gu, da, T, H, dgu);
+    return LaunchKernel(SwigluBackwardKernel<1>, grid, threads, 0, stream, gu,
+                        da, T, H, dgu);
   }
-  return cudaGetLastError();
 }
 
 }  // namespace coppelius
