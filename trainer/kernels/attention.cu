@@ -34,6 +34,16 @@ constexpr int kTile = kAttentionTile;  // positions per tile (rows or keys)
 constexpr int kThreads = 128;  // 4 warps × 16 rows
 constexpr int kPad = 8;        // bf16 of padding per shared-memory row
 
+// The reference rounds dS = scale · P⊙(dP − D) to bf16. When scale =
+// 1/sqrt(HS) is a power of two (HS = 16, 64) scaling commutes with the
+// rounding, so the kernels round P⊙(dP − D) and scale the fp32 dq/dk sums
+// once in their epilogue; otherwise (HS = 32) they scale every element
+// before rounding, as the reference does.
+template <int kHS>
+constexpr bool ScaleInEpilogue() {
+  return kHS == 16 || kHS == 64;
+}
+
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4],
                                     uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -689,6 +699,10 @@ __global__ void __launch_bounds__(kThreads)
       s[n][1] *= dp[n][1] - d0;
       s[n][2] *= dp[n][2] - d1;
       s[n][3] *= dp[n][3] - d1;
+      if constexpr (!ScaleInEpilogue<kHS>()) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= p.scale;
+      }
     }
     uint32_t dsa[4][4];
     PackA<8>(s, dsa);
@@ -702,8 +716,8 @@ __global__ void __launch_bounds__(kThreads)
                           col0, qs.t0)) {
     return;
   }
-  WriteInverseRope<kHS>(dq, p.scale, p.rope, T, p.dqkv, 3 * C, h * kHS,
-                        qs.t0);
+  WriteInverseRope<kHS>(dq, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, p.rope,
+                        T, p.dqkv, 3 * C, h * kHS, qs.t0);
 }
 
 // Backward, kernel 3: per key-side item, over the chunk's query tiles:
@@ -798,6 +812,10 @@ __global__ void __launch_bounds__(kThreads)
         dpt[n][1] = pr[1] * (dpt[n][1] - d.y);
         dpt[n][2] = pr[2] * (dpt[n][2] - d.x);
         dpt[n][3] = pr[3] * (dpt[n][3] - d.y);
+        if constexpr (!ScaleInEpilogue<kHS>()) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dpt[n][e] *= p.scale;
+        }
       }
       uint32_t pa[2][4], dsa[2][4];
       PackA<4>(st, pa);
@@ -818,8 +836,8 @@ __global__ void __launch_bounds__(kThreads)
     SumPartials<kHS>(dk, p.part_dk, chunk, n_chunks, T, C, col0, j0);
     SumPartials<kHS>(dv, p.part_dv, chunk, n_chunks, T, C, col0, j0);
   }
-  WriteInverseRope<kHS>(dk, p.scale, p.rope, T, p.dqkv, 3 * C,
-                        C + h * kHS, j0);
+  WriteInverseRope<kHS>(dk, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, p.rope,
+                        T, p.dqkv, 3 * C, C + h * kHS, j0);
 #pragma unroll
   for (int dn = 0; dn < kHS / 8; ++dn) {
     const int col = 2 * C + col0 + dn * 8;

@@ -19,8 +19,8 @@
 // Backward, given dy [T, HS] (slice of the bf16 dY [T, C]):
 //   dP = dy · vᵀ                             fp32
 //   D[t] = Σ_{j ≤ t} P[t, j] · dP[t, j]      fp32
-//   dS = bf16(P ⊙ (dP − D))
-//   dq = scale · dS · k;  dk = scale · dSᵀ · q;  dv = bf16(P)ᵀ · dy   fp32
+//   dS = bf16(scale · P ⊙ (dP − D))
+//   dq = dS · k;  dk = dSᵀ · q;  dv = bf16(P)ᵀ · dy   fp32
 //   then the inverse RoPE of dq and dk (rope.h), all three rounded to bf16
 //   (they feed only the qkv dX / dW products)
 //
@@ -31,12 +31,10 @@
 // second forms the normalized P), D is Σ P·dP over the unrounded P (not the
 // dy·y shortcut of FlashAttention-2, which would use the rounded P; summed
 // here in fp32, in the reference in double), and every product operand is
-// bf16 with fp32 accumulation. One difference in order: the reference
-// rounds scale·P⊙(dP − D) to bf16 and leaves the dq/dk products unscaled;
-// these kernels (like the cuBLAS version before them, whose alpha was the
-// scale) round P⊙(dP − D) and scale the products. For a power-of-two scale
-// — HS = 16 or 64, every config there is — the two give the same bits; for
-// HS = 32 (scale 2^−2.5) they differ by up to one bf16 rounding of dS.
+// bf16 with fp32 accumulation. The scale of dS is applied as the reference
+// does, before the bf16 rounding; when it is a power of two (HS = 16, 64)
+// it commutes with the rounding and is applied once, to the fp32 dq/dk
+// sums, instead.
 //
 // Parallelism (deterministic: no float atomics; every sum in a fixed
 // order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a

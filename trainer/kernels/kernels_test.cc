@@ -435,11 +435,13 @@ void RunAttentionCase(int NH, int T, int HS) {
       }
       for (int j = 0; j <= t; ++j) {
         const double p16 = RoundBf16(static_cast<float>(p[j]));
-        const double ds16 = RoundBf16(static_cast<float>(p[j] * (dp[j] - dot)));
+        // dS = bf16(scale · P ⊙ (dP − D)), the reference backend's order.
+        const double ds16 =
+            RoundBf16(static_cast<float>(scale * p[j] * (dp[j] - dot)));
         for (int d = 0; d < HS; ++d) {
           y[static_cast<size_t>(t) * C + h * HS + d] += p16 * at(j, 2, d);
-          dqkv[static_cast<size_t>(t) * 3 * C + h * HS + d] += scale * ds16 * at(j, 1, d);
-          dqkv[static_cast<size_t>(j) * 3 * C + C + h * HS + d] += scale * ds16 * at(t, 0, d);
+          dqkv[static_cast<size_t>(t) * 3 * C + h * HS + d] += ds16 * at(j, 1, d);
+          dqkv[static_cast<size_t>(j) * 3 * C + C + h * HS + d] += ds16 * at(t, 0, d);
           dqkv[static_cast<size_t>(j) * 3 * C + 2 * C + h * HS + d] +=
               p16 * dy[static_cast<size_t>(t) * C + h * HS + d];
         }
