@@ -5,7 +5,10 @@
 #   1. nvidia-smi -L
 #   2. every gpu test binary in stage/tests
 #   3. compute-sanitizer memcheck on small cases (if available)
-#   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend
+#   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
+#      4b. again with programmatic dependent launch off, and a baseline
+#      build if staged as stage/base/step_bench (SKIP_AB=1 skips), with
+#      the P/M/V digests side by side
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
 #   6. with PROFILE=1: ncu's duration of every kernel of one step graph,
@@ -96,6 +99,29 @@ if [ -x stage/bin/step_bench ]; then
   rc=$?
   cat "$out/step_bench.log" >> "$log"
   note "step_bench" "rc=$rc"
+fi
+
+# 4b. A/B: the same benchmark with programmatic dependent launch off, and a
+# baseline build if one was staged as stage/base/step_bench (e.g. the
+# previous commit). The P/M/V digests must agree wherever the builds are
+# meant to compute the same bits.
+if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
+  echo "== step_bench A/B" | tee -a "$log"
+  timeout 100 stage/bin/step_bench --kernels=0 --pdl=0 --steps="${STEPS:-300}" \
+    >"$out/step_bench_nopdl.log" 2>&1
+  cat "$out/step_bench_nopdl.log" >> "$log"
+  if [ -x stage/base/step_bench ]; then
+    timeout 100 stage/base/step_bench --kernels=0 --steps="${STEPS:-300}" \
+      >"$out/step_bench_base.log" 2>&1
+    cat "$out/step_bench_base.log" >> "$log"
+  fi
+  for f in step_bench step_bench_nopdl step_bench_base; do
+    [ -f "$out/$f.log" ] || continue
+    ms=$(grep -m1 'ms/step (host wall' "$out/$f.log" | awk '{print $NF}')
+    dev=$(grep -m1 'median device time' "$out/$f.log" | awk '{print $NF}')
+    fnv=$(grep -m1 'FNV-1a' "$out/$f.log" | awk '{print $NF}')
+    note "A/B $f" "ms/step $ms, device median $dev, P/M/V $fnv"
+  done
 fi
 
 # 5. the PyTorch baseline on the same model (tools/bench_torch.py), side by side
