@@ -20,12 +20,14 @@
 // from a host-computed table indexed by s); per-row CE into a ring of mapped
 // pinned host windows; device timestamp; advance the counter. EnqueueStep
 // launches it and records an event; PollStep waits on that step's event.
-// Inside the graph, independent backward work (dW ∥ dX products, the
-// attention's dk/dv kernel ∥ its dq kernel) and the LayerNorm weight/bias
-// reductions run on a side stream, and each block's AdamW runs on a third,
+// Inside the graph, the backward's weight-gradient work (the dW products,
+// the tied dE product, the LayerNorm weight/bias reductions) runs on a
+// side stream that the main stream (the dX chain, the critical path) joins
+// only at the end of the step; each block's AdamW runs on a third,
 // low-priority stream as soon as the block's gradients are complete
-// (fork/join edges of the capture; every node writes its own buffer, so the
-// overlap cannot change a bit).
+// (fork/join edges of the capture; every node writes its own buffer, and
+// the side stream's inputs are rings the main stream reuses only after the
+// side stream's read, so the overlap cannot change a bit).
 // BeginSnapshot enqueues a device-side copy of P/M/V, then an asynchronous
 // copy to pinned host memory on its own stream; FinishSnapshot waits for it.
 // At most one snapshot is pending: max_steps_in_flight() is
@@ -35,7 +37,8 @@
 // the CUDA context) — P/M/V 692 MB + its snapshot copy 692 MB, gradients
 // 231 MB, bf16 weights 115 MB, per-block saved activations (no [T, T]
 // matrices: the fused attention keeps one [NH, T] statistic per block),
-// logits 50 MB, attention scratch 25 MB, two 32 MiB cuBLASLt workspaces.
+// logits 50 MB, attention scratch 34 MB (partials and dS tiles), two 32 MiB
+// cuBLASLt workspaces, the side stream's input rings 25 MB.
 #ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_
 #define COPPELIUS_TRAINER_CUDA_BACKEND_H_
 
