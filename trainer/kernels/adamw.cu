@@ -53,8 +53,13 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               const int64_t* step, int64_t fixed_step,
                               float* p, float* m, float* v, const float* g,
                               __nv_bfloat16* p_bf16, cudaStream_t stream) {
-  return LaunchKernel(AdamWKernel, num_chunks, kThreads, 0, stream, chunks,
-                      scalars_table, step, fixed_step, p, m, v, g, p_bf16);
+  // An ordinary launch, not a programmatic one (launch.cuh): the update runs
+  // on its own low-priority stream beside the backward, and its CTAs (one
+  // per chunk, hundreds) launched early would sit on SMs waiting while the
+  // backward's kernels need them.
+  AdamWKernel<<<num_chunks, kThreads, 0, stream>>>(
+      chunks, scalars_table, step, fixed_step, p, m, v, g, p_bf16);
+  return cudaGetLastError();
 }
 
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,
