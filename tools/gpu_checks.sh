@@ -6,9 +6,9 @@
 #   2. every gpu test binary in stage/tests
 #   3. compute-sanitizer memcheck on small cases (if available)
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
-#      4b. again with programmatic dependent launch off, and a baseline
-#      build if staged as stage/base/step_bench (SKIP_AB=1 skips), with
-#      the P/M/V digests side by side
+#      4b. backend only, PDL on / off / a baseline build if staged as
+#      stage/base/step_bench, two alternating rounds (SKIP_AB=1 skips),
+#      with the P/M/V digests side by side
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
 #   6. with PROFILE=1: ncu's duration of every kernel of one step graph,
@@ -101,27 +101,32 @@ if [ -x stage/bin/step_bench ]; then
   note "step_bench" "rc=$rc"
 fi
 
-# 4b. A/B: the same benchmark with programmatic dependent launch off, and a
-# baseline build if one was staged as stage/base/step_bench (e.g. the
-# previous commit). The P/M/V digests must agree wherever the builds are
-# meant to compute the same bits.
+# 4b. A/B: the backend benchmark alone (--kernels=0) with programmatic
+# dependent launch on and off, and a baseline build if one was staged as
+# stage/base/step_bench (e.g. the previous commit), in two alternating
+# rounds. The P/M/V digests must agree wherever the builds are meant to
+# compute the same bits.
 if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
   echo "== step_bench A/B" | tee -a "$log"
-  timeout 100 stage/bin/step_bench --kernels=0 --pdl=0 --steps="${STEPS:-300}" \
-    >"$out/step_bench_nopdl.log" 2>&1
-  cat "$out/step_bench_nopdl.log" >> "$log"
-  if [ -x stage/base/step_bench ]; then
-    timeout 100 stage/base/step_bench --kernels=0 --steps="${STEPS:-300}" \
-      >"$out/step_bench_base.log" 2>&1
-    cat "$out/step_bench_base.log" >> "$log"
-  fi
-  for f in step_bench step_bench_nopdl step_bench_base; do
-    [ -f "$out/$f.log" ] || continue
-    ms=$(grep -m1 'ms/step (host wall' "$out/$f.log" | awk '{print $NF}')
-    dev=$(grep -m1 'median device time' "$out/$f.log" | awk '{print $NF}')
-    fnv=$(grep -m1 'FNV-1a' "$out/$f.log" | awk '{print $NF}')
-    note "A/B $f" "ms/step $ms, device median $dev, P/M/V $fnv"
+  for round in 1 2; do
+    for variant in pdl nopdl base; do
+      case $variant in
+        pdl) cmd=(stage/bin/step_bench --pdl=1) ;;
+        nopdl) cmd=(stage/bin/step_bench --pdl=0) ;;
+        base) [ -x stage/base/step_bench ] || continue
+              cmd=(stage/base/step_bench) ;;
+      esac
+      f="$out/ab_${variant}_$round.log"
+      timeout 100 "${cmd[@]}" --kernels=0 --steps="${STEPS:-300}" >"$f" 2>&1
+      cat "$f" >> "$log"
+      ms=$(grep -m1 'ms/step (host wall' "$f" | awk '{print $NF}')
+      fwd=$(grep -m1 'forward incl' "$f" | awk '{print $NF}')
+      bwd=$(grep -m1 'backward +' "$f" | awk '{print $NF}')
+      fnv=$(grep -m1 'FNV-1a' "$f" | awk '{print $NF}')
+      note "A/B $variant (round $round)" "ms/step $ms (fwd $fwd, bwd $bwd), P/M/V $fnv"
+    done
   done
+  tar -C "$out" -czf "$out/ab_logs.tgz" $(cd "$out" && ls ab_*.log) && rm -f "$out"/ab_*.log
 fi
 
 # 5. the PyTorch baseline on the same model (tools/bench_torch.py), side by side
