@@ -132,6 +132,24 @@ class CudaBackend final : public Backend {
                          "cudaStreamWaitEvent(join)");
     return absl::OkStatus();
   }
+  // The dk/dv kernel runs on its own stream next to the dq kernel (not on
+  // the side stream, where it would queue behind weight-gradient products).
+  absl::Status ForkAttention() {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(attention_fork_event_, stream_),
+                         "cudaEventRecord(attention fork)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(attention_stream_, attention_fork_event_, 0),
+        "cudaStreamWaitEvent(attention fork)");
+    return absl::OkStatus();
+  }
+  absl::Status JoinAttention() {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(attention_join_event_, attention_stream_),
+                         "cudaEventRecord(attention join)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(stream_, attention_join_event_, 0),
+        "cudaStreamWaitEvent(attention join)");
+    return absl::OkStatus();
+  }
   // A buffer the main stream writes and the side stream reads with no join
   // in between: copies used in turn. Before the main stream writes a copy
   // again it waits (in the stream) for the side stream's last read of that
@@ -246,6 +264,9 @@ class CudaBackend final : public Backend {
   cudaEvent_t adam_join_event_ = nullptr;
   cudaEvent_t side_done_event_ = nullptr;
   cudaEvent_t demb_done_event_ = nullptr;
+  cudaStream_t attention_stream_ = nullptr;
+  cudaEvent_t attention_fork_event_ = nullptr;
+  cudaEvent_t attention_join_event_ = nullptr;
   float* rope_table_ = nullptr;
   uint64_t update_count_ = 0;
   bool loaded_ = false;
@@ -328,6 +349,9 @@ CudaBackend::~CudaBackend() {
   if (adam_join_event_ != nullptr) cudaEventDestroy(adam_join_event_);
   if (side_done_event_ != nullptr) cudaEventDestroy(side_done_event_);
   if (demb_done_event_ != nullptr) cudaEventDestroy(demb_done_event_);
+  if (attention_stream_ != nullptr) cudaStreamSynchronize(attention_stream_);
+  if (attention_fork_event_ != nullptr) cudaEventDestroy(attention_fork_event_);
+  if (attention_join_event_ != nullptr) cudaEventDestroy(attention_join_event_);
   for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
                       &ln_scratch_ring_}) {
     for (cudaEvent_t e : r->read_done) cudaEventDestroy(e);
@@ -355,6 +379,7 @@ CudaBackend::~CudaBackend() {
   if (snapshot_stream_ != nullptr) cudaStreamDestroy(snapshot_stream_);
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (adam_stream_ != nullptr) cudaStreamDestroy(adam_stream_);
+  if (attention_stream_ != nullptr) cudaStreamDestroy(attention_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -384,8 +409,8 @@ absl::Status CudaBackend::Init() {
   const int64_t T = T_, C = C_, H = H_, V = V_, NH = NH_;
 
   CUDA_RETURN_IF_ERROR(cudaSetDevice(0), "cudaSetDevice(0)");
-  // Priorities: the forward/backward dX chain (main stream) is the step's
-  // critical path; the weight-gradient work of the side
+  // Priorities: the forward/backward dX chain (main and attention streams)
+  // is the step's critical path; the weight-gradient work of the side
   // stream one level below it (it only has to finish before its block's
   // AdamW); the per-block AdamW (memory-bound, overlapped) yields SMs to
   // both. Captured kernel nodes keep their stream's priority
@@ -408,8 +433,14 @@ absl::Status CudaBackend::Init() {
                                    side_priority),
       "cudaStreamCreateWithPriority(side)");
   CUDA_RETURN_IF_ERROR(
-      cudaEventCreateWithFlags(&demb_done_event_, cudaEventDisableTiming),
-      "cudaEventCreateWithFlags(dE done)");
+      cudaStreamCreateWithPriority(&attention_stream_, cudaStreamNonBlocking,
+                                   greatest_priority),
+      "cudaStreamCreateWithPriority(attention)");
+  for (cudaEvent_t* e : {&attention_fork_event_, &attention_join_event_,
+                         &demb_done_event_}) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming),
+                         "cudaEventCreateWithFlags(backward)");
+  }
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(fork)");
@@ -852,21 +883,24 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
     RETURN_IF_ERROR(
         p_dx_out_->RunBf16(dresid16, p16_ + o.output, dy16_, workspace_, stream_));
-    // Attention: D, then dk, dv and the dS tiles, then dq from them.
+    // Attention: D, then dq (main stream) ∥ dk, dv (attention stream).
     int dqkv16_index = 0;
     ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
     CUDA_RETURN_IF_ERROR(
         AttentionBackwardDelta(qkv16_[l], dy16_, stats_[l], T, NH, HS,
                                attention_scratch_, stream_),
         "AttentionBackwardDelta");
+    RETURN_IF_ERROR(ForkAttention());
     CUDA_RETURN_IF_ERROR(
         AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
-                              HS, attention_scratch_, dqkv16, stream_),
+                              HS, attention_scratch_, dqkv16,
+                              attention_stream_),
         "AttentionBackwardKeys");
     CUDA_RETURN_IF_ERROR(
-        AttentionBackwardQuery(qkv16_[l], rope_table_, T, NH, HS,
-                               attention_scratch_, dqkv16, stream_),
+        AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
+                               NH, HS, attention_scratch_, dqkv16, stream_),
         "AttentionBackwardQuery");
+    RETURN_IF_ERROR(JoinAttention());
     RETURN_IF_ERROR(Fork());
     RETURN_IF_ERROR(MmSide(*p_dw_qkv_, dqkv16, h1_[l], G + o.qkv));
     RETURN_IF_ERROR(SideReadDone(&dqkv16_ring_, dqkv16_index));

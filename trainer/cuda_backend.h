@@ -23,7 +23,8 @@
 // Inside the graph, the backward's weight-gradient work (the dW products,
 // the tied dE product, the LayerNorm weight/bias reductions) runs on a
 // side stream that the main stream (the dX chain, the critical path) joins
-// only at the end of the step; each block's AdamW runs on a third,
+// only at the end of the step; the attention's dk/dv kernel runs beside its
+// dq kernel on an attention stream; each block's AdamW runs on a fourth,
 // low-priority stream as soon as the block's gradients are complete
 // (fork/join edges of the capture; every node writes its own buffer, and
 // the side stream's inputs are rings the main stream reuses only after the
@@ -37,8 +38,8 @@
 // the CUDA context) — P/M/V 692 MB + its snapshot copy 692 MB, gradients
 // 231 MB, bf16 weights 115 MB, per-block saved activations (no [T, T]
 // matrices: the fused attention keeps one [NH, T] statistic per block),
-// logits 50 MB, attention scratch 34 MB (partials and dS tiles), two 32 MiB
-// cuBLASLt workspaces, the side stream's input rings 25 MB.
+// logits 50 MB, attention scratch 25 MB, two 32 MiB cuBLASLt workspaces,
+// the side stream's input rings 25 MB.
 #ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_
 #define COPPELIUS_TRAINER_CUDA_BACKEND_H_
 

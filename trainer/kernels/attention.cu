@@ -263,9 +263,6 @@ struct Params {
   float* part_dq;
   float* part_dk;
   float* part_dv;
-  // dSᵀ tiles [NH][causal tile pair][64 keys][64 queries] bf16, written by
-  // the keys kernel, read by the query kernel.
-  bf16* ds;
 };
 
 // True in every thread of the CTA that arrives last of `n` at `counter`
@@ -670,20 +667,62 @@ __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
   return d;
 }
 
-// The dSᵀ tile of causal tile pair (qt, kt ≤ qt) of head h: [64 keys][64
-// queries] bf16, row-major.
-__device__ __forceinline__ bf16* DsTile(const Params& p, int h, int qt,
-                                        int kt) {
-  return p.ds + (static_cast<int64_t>(h) * NumCausalTilePairs(p.num_tiles) +
-                 CausalTilePair(qt, kt)) *
-                    (kTile * kTile);
+// Backward, kernel 2: per query-side item, dS over the chunk's keys and the
+// partial dq = dS · k; the tile's last chunk writes scale · Σ into dqkv.
+template <int kHS>
+__global__ void __launch_bounds__(kThreads)
+    BackwardQueryKernel(const Params p) {
+  GridDependencyWait();
+  constexpr int kLd = kHS + kPad;
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  __shared__ __align__(16) bf16 s_v[kTile * kLd];
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
+  const bf16* k = p.qkv + C + h * kHS;
+  const bf16* v = k + C;
+  TileRegs<kHS> nk, nv;
+  nk.Load(k, ld, kt0 * kTile, T);
+  nv.Load(v, ld, kt0 * kTile, T);
+  const int row_t0 =
+      qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+  const float d0 = RowDelta(p, h, row_t0), d1 = RowDelta(p, h, row_t0 + 8);
+  QuerySide<kHS> qs;
+  qs.Init(p, h, qt, s_k, s_v);
+  float dq[kHS / 8][4] = {};
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
+    float s[8][4], dp[8][4];
+    qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      s[n][0] *= dp[n][0] - d0;
+      s[n][1] *= dp[n][1] - d0;
+      s[n][2] *= dp[n][2] - d1;
+      s[n][3] *= dp[n][3] - d1;
+      if constexpr (!ScaleInEpilogue<kHS>()) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= p.scale;
+      }
+    }
+    uint32_t dsa[4][4];
+    PackA<8>(s, dsa);
+    AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
+  });
+  const int n_chunks = QueryTileChunks(qt);
+  const int col0 = h * kHS + (threadIdx.x & 3) * 2;
+  if (n_chunks > 1 &&
+      !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
+                          p.counters + (p.NH + h) * p.num_tiles + qt, T, C,
+                          col0, qs.t0)) {
+    return;
+  }
+  WriteInverseRope<kHS>(dq, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, p.rope,
+                        T, p.dqkv, 3 * C, h * kHS, qs.t0);
 }
 
-// Backward, kernel 2: per key-side item, over the chunk's query tiles:
+// Backward, kernel 3: per key-side item, over the chunk's query tiles:
 // dv partial = bf16(P)ᵀ · dy, dk partial = dSᵀ · q (keys as rows: each warp
-// owns 16 keys), and each dSᵀ tile (bf16, the A operand of dk) stored for
-// the query kernel; the key tile's last chunk writes Σ dk (scaled, through
-// the inverse RoPE) and Σ dv.
+// owns 16 keys); the key tile's last chunk writes scale · Σ dk and Σ dv.
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardKeyKernel(const Params p) {
@@ -742,7 +781,6 @@ __global__ void __launch_bounds__(kThreads)
       no.Load(o, C, (qt + 1) * kTile, T);
       if (threadIdx.x < kTile) row_stats(qt + 1, &next_lse, &next_d);
     }
-    bf16* ds_tile = DsTile(p, h, qt, kt);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float st[4][4], dpt[4][4];
@@ -782,20 +820,6 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t pa[2][4], dsa[2][4];
       PackA<4>(st, pa);
       PackA<4>(dpt, dsa);
-      // dSᵀ rows (keys) r0 + g and r0 + g + 8, query columns
-      // 32·half + 16·i + 2c (registers 0, 1) and + 8 (registers 2, 3).
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int col = half * 32 + 16 * i + 2 * c;
-        uint32_t* row_a =
-            reinterpret_cast<uint32_t*>(ds_tile + (r0 + g) * kTile + col);
-        uint32_t* row_b =
-            reinterpret_cast<uint32_t*>(ds_tile + (r0 + g + 8) * kTile + col);
-        row_a[0] = dsa[i][0];
-        row_b[0] = dsa[i][1];
-        row_a[4] = dsa[i][2];
-        row_b[4] = dsa[i][3];
-      }
       AccumulateT<kHS, 2>(pa, s_o, half * 32, dv);
       AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
     }
@@ -830,92 +854,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// A dSᵀ tile in registers (16-byte chunks) between its global load and its
-// shared-memory store [64][64 + kPad].
-struct DsTileRegs {
-  static constexpr int kChunks = kTile * kTile / 8 / kThreads;
-  uint4 v[kChunks];
-
-  __device__ __forceinline__ void Load(const bf16* src) {
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-      v[i] = reinterpret_cast<const uint4*>(src)[threadIdx.x + i * kThreads];
-    }
-  }
-  __device__ __forceinline__ void Store(bf16* dst) const {
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-      const int idx = threadIdx.x + i * kThreads;
-      *reinterpret_cast<uint4*>(dst + (idx / 8) * (kTile + kPad) +
-                                (idx % 8) * 8) = v[i];
-    }
-  }
-};
-
-// A fragments of dS for the 16 query rows row0.. over the tile's 64 keys
-// (4 k-steps), read transposed from a dSᵀ tile [64 keys][64 + kPad]: lanes
-// 8m..8m+7 address matrix m = a0..a3 (keys +8·(m / 2), queries +8·(m % 2)).
-__device__ __forceinline__ void LoadATransposed(const bf16* tile, int row0,
-                                                uint32_t (&a)[4][4]) {
-  constexpr int kLd = kTile + kPad;
-  const int lane = threadIdx.x & 31;
-  const int m = lane >> 3;
-  const bf16* p = tile + ((m >> 1) * 8 + (lane & 7)) * kLd + row0 + (m & 1) * 8;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) LdMatrixTrans(a[kk], p + kk * 16 * kLd);
-}
-
-// Backward, kernel 3 (after the keys kernel): per query-side item, the
-// partial dq = dS · k over the chunk's key tiles, dS read from the keys
-// kernel's tiles; the tile's last chunk writes dq (through the inverse
-// RoPE) into dqkv.
-template <int kHS>
-__global__ void __launch_bounds__(kThreads)
-    BackwardQueryKernel(const Params p) {
-  GridDependencyWait();
-  constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_k[kTile * kLd];
-  __shared__ __align__(16) bf16 s_ds[kTile * (kTile + kPad)];
-  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
-  const bf16* k = p.qkv + C + h * kHS;
-  const int r0 = (threadIdx.x >> 5) * 16;
-  const int t0 = qt * kTile + r0 + ((threadIdx.x & 31) >> 2);
-  TileRegs<kHS> nk;
-  DsTileRegs nds;
-  nk.Load(k, ld, kt0 * kTile, T);
-  nds.Load(DsTile(p, h, qt, kt0));
-  float dq[kHS / 8][4] = {};
-  for (int kt = kt0; kt <= kt1; ++kt) {
-    __syncthreads();
-    nk.Store(s_k);
-    nds.Store(s_ds);
-    __syncthreads();
-    if (kt < kt1) {
-      nk.Load(k, ld, (kt + 1) * kTile, T);
-      nds.Load(DsTile(p, h, qt, kt + 1));
-    }
-    uint32_t dsa[4][4];
-    LoadATransposed(s_ds, r0, dsa);
-    AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
-  }
-  const int n_chunks = QueryTileChunks(qt);
-  const int col0 = h * kHS + (threadIdx.x & 3) * 2;
-  if (n_chunks > 1 &&
-      !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
-                          p.counters + (p.NH + h) * p.num_tiles + qt, T, C,
-                          col0, t0)) {
-    return;
-  }
-  WriteInverseRope<kHS>(dq, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, p.rope,
-                        T, p.dqkv, 3 * C, h * kHS, t0);
-}
-
 // Scratch layout, in 4-byte words, each region aligned to 64 words.
 struct ScratchLayout {
-  size_t counters, part_m, part_l, part_d, part_o, part_dq, part_dk, part_dv,
-      ds;
+  size_t counters, part_m, part_l, part_d, part_o, part_dq, part_dk, part_dv;
   size_t words;
 };
 
@@ -943,9 +884,6 @@ ScratchLayout Layout(int T, int NH, int HS) {
   at += up(plane);
   l.part_dv = at;
   at += up(plane);
-  l.ds = at;  // bf16: two per word
-  at += up(static_cast<size_t>(NH) * NumCausalTilePairs(static_cast<int>(tiles)) *
-           kTile * kTile / 2);
   l.words = at;
   return l;
 }
@@ -975,7 +913,6 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   p.part_dq = w + l.part_dq;
   p.part_dk = w + l.part_dk;
   p.part_dv = w + l.part_dv;
-  p.ds = reinterpret_cast<bf16*>(w + l.ds);
   return p;
 }
 
@@ -1054,19 +991,20 @@ cudaError_t AttentionBackwardDelta(const bf16* qkv, const bf16* dy,
                         nullptr, stream);
 }
 
+cudaError_t AttentionBackwardQuery(const bf16* qkv, const bf16* dy,
+                                   const float* stats, const float* rope_table,
+                                   int T, int NH, int HS, void* scratch,
+                                   bf16* dqkv, cudaStream_t stream) {
+  return LaunchBackward(kQuery, qkv, dy, stats, rope_table, T, NH, HS,
+                        scratch, dqkv, stream);
+}
+
 cudaError_t AttentionBackwardKeys(const bf16* qkv, const bf16* dy,
                                   const float* stats, const float* rope_table,
                                   int T, int NH, int HS, void* scratch,
                                   bf16* dqkv, cudaStream_t stream) {
   return LaunchBackward(kKeys, qkv, dy, stats, rope_table, T, NH, HS, scratch,
                         dqkv, stream);
-}
-
-cudaError_t AttentionBackwardQuery(const bf16* qkv, const float* rope_table,
-                                   int T, int NH, int HS, void* scratch,
-                                   bf16* dqkv, cudaStream_t stream) {
-  return LaunchBackward(kQuery, qkv, nullptr, nullptr, rope_table, T, NH, HS,
-                        scratch, dqkv, stream);
 }
 
 cudaError_t AttentionBackward(const bf16* qkv, const bf16* dy,
@@ -1076,11 +1014,11 @@ cudaError_t AttentionBackward(const bf16* qkv, const bf16* dy,
   cudaError_t e =
       AttentionBackwardDelta(qkv, dy, stats, T, NH, HS, scratch, stream);
   if (e != cudaSuccess) return e;
-  e = AttentionBackwardKeys(qkv, dy, stats, rope_table, T, NH, HS, scratch,
-                            dqkv, stream);
+  e = AttentionBackwardQuery(qkv, dy, stats, rope_table, T, NH, HS, scratch,
+                             dqkv, stream);
   if (e != cudaSuccess) return e;
-  return AttentionBackwardQuery(qkv, rope_table, T, NH, HS, scratch, dqkv,
-                                stream);
+  return AttentionBackwardKeys(qkv, dy, stats, rope_table, T, NH, HS, scratch,
+                               dqkv, stream);
 }
 
 }  // namespace coppelius

@@ -47,11 +47,9 @@
 //   forward:   (1) partial max and Σ per chunk; (2) combined lse2; P; the
 //              y partials; the CTA that arrives last writes y (the sum is in
 //              chunk order whichever CTA that is);
-//   backward:  (1) "delta": partial D per chunk; (2) "keys": per (key
-//              tile, query chunk), keys as rows: dv, dk, and every dS
-//              tile, rounded to bf16 as the dk product uses it, stored in
-//              scratch; (3) "query": dq = dS · k from those tiles (one
-//              product per tile instead of recomputing S, P and dP).
+//   backward:  (1) "delta": partial D per chunk; (2) "query": dS, dq;
+//              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
+//              (2) and (3) depend only on (1): they may run concurrently.
 //
 // Layouts: qkv [T, 3C] bf16 row-major (q heads at columns 0..C−1, then k,
 // then v); y and dy [T, C] bf16; stats [NH, T] fp32 (lse2);
@@ -59,12 +57,11 @@
 // q, k and v); rope table [2, T, HS/2] fp32 (rope.h); scratch: AttentionScratchBytes, zero-filled
 // once before the first use (the kernels leave their counters at zero; the
 // rest is overwritten before it is read). One scratch serves every layer,
-// but calls sharing it must not overlap, and it is valid only for the (T, NH, HS) it
+// but calls sharing it must not overlap, except the backward's query and
+// keys kernels with each other, and it is valid only for the (T, NH, HS) it
 // was sized and zeroed for: the regions' offsets depend on them, so a call
 // with another shape would find non-zero counters and combine wrongly.
-// Scratch grows as ⌈T / 384⌉ · T · C · 16 bytes of partials plus
-// NH · ⌈T/64⌉(⌈T/64⌉ + 1) · 4 KiB of dS tiles (25 + 8.9 MB at T = 1024,
-// C = 512, NH = 8).
+// Scratch grows as ⌈T / 384⌉ · T · C · 16 bytes (25 MB at T = 1024, C = 512).
 // Requirements: HS ∈ {16, 32, 64} and T, NH > 0 (else every function returns
 // cudaErrorInvalidValue); qkv and dy 16-byte aligned, y, dqkv, stats, rope
 // and scratch 8-byte aligned (cudaMalloc gives 256); outputs not aliasing
@@ -98,20 +95,20 @@ cudaError_t AttentionBackwardDelta(const __nv_bfloat16* qkv,
                                    int T, int NH, int HS, void* scratch,
                                    cudaStream_t stream);
 
-// Backward step (2), after (1): the dk and dv columns of dqkv, and the dS
-// tiles (bf16) into scratch. `rope_table` is rope.h's RopeTable(T, HS,
-// base) on the device.
+// Backward step (2), after (1): the dq columns of dqkv. `rope_table` is
+// rope.h's RopeTable(T, HS, base) on the device.
+cudaError_t AttentionBackwardQuery(const __nv_bfloat16* qkv,
+                                   const __nv_bfloat16* dy, const float* stats,
+                                   const float* rope_table, int T, int NH,
+                                   int HS, void* scratch, __nv_bfloat16* dqkv,
+                                   cudaStream_t stream);
+
+// Backward step (3), after (1): the dk and dv columns of dqkv.
 cudaError_t AttentionBackwardKeys(const __nv_bfloat16* qkv,
                                   const __nv_bfloat16* dy, const float* stats,
                                   const float* rope_table, int T, int NH,
                                   int HS, void* scratch, __nv_bfloat16* dqkv,
                                   cudaStream_t stream);
-
-// Backward step (3), after (2): the dq columns of dqkv, from (2)'s dS tiles.
-cudaError_t AttentionBackwardQuery(const __nv_bfloat16* qkv,
-                                   const float* rope_table, int T, int NH,
-                                   int HS, void* scratch, __nv_bfloat16* dqkv,
-                                   cudaStream_t stream);
 
 // (1), (2), (3) in order on one stream: the whole dqkv [T, 3C].
 cudaError_t AttentionBackward(const __nv_bfloat16* qkv,

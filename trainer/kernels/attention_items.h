@@ -94,15 +94,6 @@ COPPELIUS_HOST_DEVICE void KeyItem(int i, int num_tiles, int* kt, int* chunk,
   *qt1 = last < num_tiles - 1 ? last : num_tiles - 1;
 }
 
-// The causal tile pairs (qt, kt ≤ qt) in row order: 0 .. n(n+1)/2 − 1 for
-// n = num_tiles (where the backward keeps its dS tiles).
-COPPELIUS_HOST_DEVICE int NumCausalTilePairs(int num_tiles) {
-  return num_tiles * (num_tiles + 1) / 2;
-}
-COPPELIUS_HOST_DEVICE int CausalTilePair(int qt, int kt) {
-  return qt * (qt + 1) / 2 + kt;
-}
-
 }  // namespace coppelius
 
 #undef COPPELIUS_HOST_DEVICE

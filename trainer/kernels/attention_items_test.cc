@@ -107,23 +107,5 @@ TEST(AttentionItemsTest, KeySideCoversEveryCausalPairOnce) {
   }
 }
 
-// The pair index is a bijection from the causal pairs onto
-// [0, NumCausalTilePairs): every dS tile has its own slot in scratch.
-TEST(AttentionItemsTest, CausalTilePairsAreNumberedOnceEach) {
-  for (int tiles = 1; tiles <= 64; ++tiles) {
-    std::vector<int> seen(NumCausalTilePairs(tiles), 0);
-    ASSERT_EQ(seen.size(), static_cast<size_t>(tiles) * (tiles + 1) / 2);
-    for (int qt = 0; qt < tiles; ++qt) {
-      for (int kt = 0; kt <= qt; ++kt) {
-        const int i = CausalTilePair(qt, kt);
-        ASSERT_GE(i, 0);
-        ASSERT_LT(i, static_cast<int>(seen.size())) << qt << "," << kt;
-        ++seen[i];
-      }
-    }
-    for (int n : seen) ASSERT_EQ(n, 1) << "tiles " << tiles;
-  }
-}
-
 }  // namespace
 }  // namespace coppelius

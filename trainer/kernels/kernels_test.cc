@@ -482,26 +482,30 @@ void RunAttentionCase(int NH, int T, int HS) {
     }
     EXPECT_LT(RelErr(g, r), kBf16OutTol) << "part " << part << " (q, k, v)";
   }
-  // Deterministic: a second run (counters left at zero by the first), step
-  // by step through the three backward entry points, gives the same bits;
-  // the outputs are poisoned again first, so an element the second run
-  // fails to write cannot pass.
+  // Deterministic: a second run (counters left at zero by the first) gives
+  // the same bits, with the backward's query and keys kernels on two
+  // concurrent streams this time; the outputs are poisoned again first, so
+  // an element the second run fails to write cannot pass.
   ASSERT_EQ(cudaMemset(d_y.get(), 0xFF, ny * 2), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_stats.get(), 0xFF, static_cast<size_t>(NH) * T * 4), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_dqkv.get(), 0xFF, nqkv * 2), cudaSuccess);
+  cudaStream_t side;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(AttentionForward(AsBf16(d_qkv), T, NH, HS, AsBf16(d_y), d_stats.get(),
                              scratch.get(), nullptr),
             cudaSuccess);
   ASSERT_EQ(AttentionBackwardDelta(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), T, NH, HS,
                                    scratch.get(), nullptr),
             cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(AttentionBackwardKeys(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
-                                  T, NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr),
+                                  T, NH, HS, scratch.get(), AsBf16(d_dqkv), side),
             cudaSuccess);
-  ASSERT_EQ(AttentionBackwardQuery(AsBf16(d_qkv), d_rope.get(), T, NH, HS, scratch.get(),
-                                   AsBf16(d_dqkv), nullptr),
+  ASSERT_EQ(AttentionBackwardQuery(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
+                                   T, NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStreamDestroy(side);
   EXPECT_EQ(FromBf16(d_y.Download()), got_y);
   EXPECT_EQ(FromBf16(d_dqkv.Download()), got_dqkv);
 }

@@ -254,9 +254,9 @@ int KernelBench() {
                                                       nullptr) == cudaSuccess;
                       }),
                       0, 0});
-    g_rows.push_back({"  attention bwd: query kernel (dS·k)", TimeIt([&] {
-                        return AttentionBackwardQuery(qkv, rope, T, NH, HS, scratch,
-                                                      dqkv, nullptr) == cudaSuccess;
+    g_rows.push_back({"  attention bwd: query kernel", TimeIt([&] {
+                        return AttentionBackwardQuery(qkv, dy, stats, rope, T, NH, HS,
+                                                      scratch, dqkv, nullptr) == cudaSuccess;
                       }),
                       0, 0});
     g_rows.push_back({"  attention bwd: keys kernel", TimeIt([&] {
