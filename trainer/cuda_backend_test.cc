@@ -10,7 +10,7 @@
 //   * the gradient, read back as M / (1 − β1) after the first update (M starts
 //     at 0, so M = fp32(1 − β1)·g): per-tensor rel-norm ≤ 2e-2;
 //   * two backends given the same inputs: losses, P/M/V bitwise equal (at
-//     the coppelius size, the second with programmatic dependent launch off);
+//     the coppelius size, one with programmatic dependent launch, one without);
 //     BeginSnapshot/FinishSnapshot with steps enqueued in between returns the
 //     image as of BeginSnapshot.
 #include "trainer/cuda_backend.h"
@@ -271,24 +271,25 @@ TEST(CudaBackendTest, CoppeliusMatchesReferenceBackendForThreeSteps) {
 }
 
 // Two backends on the same inputs must agree bit for bit. With
-// `second_without_pdl` the second one captures its step graph with
-// programmatic dependent launch off (trainer/kernels/launch.h): a kernel
-// that touched memory before its griddepcontrol.wait would race with its
-// predecessor in the first run only.
+// `compare_launch_modes` the first captures its step graph with
+// programmatic dependent launch on and the second with it off
+// (trainer/kernels/launch.h): a kernel that touched memory before its
+// griddepcontrol.wait would race with its predecessor in the first run only.
 void CheckDeterminism(const ModelConfig& config, int steps,
-                      bool second_without_pdl) {
+                      bool compare_launch_modes) {
   SCOPED_TRACE(config.name);
   const Inputs in = MakeInputs(config, steps + 1, std::random_device{}());
-  ASSERT_TRUE(ProgrammaticDependentLaunchEnabled());
+  const bool initial_mode = ProgrammaticDependentLaunchEnabled();
+  if (compare_launch_modes) SetProgrammaticDependentLaunch(true);
   auto a = CreateCudaBackend(config);
   ASSERT_TRUE(a.ok()) << a.status();
   const RunResult ra = RunBackend(a->get(), config, in, steps);
   a->reset();
-  SetProgrammaticDependentLaunch(!second_without_pdl);
+  if (compare_launch_modes) SetProgrammaticDependentLaunch(false);
   auto b = CreateCudaBackend(config);
   ASSERT_TRUE(b.ok()) << b.status();
   const RunResult rb = RunBackend(b->get(), config, in, steps);
-  SetProgrammaticDependentLaunch(true);
+  SetProgrammaticDependentLaunch(initial_mode);
   ASSERT_EQ(0, std::memcmp(ra.record.data(), rb.record.data(),
                            ra.record.size() * 4));
   for (int s = 0; s < steps; ++s) {
@@ -313,13 +314,13 @@ void CheckDeterminism(const ModelConfig& config, int steps,
 
 TEST(CudaBackendTest, MidIsBitwiseDeterministic) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
-  CheckDeterminism(MidConfig(), 4, /*second_without_pdl=*/false);
+  CheckDeterminism(MidConfig(), 4, /*compare_launch_modes=*/false);
 }
 
 TEST(CudaBackendTest, CoppeliusIsBitwiseDeterministic) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
   CheckDeterminism(*ModelConfigByName("coppelius"), 3,
-                   /*second_without_pdl=*/true);
+                   /*compare_launch_modes=*/true);
 }
 
 TEST(CudaBackendTest, SplitSnapshotIsOrderedAfterEarlierSteps) {

@@ -5,7 +5,9 @@
 
 namespace coppelius {
 namespace {
-std::atomic<bool> g_programmatic_dependent_launch{true};
+// Off: on the H200 the step graph ran 0.05 ms/step slower with it (2026-11-30,
+// docs/PERFORMANCE.md run 6).
+std::atomic<bool> g_programmatic_dependent_launch{false};
 }  // namespace
 
 bool ProgrammaticDependentLaunchEnabled() {

@@ -1,9 +1,11 @@
 // File: trainer/kernels/launch.h
 //
 // Process-wide switch for programmatic dependent launch (PDL), read by every
-// kernel launch of this package (launch.cuh). On by default. Benchmarks flip
-// it to measure what it saves (step_bench --pdl=0); the numerical results do
-// not depend on it (a kernel computes the same with or without it).
+// kernel launch of this package (launch.cuh). Off by default: measured on
+// the H200, the step graph ran about 0.05 ms/step slower with it
+// (docs/PERFORMANCE.md run 6). Benchmarks flip it (step_bench --pdl=1); the
+// numerical results do not depend on it (cuda_backend_test compares both
+// modes bit for bit).
 // Set it before a CUDA graph is captured: a captured graph keeps the launch
 // mode it was captured with.
 #ifndef COPPELIUS_TRAINER_KERNELS_LAUNCH_H_
