@@ -32,13 +32,6 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kTile = kAttentionTile;  // positions per tile (rows or keys)
 constexpr int kThreads = 128;  // 4 warps × 16 rows
-// Chunk sizes (attention_items.h): the statistics, output and D kernels are
-// held to 3 CTAs per SM by their launch bounds (168 registers; the output
-// and D kernels spill a few bytes) and use the light split; the dq and
-// dk/dv kernels (about 240 registers, 2 CTAs per SM) the heavy split.
-constexpr int kLightSplit = kAttentionLightSplit;
-constexpr int kHeavySplit = kAttentionHeavySplit;
-constexpr int kLightCtasPerSm = 3;
 constexpr int kPad = 8;        // bf16 of padding per shared-memory row
 
 // The reference rounds dS = scale · P⊙(dP − D) to bf16. When scale =
@@ -388,14 +381,14 @@ __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
 // Forward, kernel 1: per query-side item, the row maxima and sums over the
 // chunk's keys (online rescaling) → part_m, part_l.
 template <int kHS>
-__global__ void __launch_bounds__(kThreads, kLightCtasPerSm)
+__global__ void __launch_bounds__(kThreads)
     ForwardStatsKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kLightSplit, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -479,7 +472,7 @@ __device__ __forceinline__ float CombineStats(const Params& p, int h, int t,
 // combined statistics, y partial = bf16(P) · v; the tile's last chunk adds
 // the partials and writes y in bf16. Chunk 0 writes the statistics.
 template <int kHS>
-__global__ void __launch_bounds__(kThreads, kLightCtasPerSm)
+__global__ void __launch_bounds__(kThreads)
     ForwardOutputKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
@@ -487,8 +480,8 @@ __global__ void __launch_bounds__(kThreads, kLightCtasPerSm)
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kLightSplit, &qt, &chunk, &kt0, &kt1);
-  const int n_chunks = QueryTileChunks(qt, kLightSplit);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
+  const int n_chunks = QueryTileChunks(qt);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -617,7 +610,7 @@ struct QuerySide {
 // Backward, kernel 1: per query-side item, the partial D = Σ P·dP over the
 // chunk's keys → part_d.
 template <int kHS>
-__global__ void __launch_bounds__(kThreads, kLightCtasPerSm)
+__global__ void __launch_bounds__(kThreads)
     BackwardDeltaKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
@@ -625,7 +618,7 @@ __global__ void __launch_bounds__(kThreads, kLightCtasPerSm)
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kLightSplit, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -655,7 +648,7 @@ __global__ void __launch_bounds__(kThreads, kLightCtasPerSm)
 // D of row t: Σ of its query tile's chunk partials, in chunk order.
 __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
   if (t >= p.T) return 0.0f;
-  const int n = QueryTileChunks(t / kTile, kLightSplit);
+  const int n = QueryTileChunks(t / kTile);
   const int64_t stride = static_cast<int64_t>(p.NH) * p.T;
   const int64_t i = static_cast<int64_t>(h) * p.T + t;
   // Loads issued four at a time; the sum stays in chunk order.
@@ -685,7 +678,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kHeavySplit, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -715,7 +708,7 @@ __global__ void __launch_bounds__(kThreads)
     PackA<8>(s, dsa);
     AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
   });
-  const int n_chunks = QueryTileChunks(qt, kHeavySplit);
+  const int n_chunks = QueryTileChunks(qt);
   const int col0 = h * kHS + (threadIdx.x & 3) * 2;
   if (n_chunks > 1 &&
       !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
@@ -741,7 +734,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(8) float s_d[kTile];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int kt, chunk, qt0, qt1;
-  KeyItem(blockIdx.x, p.num_tiles, kHeavySplit, &kt, &chunk, &qt0, &qt1);
+  KeyItem(blockIdx.x, p.num_tiles, &kt, &chunk, &qt0, &qt1);
   const int r0 = (threadIdx.x >> 5) * 16;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int j0 = kt * kTile + r0 + g, j1 = j0 + 8;
@@ -831,7 +824,7 @@ __global__ void __launch_bounds__(kThreads)
       AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
     }
   }
-  const int n_chunks = KeyTileChunks(kt, p.num_tiles, kHeavySplit);
+  const int n_chunks = KeyTileChunks(kt, p.num_tiles);
   const int col0 = h * kHS + c * 2;
   if (n_chunks > 1) {
     WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
@@ -869,13 +862,9 @@ struct ScratchLayout {
 
 ScratchLayout Layout(int T, int NH, int HS) {
   const size_t tiles = static_cast<size_t>(AttentionTiles(T));
-  // Row statistics, D and y partials per light chunk; dq, dk, dv per heavy.
-  const size_t light =
-      static_cast<size_t>(AttentionChunks(static_cast<int>(tiles), kLightSplit));
-  const size_t heavy =
-      static_cast<size_t>(AttentionChunks(static_cast<int>(tiles), kHeavySplit));
-  const size_t rows = light * NH * T;
-  const size_t plane = static_cast<size_t>(T) * NH * HS;
+  const size_t chunks = static_cast<size_t>(AttentionChunks(static_cast<int>(tiles)));
+  const size_t rows = chunks * NH * T;
+  const size_t plane = chunks * T * static_cast<size_t>(NH) * HS;
   auto up = [](size_t w) { return (w + 63) / 64 * 64; };
   ScratchLayout l;
   size_t at = 0;
@@ -888,13 +877,13 @@ ScratchLayout Layout(int T, int NH, int HS) {
   l.part_d = at;
   at += up(rows);
   l.part_o = at;
-  at += up(light * plane);
+  at += up(plane);
   l.part_dq = at;
-  at += up(heavy * plane);
+  at += up(plane);
   l.part_dk = at;
-  at += up(heavy * plane);
+  at += up(plane);
   l.part_dv = at;
-  at += up(heavy * plane);
+  at += up(plane);
   l.words = at;
   return l;
 }
@@ -931,26 +920,24 @@ enum Which { kForward, kDelta, kQuery, kKeys };
 
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
-  const dim3 light(NumAttentionItems(p.num_tiles, kLightSplit), p.NH);
-  const dim3 heavy(NumAttentionItems(p.num_tiles, kHeavySplit), p.NH);
+  const dim3 grid(NumAttentionItems(p.num_tiles), p.NH);
   switch (which) {
     case kForward:
-      if (cudaError_t e = LaunchKernel(ForwardStatsKernel<kHS>, light,
-                                       kThreads, 0, stream, p);
+      if (cudaError_t e = LaunchKernel(ForwardStatsKernel<kHS>, grid, kThreads,
+                                       0, stream, p);
           e != cudaSuccess) {
         return e;
       }
-      return LaunchKernel(ForwardOutputKernel<kHS>, light, kThreads, 0, stream,
+      return LaunchKernel(ForwardOutputKernel<kHS>, grid, kThreads, 0, stream,
                           p);
     case kDelta:
-      return LaunchKernel(BackwardDeltaKernel<kHS>, light, kThreads, 0, stream,
+      return LaunchKernel(BackwardDeltaKernel<kHS>, grid, kThreads, 0, stream,
                           p);
     case kQuery:
-      return LaunchKernel(BackwardQueryKernel<kHS>, heavy, kThreads, 0, stream,
+      return LaunchKernel(BackwardQueryKernel<kHS>, grid, kThreads, 0, stream,
                           p);
     case kKeys:
-      return LaunchKernel(BackwardKeyKernel<kHS>, heavy, kThreads, 0, stream,
-                          p);
+      return LaunchKernel(BackwardKeyKernel<kHS>, grid, kThreads, 0, stream, p);
   }
   return cudaErrorInvalidValue;
 }
