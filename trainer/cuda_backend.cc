@@ -213,33 +213,6 @@ class CudaBackend final : public Backend {
         "AdamWUpdateChunks");
     return absl::OkStatus();
   }
-  // The embedding rows marked (or not) by this step's MarkRows.
-  absl::Status UpdateEmbedding(bool marked, cudaStream_t stream) {
-    CUDA_RETURN_IF_ERROR(
-        AdamWUpdateRows(offsets_.embedding, V_, C_, embedding_decayed_,
-                        row_stamp_, marked, adam_table_, step_counter_, pmv_,
-                        pmv_ + N_, pmv_ + 2 * N_, grad_, p16_, stream),
-        "AdamWUpdateRows(embedding)");
-    return absl::OkStatus();
-  }
-  // AdamW of chunks [begin, end) on the AdamW stream once everything
-  // enqueued so far on the main and side streams is done, overlapping the
-  // rest of the backward (memory-bound AdamW next to latency-bound
-  // products). Called when the chunks' gradients are complete and their
-  // weights are not read again this step.
-  absl::Status AdamWAfterBackward(int begin, int end) {
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
-                         "cudaEventRecord(side done)");
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_fork_event_, stream_),
-                         "cudaEventRecord(adamw fork)");
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(adam_stream_, adam_fork_event_, 0),
-        "cudaStreamWaitEvent(adamw fork)");
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(adam_stream_, side_done_event_, 0),
-        "cudaStreamWaitEvent(adamw after side)");
-    return AdamWRange(begin, end, adam_stream_);
-  }
   absl::Status BackwardPass();
   absl::Status EnqueueStepBody();
   absl::Status BuildStepGraph();
@@ -281,13 +254,9 @@ class CudaBackend final : public Backend {
   AdamWDeviceScalars* adam_table_ = nullptr;
   AdamWChunk* chunks_ = nullptr;
   int num_chunks_ = 0;
-  // Chunk ranges [begin, end) of each block's tensors, and the first chunk
-  // of its MLP part (mlp_norm, gate, up, down: updated as soon as the MLP's
-  // backward is done, the attention part at the end of the block's). The
-  // final norm is updated after the backward, the embedding by rows
-  // (UpdateEmbedding; its chunks are not used).
+  // Chunk ranges [begin, end) of each block's tensors; the rest (embedding
+  // at the start, final norm at the end) are updated after the backward.
   std::vector<std::pair<int, int>> layer_chunks_;
-  std::vector<int> layer_mlp_chunk_;
   int embedding_chunks_end_ = 0;
   int final_chunks_begin_ = 0;
   cudaStream_t adam_stream_ = nullptr;
@@ -295,10 +264,6 @@ class CudaBackend final : public Backend {
   cudaEvent_t adam_join_event_ = nullptr;
   cudaEvent_t side_done_event_ = nullptr;
   cudaEvent_t demb_done_event_ = nullptr;
-  cudaEvent_t dxf_done_event_ = nullptr;
-  // The embedding's two-pass update (kernels/adamw.h): int64 [V] marks.
-  int64_t* row_stamp_ = nullptr;
-  bool embedding_decayed_ = false;
   cudaStream_t attention_stream_ = nullptr;
   cudaEvent_t attention_fork_event_ = nullptr;
   cudaEvent_t attention_join_event_ = nullptr;
@@ -384,7 +349,6 @@ CudaBackend::~CudaBackend() {
   if (adam_join_event_ != nullptr) cudaEventDestroy(adam_join_event_);
   if (side_done_event_ != nullptr) cudaEventDestroy(side_done_event_);
   if (demb_done_event_ != nullptr) cudaEventDestroy(demb_done_event_);
-  if (dxf_done_event_ != nullptr) cudaEventDestroy(dxf_done_event_);
   if (attention_stream_ != nullptr) cudaStreamSynchronize(attention_stream_);
   if (attention_fork_event_ != nullptr) cudaEventDestroy(attention_fork_event_);
   if (attention_join_event_ != nullptr) cudaEventDestroy(attention_join_event_);
@@ -473,7 +437,7 @@ absl::Status CudaBackend::Init() {
                                    greatest_priority),
       "cudaStreamCreateWithPriority(attention)");
   for (cudaEvent_t* e : {&attention_fork_event_, &attention_join_event_,
-                         &demb_done_event_, &dxf_done_event_}) {
+                         &demb_done_event_}) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming),
                          "cudaEventCreateWithFlags(backward)");
   }
@@ -539,7 +503,6 @@ absl::Status CudaBackend::Init() {
   // AdamW work list: chunks of at most kAdamWChunk elements, tensor by tensor.
   std::vector<AdamWChunk> chunks;
   layer_chunks_.assign(L_, {0, 0});
-  layer_mlp_chunk_.assign(L_, -1);
   for (const TensorInfo& t : ParameterLayout(config_)) {
     const int64_t n = t.num_elements();
     int layer = -1;
@@ -551,9 +514,6 @@ absl::Status CudaBackend::Init() {
     if (layer >= 0 && layer_chunks_[layer].second == 0) {
       layer_chunks_[layer].first = static_cast<int>(chunks.size());
     }
-    if (layer >= 0 && t.offset == offsets_.blocks[layer].mlp_norm_weight) {
-      layer_mlp_chunk_[layer] = static_cast<int>(chunks.size());
-    }
     if (t.offset == offsets_.embedding) embedding_chunks_end_ = 0;
     if (t.offset == offsets_.final_norm_weight) {
       final_chunks_begin_ = static_cast<int>(chunks.size());
@@ -563,7 +523,6 @@ absl::Status CudaBackend::Init() {
       c.begin = t.offset + b;
       c.count = static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, n - b));
       c.decayed = t.decayed ? 1 : 0;
-      if (t.offset == offsets_.embedding) embedding_decayed_ = t.decayed;
       chunks.push_back(c);
     }
     if (layer >= 0) {
@@ -578,9 +537,7 @@ absl::Status CudaBackend::Init() {
   {
     int next = embedding_chunks_end_;
     for (int l = 0; l < L_; ++l) {
-      if (layer_chunks_[l].first != next ||
-          layer_mlp_chunk_[l] <= layer_chunks_[l].first ||
-          layer_mlp_chunk_[l] >= layer_chunks_[l].second) {
+      if (layer_chunks_[l].first != next) {
         return absl::InternalError("cuda backend: AdamW chunk ranges do not tile");
       }
       next = layer_chunks_[l].second;
@@ -634,9 +591,6 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Alloc(&logits_, T * V, "logits"));
   RETURN_IF_ERROR(Alloc(&dlogits16_, T * V, "dlogits"));
   RETURN_IF_ERROR(Alloc(&losses_, T, "losses"));
-  RETURN_IF_ERROR(Alloc(&row_stamp_, V, "embedding row marks"));
-  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(row_stamp_, 0, V * sizeof(int64_t), stream_),
-                       "cudaMemsetAsync(embedding row marks)");
   RETURN_IF_ERROR(Alloc(&dresid_, T * C, "dresid"));
   // Ring sizes: dresid and the LayerNorm partials are written twice per
   // block, dgu and dqkv once, so the main stream would wait only for a
@@ -891,28 +845,14 @@ absl::Status CudaBackend::BackwardPass() {
     return SideReadDone(&ln_scratch_ring_, ln_index);
   };
   // Tied output product: dE = dlogitsᵀ · xf (side stream, overwrites),
-  // dxf = dlogits · E (main stream). The side stream first marks the
-  // embedding rows this step's inputs name: the others have their whole
-  // gradient once dE is done, and are updated then on the AdamW stream
-  // (once dxf has read the bf16 weights); the marked rows are updated after
-  // the embedding backward (EnqueueStepBody).
+  // dxf = dlogits · E (main stream).
   RETURN_IF_ERROR(Fork());
-  CUDA_RETURN_IF_ERROR(
-      MarkRows(inputs_, T, step_counter_, row_stamp_, side_stream_),
-      "MarkRows");
   RETURN_IF_ERROR(
       MmSide(*p_demb_, dlogits16_, xf16_, G + offsets_.embedding));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(demb_done_event_, side_stream_),
                        "cudaEventRecord(dE done)");
   RETURN_IF_ERROR(
       Mm(*p_dxf_, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(dxf_done_event_, stream_),
-                       "cudaEventRecord(dxf done)");
-  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(adam_stream_, dxf_done_event_, 0),
-                       "cudaStreamWaitEvent(adamw after dxf)");
-  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(adam_stream_, demb_done_event_, 0),
-                       "cudaStreamWaitEvent(adamw after dE)");
-  RETURN_IF_ERROR(UpdateEmbedding(/*marked=*/false, adam_stream_));
   int dresid16_index = 0;
   bf16* dresid16 = nullptr;
   RETURN_IF_ERROR(norm_backward(dh32_, x_[L_], offsets_.final_norm_weight,
@@ -938,11 +878,6 @@ absl::Status CudaBackend::BackwardPass() {
                                   o.mlp_norm_bias, mean2_[l], rstd2_[l],
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
-    // The MLP part of block l: its gradients (down and gate|up dW, the
-    // mlp norm's reduction, all on the side stream so far) are complete and
-    // its weights' last readers (down and gate|up dX, the norm's rows) done.
-    RETURN_IF_ERROR(
-        AdamWAfterBackward(layer_mlp_chunk_[l], layer_chunks_[l].second));
     // Attention: xmid = x + y · Woᵀ.
     RETURN_IF_ERROR(MmSide(*p_dw_out_, dresid16, y16_[l], G + o.output));
     RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
@@ -974,10 +909,23 @@ absl::Status CudaBackend::BackwardPass() {
                                   o.attention_norm_bias, mean1_[l], rstd1_[l],
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
-    // The attention part of block l: its gradients and the bf16 weights'
-    // last readers (qkv and out dX, the attention norm's rows) are done.
-    RETURN_IF_ERROR(
-        AdamWAfterBackward(layer_chunks_[l].first, layer_mlp_chunk_[l]));
+    // The block's AdamW (below) reads all of its gradients, the last of them
+    // written on the side stream: the AdamW stream waits for both streams.
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
+                         "cudaEventRecord(side done)");
+    // Block l's gradients are complete and its weights are not read again
+    // this step: update it on the AdamW stream, overlapping the backward of
+    // the blocks below (memory-bound AdamW next to latency-bound products).
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_fork_event_, stream_),
+                         "cudaEventRecord(adamw fork)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(adam_stream_, adam_fork_event_, 0),
+        "cudaStreamWaitEvent(adamw fork)");
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(adam_stream_, side_done_event_, 0),
+        "cudaStreamWaitEvent(adamw after side)");
+    RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
+                               adam_stream_));
   }
   // The embedding backward adds the gathered rows into dE, which the side
   // stream's tied product wrote at the start: wait for that product only
@@ -1007,7 +955,7 @@ absl::Status CudaBackend::EnqueueStepBody() {
   // Embedding and final norm (read at the start of the backward) last; the
   // final norm's gradients come from the side stream, joined here (its last
   // products overlap the embedding backward and update).
-  RETURN_IF_ERROR(UpdateEmbedding(/*marked=*/true, stream_));
+  RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
   RETURN_IF_ERROR(Join());
   RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_join_event_, adam_stream_),

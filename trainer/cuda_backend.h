@@ -24,11 +24,8 @@
 // the tied dE product, the LayerNorm weight/bias reductions) runs on a
 // side stream that the main stream (the dX chain, the critical path) joins
 // only at the end of the step; the attention's dk/dv kernel runs beside its
-// dq kernel on an attention stream; AdamW runs on a fourth, low-priority
-// stream as soon as gradients are complete: each block's MLP part after
-// the MLP's backward, its attention part after the block's, the embedding
-// rows that no input of the step names after the tied dE product (the
-// others, and the final norm, at the end)
+// dq kernel on an attention stream; each block's AdamW runs on a fourth,
+// low-priority stream as soon as the block's gradients are complete
 // (fork/join edges of the capture; every node writes its own buffer, and
 // the side stream's inputs are rings the main stream reuses only after the
 // side stream's read, so the overlap cannot change a bit).

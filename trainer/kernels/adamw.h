@@ -54,26 +54,6 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               float* p, float* m, float* v, const float* g,
                               __nv_bfloat16* p_bf16, cudaStream_t stream);
 
-// The embedding's update in two passes, so that most of it can run early:
-// a row that no input id of the step names gets no more gradient once the
-// tied dE product is done, the others only after the embedding backward.
-// MarkRows: row_stamp[ids[t]] = *step + 1 for t < n (ids < the tensor's
-// rows; row_stamp int64 [rows], zero-filled once before the first step).
-// AdamWUpdateRows: the AdamW update of rows r < num_rows of the tensor at
-// `begin` ([num_rows, row_size] in the planes), those with
-// (row_stamp[r] == *step + 1) == marked: the same bits, element for
-// element, as AdamWUpdateChunks. Between a MarkRows and its two passes
-// (marked = false, then true) every row is updated exactly once.
-cudaError_t MarkRows(const uint32_t* ids, int n, const int64_t* step,
-                     int64_t* row_stamp, cudaStream_t stream);
-cudaError_t AdamWUpdateRows(int64_t begin, int num_rows, int row_size,
-                            bool decayed, const int64_t* row_stamp,
-                            bool marked,
-                            const AdamWDeviceScalars* scalars_table,
-                            const int64_t* step, float* p, float* m, float* v,
-                            const float* g, __nv_bfloat16* p_bf16,
-                            cudaStream_t stream);
-
 // out[i] = bf16(in[i]) for i < n.
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,
                        cudaStream_t stream);
