@@ -34,12 +34,12 @@
 // At most one snapshot is pending: max_steps_in_flight() is
 // min(32, checkpoint_interval − 1).
 //
-// Device memory (coppelius): 2.80 GiB peak as `train` reports it (incl.
+// Device memory (coppelius): 2.81 GiB peak as `train` reports it (incl.
 // the CUDA context) — P/M/V 692 MB + its snapshot copy 692 MB, gradients
 // 231 MB, bf16 weights 115 MB, per-block saved activations (no [T, T]
 // matrices: the fused attention keeps one [NH, T] statistic per block),
 // logits 50 MB, attention scratch 25 MB, two 32 MiB cuBLASLt workspaces,
-// the side stream's input rings 25 MB.
+// the side stream's input rings (4 + 11.5 + 6 MB and 4 LayerNorm partials).
 #ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_
 #define COPPELIUS_TRAINER_CUDA_BACKEND_H_
 
