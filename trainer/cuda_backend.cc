@@ -119,35 +119,29 @@ class CudaBackend final : public Backend {
   // critical path) never waits for a dW product. Each product writes its
   // own buffer, so results do not depend on the overlap.
   absl::Status Fork() {
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_event_, stream_),
-                         "cudaEventRecord(fork)");
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_stream_, fork_event_, 0),
-                         "cudaStreamWaitEvent(fork)");
-    return absl::OkStatus();
+    return StreamWait(side_stream_, stream_, fork_event_, "fork");
   }
   absl::Status Join() {
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(join_event_, side_stream_),
-                         "cudaEventRecord(join)");
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, join_event_, 0),
-                         "cudaStreamWaitEvent(join)");
-    return absl::OkStatus();
+    return StreamWait(stream_, side_stream_, join_event_, "join");
   }
   // The dk/dv kernel runs on its own stream next to the dq kernel (not on
   // the side stream, where it would queue behind weight-gradient products).
   absl::Status ForkAttention() {
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(attention_fork_event_, stream_),
-                         "cudaEventRecord(attention fork)");
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(attention_stream_, attention_fork_event_, 0),
-        "cudaStreamWaitEvent(attention fork)");
-    return absl::OkStatus();
+    return StreamWait(attention_stream_, stream_, attention_fork_event_,
+                      "attention fork");
   }
   absl::Status JoinAttention() {
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(attention_join_event_, attention_stream_),
-                         "cudaEventRecord(attention join)");
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(stream_, attention_join_event_, 0),
-        "cudaStreamWaitEvent(attention join)");
+    return StreamWait(stream_, attention_stream_, attention_join_event_,
+                      "attention join");
+  }
+  // `waiter` waits (in the stream) for everything enqueued so far on
+  // `producer`, through `event` (recorded there now).
+  static absl::Status StreamWait(cudaStream_t waiter, cudaStream_t producer,
+                                 cudaEvent_t event, const char* what) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(event, producer),
+                         absl::StrCat("cudaEventRecord(", what, ")"));
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(waiter, event, 0),
+                         absl::StrCat("cudaStreamWaitEvent(", what, ")"));
     return absl::OkStatus();
   }
   // A buffer the main stream writes and the side stream reads with no join
@@ -910,21 +904,15 @@ absl::Status CudaBackend::BackwardPass() {
                                   o.attention_norm_bias, mean1_[l], rstd1_[l],
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
-    // The block's AdamW (below) reads all of its gradients, the last of them
-    // written on the side stream: the AdamW stream waits for both streams.
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
-                         "cudaEventRecord(side done)");
-    // Block l's gradients are complete and its weights are not read again
-    // this step: update it on the AdamW stream, overlapping the backward of
-    // the blocks below (memory-bound AdamW next to latency-bound products).
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_fork_event_, stream_),
-                         "cudaEventRecord(adamw fork)");
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(adam_stream_, adam_fork_event_, 0),
-        "cudaStreamWaitEvent(adamw fork)");
-    CUDA_RETURN_IF_ERROR(
-        cudaStreamWaitEvent(adam_stream_, side_done_event_, 0),
-        "cudaStreamWaitEvent(adamw after side)");
+    // Block l's gradients are complete (the last of them on the side
+    // stream) and its weights are not read again this step: update it on
+    // the AdamW stream once both streams are done with it, overlapping the
+    // backward of the blocks below (memory-bound AdamW next to
+    // latency-bound products).
+    RETURN_IF_ERROR(
+        StreamWait(adam_stream_, side_stream_, side_done_event_, "side done"));
+    RETURN_IF_ERROR(
+        StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
     // Capped grid (AdamWOverlapBlocks) while the backward of blocks below
     // runs beside it; block 0's update is part of the step's tail: full.
     RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
@@ -961,10 +949,8 @@ absl::Status CudaBackend::EnqueueStepBody() {
   RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
   RETURN_IF_ERROR(Join());
   RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(adam_join_event_, adam_stream_),
-                       "cudaEventRecord(adamw join)");
-  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, adam_join_event_, 0),
-                       "cudaStreamWaitEvent(adamw join)");
+  RETURN_IF_ERROR(
+      StreamWait(stream_, adam_stream_, adam_join_event_, "adamw join"));
   CUDA_RETURN_IF_ERROR(CopyToRing(losses_, T_, step_counter_, kRingSlots,
                                   loss_ring_dev_, stream_),
                        "CopyToRing(losses)");
