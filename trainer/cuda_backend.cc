@@ -114,10 +114,11 @@ class CudaBackend final : public Backend {
   // stream. Join: the main stream waits for the side stream. Used only
   // inside the step graph's capture. The side stream carries the backward's
   // weight-gradient work (dW products, LayerNorm parameter reductions, the
-  // tied dE product), which nothing on the main stream reads: the main
-  // stream joins it only at the end of the step, so the dX chain (the
-  // critical path) never waits for a dW product. Each product writes its
-  // own buffer, so results do not depend on the overlap.
+  // tied dE product), which the main stream's dX chain (the critical path)
+  // does not read: the main stream waits for it only to reuse a ring copy
+  // (SideRing, a block later), before the embedding backward adds into dE,
+  // and at the end of the step. Each product writes its own buffer, so
+  // results do not depend on the overlap.
   absl::Status Fork() {
     return StreamWait(side_stream_, stream_, fork_event_, "fork");
   }

@@ -22,13 +22,16 @@
 // launches it and records an event; PollStep waits on that step's event.
 // Inside the graph, the backward's weight-gradient work (the dW products,
 // the tied dE product, the LayerNorm weight/bias reductions) runs on a
-// side stream that the main stream (the dX chain, the critical path) joins
-// only at the end of the step; the attention's dk/dv kernel runs beside its
-// dq kernel on an attention stream; each block's AdamW runs on a fourth,
-// low-priority stream as soon as the block's gradients are complete
-// (fork/join edges of the capture; every node writes its own buffer, and
-// the side stream's inputs are rings the main stream reuses only after the
-// side stream's read, so the overlap cannot change a bit).
+// side stream that the main stream (the dX chain, the critical path) does
+// not join after each product: it waits for the side stream only where it
+// reuses a copy of one of the side stream's input rings (a block later),
+// before the embedding backward adds into dE, and at the end of the step.
+// The attention's dk/dv kernel runs beside its dq kernel on an attention
+// stream (the two write disjoint columns of dqkv); each block's AdamW runs
+// on a fourth, low-priority stream as soon as the block's gradients are
+// complete. These are fork/join edges of the capture; no buffer is written
+// while another stream may still read it, so the overlap cannot change a
+// bit.
 // BeginSnapshot enqueues a device-side copy of P/M/V, then an asynchronous
 // copy to pinned host memory on its own stream; FinishSnapshot waits for it.
 // At most one snapshot is pending: max_steps_in_flight() is
@@ -39,7 +42,8 @@
 // 231 MB, bf16 weights 115 MB, per-block saved activations (no [T, T]
 // matrices: the fused attention keeps one [NH, T] statistic per block),
 // logits 50 MB, attention scratch 25 MB, two 32 MiB cuBLASLt workspaces,
-// the side stream's input rings (4 + 11.5 + 6 MB and 4 LayerNorm partials).
+// the side stream's input rings (23 MiB: 4 dresid, 2 dgu, 2 dqkv, 4
+// LayerNorm partial copies; 13 MiB more than single buffers).
 #ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_
 #define COPPELIUS_TRAINER_CUDA_BACKEND_H_
 

@@ -668,7 +668,8 @@ __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
 }
 
 // Backward, kernel 2: per query-side item, dS over the chunk's keys and the
-// partial dq = dS · k; the tile's last chunk writes scale · Σ into dqkv.
+// partial dq = dS · k; the tile's last chunk writes Σ (times the scale when
+// it was not applied to dS, ScaleInEpilogue) into dqkv.
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardQueryKernel(const Params p) {
@@ -722,7 +723,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // Backward, kernel 3: per key-side item, over the chunk's query tiles:
 // dv partial = bf16(P)ᵀ · dy, dk partial = dSᵀ · q (keys as rows: each warp
-// owns 16 keys); the key tile's last chunk writes scale · Σ dk and Σ dv.
+// owns 16 keys); the key tile's last chunk writes Σ dk (times the scale
+// when it was not applied to dS) and Σ dv.
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardKeyKernel(const Params p) {

@@ -1,7 +1,8 @@
 // File: trainer/kernels/launch.h
 //
 // Process-wide switch for programmatic dependent launch (PDL), read by every
-// kernel launch of this package (launch.cuh). Off by default: measured on
+// kernel launch of this package (launch.cuh) except AdamW's, which is always
+// an ordinary launch (adamw.cu). Off by default: measured on
 // the H200, the step graph ran about 0.05 ms/step slower with it
 // (docs/PERFORMANCE.md run 6). Benchmarks flip it (step_bench --pdl=1); the
 // numerical results do not depend on it (cuda_backend_test compares both
