@@ -41,7 +41,7 @@
 // the CUDA context) — P/M/V 692 MB + its snapshot copy 692 MB, gradients
 // 231 MB, bf16 weights 115 MB, per-block saved activations (no [T, T]
 // matrices: the fused attention keeps one [NH, T] statistic per block),
-// logits 50 MB, attention scratch 26 MB, two 32 MiB cuBLASLt workspaces,
+// logits 50 MB, attention scratch 25 MB, two 32 MiB cuBLASLt workspaces,
 // the side stream's input rings (23 MiB: 4 dresid, 2 dgu, 2 dqkv, 4
 // LayerNorm partial copies; 13 MiB more than single buffers).
 #ifndef COPPELIUS_TRAINER_CUDA_BACKEND_H_

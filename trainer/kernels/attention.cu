@@ -32,11 +32,6 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kTile = kAttentionTile;  // positions per tile (rows or keys)
 constexpr int kThreads = 128;  // 4 warps × 16 rows
-// Chunk sizes (attention_items.h): the statistics, output and D kernels,
-// each alone on the critical path, use the serial split; the dq and dk/dv
-// kernels, which run side by side, the concurrent split.
-constexpr int kSerialSplit = kAttentionSerialSplit;
-constexpr int kConcurrentSplit = kAttentionConcurrentSplit;
 constexpr int kPad = 8;        // bf16 of padding per shared-memory row
 
 // The reference rounds dS = scale · P⊙(dP − D) to bf16. When scale =
@@ -393,7 +388,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kSerialSplit, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -485,8 +480,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kSerialSplit, &qt, &chunk, &kt0, &kt1);
-  const int n_chunks = QueryTileChunks(qt, kSerialSplit);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
+  const int n_chunks = QueryTileChunks(qt);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -623,7 +618,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kSerialSplit, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -653,7 +648,7 @@ __global__ void __launch_bounds__(kThreads)
 // D of row t: Σ of its query tile's chunk partials, in chunk order.
 __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
   if (t >= p.T) return 0.0f;
-  const int n = QueryTileChunks(t / kTile, kSerialSplit);
+  const int n = QueryTileChunks(t / kTile);
   const int64_t stride = static_cast<int64_t>(p.NH) * p.T;
   const int64_t i = static_cast<int64_t>(h) * p.T + t;
   // Loads issued four at a time; the sum stays in chunk order.
@@ -684,7 +679,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, kConcurrentSplit, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -714,7 +709,7 @@ __global__ void __launch_bounds__(kThreads)
     PackA<8>(s, dsa);
     AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
   });
-  const int n_chunks = QueryTileChunks(qt, kConcurrentSplit);
+  const int n_chunks = QueryTileChunks(qt);
   const int col0 = h * kHS + (threadIdx.x & 3) * 2;
   if (n_chunks > 1 &&
       !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
@@ -741,7 +736,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(8) float s_d[kTile];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int kt, chunk, qt0, qt1;
-  KeyItem(blockIdx.x, p.num_tiles, kConcurrentSplit, &kt, &chunk, &qt0, &qt1);
+  KeyItem(blockIdx.x, p.num_tiles, &kt, &chunk, &qt0, &qt1);
   const int r0 = (threadIdx.x >> 5) * 16;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int j0 = kt * kTile + r0 + g, j1 = j0 + 8;
@@ -831,7 +826,7 @@ __global__ void __launch_bounds__(kThreads)
       AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
     }
   }
-  const int n_chunks = KeyTileChunks(kt, p.num_tiles, kConcurrentSplit);
+  const int n_chunks = KeyTileChunks(kt, p.num_tiles);
   const int col0 = h * kHS + c * 2;
   if (n_chunks > 1) {
     WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
@@ -869,14 +864,9 @@ struct ScratchLayout {
 
 ScratchLayout Layout(int T, int NH, int HS) {
   const size_t tiles = static_cast<size_t>(AttentionTiles(T));
-  // Row statistics, D and y partials per serial-split chunk; dq, dk, dv per
-  // concurrent-split chunk.
-  const size_t serial =
-      static_cast<size_t>(AttentionChunks(static_cast<int>(tiles), kSerialSplit));
-  const size_t concurrent =
-      static_cast<size_t>(AttentionChunks(static_cast<int>(tiles), kConcurrentSplit));
-  const size_t rows = serial * NH * T;
-  const size_t plane = static_cast<size_t>(T) * NH * HS;
+  const size_t chunks = static_cast<size_t>(AttentionChunks(static_cast<int>(tiles)));
+  const size_t rows = chunks * NH * T;
+  const size_t plane = chunks * T * static_cast<size_t>(NH) * HS;
   auto up = [](size_t w) { return (w + 63) / 64 * 64; };
   ScratchLayout l;
   size_t at = 0;
@@ -889,13 +879,13 @@ ScratchLayout Layout(int T, int NH, int HS) {
   l.part_d = at;
   at += up(rows);
   l.part_o = at;
-  at += up(serial * plane);
+  at += up(plane);
   l.part_dq = at;
-  at += up(concurrent * plane);
+  at += up(plane);
   l.part_dk = at;
-  at += up(concurrent * plane);
+  at += up(plane);
   l.part_dv = at;
-  at += up(concurrent * plane);
+  at += up(plane);
   l.words = at;
   return l;
 }
@@ -932,27 +922,24 @@ enum Which { kForward, kDelta, kQuery, kKeys };
 
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
-  const dim3 serial(NumAttentionItems(p.num_tiles, kSerialSplit), p.NH);
-  const dim3 concurrent(NumAttentionItems(p.num_tiles, kConcurrentSplit),
-                        p.NH);
+  const dim3 grid(NumAttentionItems(p.num_tiles), p.NH);
   switch (which) {
     case kForward:
-      if (cudaError_t e = LaunchKernel(ForwardStatsKernel<kHS>, serial,
-                                       kThreads, 0, stream, p);
+      if (cudaError_t e = LaunchKernel(ForwardStatsKernel<kHS>, grid, kThreads,
+                                       0, stream, p);
           e != cudaSuccess) {
         return e;
       }
-      return LaunchKernel(ForwardOutputKernel<kHS>, serial, kThreads, 0, stream,
+      return LaunchKernel(ForwardOutputKernel<kHS>, grid, kThreads, 0, stream,
                           p);
     case kDelta:
-      return LaunchKernel(BackwardDeltaKernel<kHS>, serial, kThreads, 0, stream,
+      return LaunchKernel(BackwardDeltaKernel<kHS>, grid, kThreads, 0, stream,
                           p);
     case kQuery:
-      return LaunchKernel(BackwardQueryKernel<kHS>, concurrent, kThreads, 0,
-                          stream, p);
+      return LaunchKernel(BackwardQueryKernel<kHS>, grid, kThreads, 0, stream,
+                          p);
     case kKeys:
-      return LaunchKernel(BackwardKeyKernel<kHS>, concurrent, kThreads, 0,
-                          stream, p);
+      return LaunchKernel(BackwardKeyKernel<kHS>, grid, kThreads, 0, stream, p);
   }
   return cudaErrorInvalidValue;
 }

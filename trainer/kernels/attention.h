@@ -38,15 +38,12 @@
 //
 // Parallelism (deterministic: no float atomics; every sum in a fixed
 // order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a
-// query tile is split into chunks (and the query range of a key tile
-// likewise), one CTA per (tile, chunk, head), so that the longest rows
-// (T = 1024: 16 key tiles) take a few tile steps instead of 16 and every SM
-// gets work: chunks of at most 5 tiles for the statistics, output and D
-// kernels (each alone on the critical path), 6 for the dq and dk/dv
-// kernels (which run side by side); attention_items.h. Chunk results combine
-// in chunk order: row statistics and D through a second kernel, products in
-// the CTA that arrives last at an integer counter (fp32 partials in
-// scratch).
+// query tile is split into chunks of at most 6 key tiles (and the query
+// range of a key tile likewise), one CTA per (tile, chunk, head), so the
+// longest rows (T = 1024: 16 key tiles) take 6 tile steps instead of 16 and
+// every SM gets work. Chunk results combine in chunk order: row statistics
+// and D through a second kernel, products in the CTA that arrives last at
+// an integer counter (fp32 partials in scratch).
 //   forward:   (1) partial max and Σ per chunk; (2) combined lse2; P; the
 //              y partials; the CTA that arrives last writes y (the sum is in
 //              chunk order whichever CTA that is);
@@ -64,8 +61,7 @@
 // keys kernels with each other, and it is valid only for the (T, NH, HS) it
 // was sized and zeroed for: the regions' offsets depend on them, so a call
 // with another shape would find non-zero counters and combine wrongly.
-// Scratch grows as (⌈T / 320⌉ + 3⌈T / 384⌉) · T · C · 4 bytes (26 MB at
-// T = 1024, C = 512).
+// Scratch grows as ⌈T / 384⌉ · T · C · 16 bytes (25 MB at T = 1024, C = 512).
 // Requirements: HS ∈ {16, 32, 64} and T, NH > 0 (else every function returns
 // cudaErrorInvalidValue); qkv and dy 16-byte aligned, y, dqkv, stats, rope
 // and scratch 8-byte aligned (cudaMalloc gives 256); outputs not aliasing
