@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "trainer/adamw.h"
+#include "trainer/cuda_products.h"
 #include "trainer/kernels/adamw.h"
 #include "trainer/kernels/attention.h"
 #include "trainer/kernels/cross_entropy.h"
@@ -101,14 +102,14 @@ class CudaBackend final : public Backend {
     ASSIGN_OR_RETURN(*plan, MatmulPlan::Create(lt_, s, kWorkspaceBytes));
     return absl::OkStatus();
   }
-  absl::Status Mm(const MatmulPlan& plan, const bf16* a, const bf16* b,
-                  const float* c, float* d) {
-    return plan.Run(a, b, c, d, workspace_, stream_);
+  // Product p (cuda_products.h) on the main stream.
+  absl::Status Mm(CudaProduct p, const bf16* a, const bf16* b, const float* c,
+                  float* d) {
+    return plans_[p]->Run(a, b, c, d, workspace_, stream_);
   }
   // The same on the side stream (its own workspace), after a Fork.
-  absl::Status MmSide(const MatmulPlan& plan, const bf16* a, const bf16* b,
-                      float* d) {
-    return plan.Run(a, b, nullptr, d, side_workspace_, side_stream_);
+  absl::Status MmSide(CudaProduct p, const bf16* a, const bf16* b, float* d) {
+    return plans_[p]->Run(a, b, nullptr, d, side_workspace_, side_stream_);
   }
   // Fork: the side stream waits for everything enqueued so far on the main
   // stream. Join: the main stream waits for the side stream. Used only
@@ -296,10 +297,9 @@ class CudaBackend final : public Backend {
   cudaEvent_t snapshot_done_ = nullptr;
   bool snapshot_pending_ = false;
 
-  // Plans (shapes only; pointers are given per run).
-  std::unique_ptr<MatmulPlan> p_qkv_, p_out_, p_gu_, p_down_, p_logits_;
-  std::unique_ptr<MatmulPlan> p_dxf_, p_demb_, p_dx_down_, p_dw_down_,
-      p_dx_gu_, p_dw_gu_, p_dx_out_, p_dw_out_, p_dx_qkv_, p_dw_qkv_;
+  // Plans of the step's products (cuda_products.h; shapes only, pointers
+  // are given per run), indexed by CudaProduct.
+  std::unique_ptr<MatmulPlan> plans_[kNumCudaProducts];
 
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
@@ -361,11 +361,7 @@ CudaBackend::~CudaBackend() {
   if (snapshot_copied_ != nullptr) cudaEventDestroy(snapshot_copied_);
   if (snapshot_done_ != nullptr) cudaEventDestroy(snapshot_done_);
   // Plans hold cuBLASLt descriptors: destroy them before the handle.
-  for (auto* p : {&p_qkv_, &p_out_, &p_gu_, &p_down_, &p_logits_, &p_dxf_,
-                  &p_demb_, &p_dx_down_, &p_dw_down_, &p_dx_gu_, &p_dw_gu_,
-                  &p_dx_out_, &p_dw_out_, &p_dx_qkv_, &p_dw_qkv_}) {
-    p->reset();
-  }
+  for (std::unique_ptr<MatmulPlan>& p : plans_) p.reset();
   if (lt_ != nullptr) cublasLtDestroy(lt_);
   for (void* p : allocations_) cudaFree(p);
   if (snapshot_host_ != nullptr) cudaFreeHost(snapshot_host_);
@@ -630,74 +626,10 @@ absl::Status CudaBackend::Init() {
                        "cudaMallocHost(logit rows)");
 
   // Matmul plans.
-  auto linear_fwd = [&](const char* name, int64_t out, int64_t in,
-                        int64_t ldc, float beta) {
-    MatmulShape s;
-    s.name = name;
-    s.trans_b = true;
-    s.m = T;
-    s.n = out;
-    s.k = in;
-    s.lda = in;
-    s.ldb = in;
-    s.ldc = ldc;
-    s.beta = beta;
-    return s;
-  };
-  auto linear_dx = [&](const char* name, int64_t out, int64_t in) {
-    MatmulShape s;
-    s.name = name;
-    s.m = T;
-    s.n = in;
-    s.k = out;
-    s.lda = out;
-    s.ldb = in;
-    s.ldc = in;
-    return s;
-  };
-  auto linear_dw = [&](const char* name, int64_t out, int64_t in) {
-    MatmulShape s;
-    s.name = name;
-    s.trans_a = true;
-    s.m = out;
-    s.n = in;
-    s.k = T;
-    s.lda = out;
-    s.ldb = in;
-    s.ldc = in;
-    return s;
-  };
-  RETURN_IF_ERROR(Plan(&p_qkv_, linear_fwd("qkv forward", 3 * C, C, 3 * C, 0)));
-  RETURN_IF_ERROR(Plan(&p_out_, linear_fwd("output forward", C, C, C, 1)));
-  RETURN_IF_ERROR(Plan(&p_gu_, linear_fwd("gate|up forward", 2 * H, C, 2 * H, 0)));
-  RETURN_IF_ERROR(Plan(&p_down_, linear_fwd("down forward", C, H, C, 1)));
-  // Heuristic candidates other than the first where step_bench measured
-  // them faster on the H200 (2026-11-30, cuBLAS 13; docs/PERFORMANCE.md):
-  // logits forward #3 (32.4 vs 36.9 us), logits dW #2 (30.0 vs 31.5 us).
-  // Fixed indices keep the algorithms, and so the results, reproducible.
-  {
-    MatmulShape s = linear_fwd("logits forward", V, C, V, 0);
-    s.algo_index = 3;
-    RETURN_IF_ERROR(Plan(&p_logits_, s));
+  const std::vector<MatmulShape> shapes = CudaProductShapes(config_);
+  for (int p = 0; p < kNumCudaProducts; ++p) {
+    RETURN_IF_ERROR(Plan(&plans_[p], shapes[p]));
   }
-  RETURN_IF_ERROR(Plan(&p_dxf_, linear_dx("logits dX", V, C)));
-  {
-    MatmulShape s = linear_dw("logits dW", V, C);
-    s.algo_index = 2;
-    RETURN_IF_ERROR(Plan(&p_demb_, s));
-  }
-  RETURN_IF_ERROR(Plan(&p_dx_down_, linear_dx("down dX", C, H)));
-  RETURN_IF_ERROR(Plan(&p_dw_down_, linear_dw("down dW", C, H)));
-  RETURN_IF_ERROR(Plan(&p_dx_gu_, linear_dx("gate|up dX", 2 * H, C)));
-  RETURN_IF_ERROR(Plan(&p_dw_gu_, linear_dw("gate|up dW", 2 * H, C)));
-  {
-    MatmulShape s = linear_dx("output dX", C, C);
-    s.d_bf16 = true;  // dy only feeds the attention products
-    RETURN_IF_ERROR(Plan(&p_dx_out_, s));
-  }
-  RETURN_IF_ERROR(Plan(&p_dw_out_, linear_dw("output dW", C, C)));
-  RETURN_IF_ERROR(Plan(&p_dx_qkv_, linear_dx("qkv dX", 3 * C, C)));
-  RETURN_IF_ERROR(Plan(&p_dw_qkv_, linear_dw("qkv dW", 3 * C, C)));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
                        "cudaStreamSynchronize(init)");
   NotePeakMemory();
@@ -777,7 +709,7 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                          P + o.attention_norm_bias, T, C, eps, h1_[l], nullptr,
                          mean1_[l], rstd1_[l], stream_),
         "LayerNormForward(attention_norm)");
-    RETURN_IF_ERROR(Mm(*p_qkv_, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
+    RETURN_IF_ERROR(Mm(kQkvForward, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
     CUDA_RETURN_IF_ERROR(
         RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
         "RopeForward");
@@ -785,16 +717,18 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                                           stats_[l], attention_scratch_,
                                           stream_),
                          "AttentionForward");
-    RETURN_IF_ERROR(Mm(*p_out_, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
+    RETURN_IF_ERROR(
+        Mm(kOutputForward, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
     CUDA_RETURN_IF_ERROR(
         LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,
                          T, C, eps, h2_[l], nullptr, mean2_[l], rstd2_[l],
                          stream_),
         "LayerNormForward(mlp_norm)");
-    RETURN_IF_ERROR(Mm(*p_gu_, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
+    RETURN_IF_ERROR(Mm(kGateUpForward, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
     CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l], T, H, a16_[l], stream_),
                          "SwigluForward");
-    RETURN_IF_ERROR(Mm(*p_down_, a16_[l], p16_ + o.down, xmid_[l], x_[l + 1]));
+    RETURN_IF_ERROR(
+        Mm(kDownForward, a16_[l], p16_ + o.down, xmid_[l], x_[l + 1]));
   }
   CUDA_RETURN_IF_ERROR(
       LayerNormForward(x_[L_], P + offsets_.final_norm_weight,
@@ -802,7 +736,7 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                        meanf_, rstdf_, stream_),
       "LayerNormForward(final_norm)");
   RETURN_IF_ERROR(
-      Mm(*p_logits_, xf16_, p16_ + offsets_.embedding, nullptr, logits_));
+      Mm(kLogitsForward, xf16_, p16_ + offsets_.embedding, nullptr, logits_));
   CUDA_RETURN_IF_ERROR(
       CrossEntropyForwardBackward(logits_, targets_, T, V_, 1.0f / T, losses_,
                                   training ? dlogits16_ : nullptr, stream_),
@@ -843,12 +777,11 @@ absl::Status CudaBackend::BackwardPass() {
   // Tied output product: dE = dlogitsᵀ · xf (side stream, overwrites),
   // dxf = dlogits · E (main stream).
   RETURN_IF_ERROR(Fork());
-  RETURN_IF_ERROR(
-      MmSide(*p_demb_, dlogits16_, xf16_, G + offsets_.embedding));
+  RETURN_IF_ERROR(MmSide(kLogitsDw, dlogits16_, xf16_, G + offsets_.embedding));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(demb_done_event_, side_stream_),
                        "cudaEventRecord(dE done)");
   RETURN_IF_ERROR(
-      Mm(*p_dxf_, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
+      Mm(kLogitsDx, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
   int dresid16_index = 0;
   bf16* dresid16 = nullptr;
   RETURN_IF_ERROR(norm_backward(dh32_, x_[L_], offsets_.final_norm_weight,
@@ -859,26 +792,26 @@ absl::Status CudaBackend::BackwardPass() {
     const BlockOffsets& o = offsets_.blocks[l];
     // MLP: x_next = xmid + down(a). The side stream has waited for dresid16
     // (norm_backward's Fork).
-    RETURN_IF_ERROR(MmSide(*p_dw_down_, dresid16, a16_[l], G + o.down));
+    RETURN_IF_ERROR(MmSide(kDownDw, dresid16, a16_[l], G + o.down));
     RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
-    RETURN_IF_ERROR(Mm(*p_dx_down_, dresid16, p16_ + o.down, nullptr, da32_));
+    RETURN_IF_ERROR(Mm(kDownDx, dresid16, p16_ + o.down, nullptr, da32_));
     int dgu16_index = 0;
     ASSIGN_OR_RETURN(bf16* dgu16, NextCopy<bf16>(&dgu16_ring_, &dgu16_index));
     CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16, stream_),
                          "SwigluBackward");
     RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dw_gu_, dgu16, h2_[l], G + o.gate));
+    RETURN_IF_ERROR(MmSide(kGateUpDw, dgu16, h2_[l], G + o.gate));
     RETURN_IF_ERROR(SideReadDone(&dgu16_ring_, dgu16_index));
-    RETURN_IF_ERROR(Mm(*p_dx_gu_, dgu16, p16_ + o.gate, nullptr, dh32_));
+    RETURN_IF_ERROR(Mm(kGateUpDx, dgu16, p16_ + o.gate, nullptr, dh32_));
     RETURN_IF_ERROR(norm_backward(dh32_, xmid_[l], o.mlp_norm_weight,
                                   o.mlp_norm_bias, mean2_[l], rstd2_[l],
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
     // Attention: xmid = x + y · Woᵀ.
-    RETURN_IF_ERROR(MmSide(*p_dw_out_, dresid16, y16_[l], G + o.output));
+    RETURN_IF_ERROR(MmSide(kOutputDw, dresid16, y16_[l], G + o.output));
     RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
-    RETURN_IF_ERROR(
-        p_dx_out_->RunBf16(dresid16, p16_ + o.output, dy16_, workspace_, stream_));
+    RETURN_IF_ERROR(plans_[kOutputDx]->RunBf16(dresid16, p16_ + o.output, dy16_,
+                                               workspace_, stream_));
     // Attention: D, then dq (main stream) ∥ dk, dv (attention stream).
     int dqkv16_index = 0;
     ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
@@ -898,9 +831,9 @@ absl::Status CudaBackend::BackwardPass() {
         "AttentionBackwardQuery");
     RETURN_IF_ERROR(JoinAttention());
     RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(*p_dw_qkv_, dqkv16, h1_[l], G + o.qkv));
+    RETURN_IF_ERROR(MmSide(kQkvDw, dqkv16, h1_[l], G + o.qkv));
     RETURN_IF_ERROR(SideReadDone(&dqkv16_ring_, dqkv16_index));
-    RETURN_IF_ERROR(Mm(*p_dx_qkv_, dqkv16, p16_ + o.qkv, nullptr, dh32_));
+    RETURN_IF_ERROR(Mm(kQkvDx, dqkv16, p16_ + o.qkv, nullptr, dh32_));
     RETURN_IF_ERROR(norm_backward(dh32_, x_[l], o.attention_norm_weight,
                                   o.attention_norm_bias, mean1_[l], rstd1_[l],
                                   /*accumulate=*/true, &dresid16_index,

@@ -27,6 +27,7 @@
 
 #include "trainer/backend.h"
 #include "trainer/cuda_backend.h"
+#include "trainer/cuda_products.h"
 #include "trainer/initialization.h"
 #include "trainer/kernels/adamw.h"
 #include "trainer/kernels/attention.h"
@@ -111,8 +112,12 @@ double TimeIt(const std::function<bool()>& fn, int reps = 50) {
 }
 
 int KernelBench() {
-  const int T = 1024, C = 512, H = 1408, NH = 8, HS = 64, V = 12288;
-  const int64_t N = 57705472;
+  auto coppelius = ModelConfigByName("coppelius");
+  CHECK_OK(coppelius.status());
+  const ModelConfig& config = *coppelius;
+  const int T = config.T, C = config.C, H = config.hidden, NH = config.NH,
+            HS = config.HS, V = config.V;
+  const int64_t N = NumParameters(config);
   std::mt19937_64 rng(1);
   using bf = __nv_bfloat16;
   auto F = [&](size_t n) { return static_cast<float*>(DevRandom(n * 4, &rng, false)); };
@@ -122,60 +127,28 @@ int KernelBench() {
   const size_t ws_bytes = 32u << 20;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
-  struct MmCase {
-    const char* name;
-    bool ta, tb;
-    int64_t m, n, k, lda, ldb, ldc;
-    int batch;
-    int64_t sa, sb, sc;
-  };
-  const std::vector<MmCase> mms = {
-      {"mm qkv fwd [T,C]x[3C,C]^T", false, true, T, 3 * C, C, C, C, 3 * C, 1, 0, 0, 0},
-      {"mm out fwd (+resid)", false, true, T, C, C, C, C, C, 1, 0, 0, 0},
-      {"mm gate|up fwd", false, true, T, 2 * H, C, C, C, 2 * H, 1, 0, 0, 0},
-      {"mm down fwd", false, true, T, C, H, H, H, C, 1, 0, 0, 0},
-      {"mm logits fwd [T,V]", false, true, T, V, C, C, C, V, 1, 0, 0, 0},
-      {"mm logits dX", false, false, T, C, V, V, C, C, 1, 0, 0, 0},
-      {"mm logits dW [V,C]", true, false, V, C, T, V, C, C, 1, 0, 0, 0},
-      {"mm gate|up dW", true, false, 2 * H, C, T, 2 * H, C, C, 1, 0, 0, 0},
-      {"mm gate|up dX", false, false, T, C, 2 * H, 2 * H, C, C, 1, 0, 0, 0},
-      {"mm down dX", false, false, T, H, C, C, H, H, 1, 0, 0, 0},
-      {"mm down dW", true, false, C, H, T, C, H, H, 1, 0, 0, 0},
-      {"mm out dW", true, false, C, C, T, C, C, C, 1, 0, 0, 0},
-      {"mm qkv dX", false, false, T, C, 3 * C, 3 * C, C, C, 1, 0, 0, 0},
-      {"mm qkv dW", true, false, 3 * C, C, T, 3 * C, C, C, 1, 0, 0, 0},
-  };
-  for (const MmCase& c : mms) {
-    MatmulShape s;
-    s.name = c.name;
-    s.trans_a = c.ta;
-    s.trans_b = c.tb;
-    s.m = c.m;
-    s.n = c.n;
-    s.k = c.k;
-    s.lda = c.lda;
-    s.ldb = c.ldb;
-    s.ldc = c.ldc;
-    s.batch = c.batch;
-    s.stride_a = c.sa;
-    s.stride_b = c.sb;
-    s.stride_c = c.sc;
+  // The backend's products (cuda_products.h), each with its pinned
+  // candidate; C (the residual) and a bf16 D where the backend has them.
+  for (const MatmulShape& s : CudaProductShapes(config)) {
     auto plan = MatmulPlan::Create(lt, s, ws_bytes);
     CHECK_OK(plan.status());
-    const size_t a_elems = (c.batch > 1 ? c.sa * c.batch : 0) + (c.ta ? c.k * c.lda : c.m * c.lda);
-    const size_t b_elems = (c.batch > 1 ? c.sb * c.batch : 0) + (c.tb ? c.n * c.ldb : c.k * c.ldb);
-    const size_t c_elems = (c.batch > 1 ? c.sc * c.batch : 0) + c.m * c.ldc;
-    bf* a = B(a_elems);
-    bf* b = B(b_elems);
-    float* d = F(c_elems);
-    MatmulPlan* p = plan->get();
-    const double ms = TimeIt([&] { return p->Run(a, b, nullptr, d, ws, nullptr).ok(); });
-    g_rows.push_back({c.name, ms, 0, 2.0 * c.m * c.n * c.k * c.batch});
+    bf* a = B((s.trans_a ? s.k : s.m) * s.lda);
+    bf* b = B((s.trans_b ? s.n : s.k) * s.ldb);
+    float* c = s.beta != 0.0f ? F(s.m * s.ldc) : nullptr;
+    float* d = F(s.m * s.ldc);
+    bf* d16 = B(s.m * s.ldc);
+    auto run = [&](const MatmulPlan& q) {
+      return (s.d_bf16 ? q.RunBf16(a, b, d16, ws, nullptr)
+                       : q.Run(a, b, c, d, ws, nullptr))
+          .ok();
+    };
+    const double ms = TimeIt([&] { return run(**plan); });
+    g_rows.push_back({s.name, ms, 0, 2.0 * s.m * s.n * s.k});
     // Every heuristic candidate (MatmulShape::algo_index), for choosing the
     // backend's fixed indices.
     // Up to 8; Create refuses (InvalidArgument) an index past the list.
     std::string line;
-    int best = 0;
+    int best = s.algo_index;
     double best_ms = ms;
     for (int i = 0; i < 8; ++i) {
       MatmulShape si = s;
@@ -183,19 +156,21 @@ int KernelBench() {
       auto pi = MatmulPlan::Create(lt, si, ws_bytes);
       if (i > 0 && absl::IsInvalidArgument(pi.status())) break;
       CHECK_OK(pi.status());
-      MatmulPlan* q = pi->get();
-      const double mi = TimeIt([&] { return q->Run(a, b, nullptr, d, ws, nullptr).ok(); });
+      const double mi = TimeIt([&] { return run(**pi); });
       line += " " + std::to_string(i) + ":" + std::to_string(mi * 1000).substr(0, 5);
       if (mi < best_ms) {
         best_ms = mi;
         best = i;
       }
     }
-    g_candidates.push_back(std::string(c.name) + " | best index " + std::to_string(best) +
-                           " (" + std::to_string(best_ms * 1000).substr(0, 5) + " us) |" + line);
+    g_candidates.push_back(s.name + " | pinned " + std::to_string(s.algo_index) +
+                           ", best index " + std::to_string(best) + " (" +
+                           std::to_string(best_ms * 1000).substr(0, 5) + " us) |" + line);
     cudaFree(a);
     cudaFree(b);
+    cudaFree(c);
     cudaFree(d);
+    cudaFree(d16);
   }
   {
     float* x = F(T * C);
