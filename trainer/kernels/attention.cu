@@ -354,45 +354,29 @@ __device__ __forceinline__ bool CombineChunks(float (&acc)[kHS / 8][4],
   return true;
 }
 
-// The k and v tiles of head h over a query-side item's key tiles
-// [kt0, kt1], for the output, D and dq kernels. LoadFirst() issues the
-// loads of kt0's pair into registers (callers place it among their own
-// prologue loads); ForEach stores each pair into s_k, s_v, prefetches the
-// next pair into registers and calls body(kt) on the stored tiles.
-template <int kHS>
-struct KeyValueTiles {
-  const bf16* k;
-  const bf16* v;
-  int ld, T, kt0, kt1;
-  TileRegs<kHS> nk, nv;
-
-  __device__ __forceinline__ KeyValueTiles(const Params& p, int h, int first,
-                                           int last)
-      : k(p.qkv + p.NH * kHS + h * kHS),
-        v(p.qkv + 2 * p.NH * kHS + h * kHS),
-        ld(3 * p.NH * kHS),
-        T(p.T),
-        kt0(first),
-        kt1(last) {}
-  __device__ __forceinline__ void LoadFirst() {
-    nk.Load(k, ld, kt0 * kTile, T);
-    nv.Load(v, ld, kt0 * kTile, T);
-  }
-  template <typename Body>
-  __device__ __forceinline__ void ForEach(bf16* s_k, bf16* s_v, Body&& body) {
-    for (int kt = kt0; kt <= kt1; ++kt) {
-      __syncthreads();
-      nk.Store(s_k);
-      nv.Store(s_v);
-      __syncthreads();
-      if (kt < kt1) {
-        nk.Load(k, ld, (kt + 1) * kTile, T);
-        nv.Load(v, ld, (kt + 1) * kTile, T);
-      }
-      body(kt);
+// The loop of the query-side kernels over the chunk's key tiles
+// [kt0, kt1]: the k and v tiles of kt0 are already loading into nk, nv
+// (issued by the caller ahead of its prologue); each iteration stores the
+// pair into s_k, s_v, prefetches the next pair into registers and calls
+// body(kt) on the stored tiles.
+template <int kHS, typename Body>
+__device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
+                                               int ld, int T, int kt0, int kt1,
+                                               TileRegs<kHS>& nk,
+                                               TileRegs<kHS>& nv, bf16* s_k,
+                                               bf16* s_v, Body&& body) {
+  for (int kt = kt0; kt <= kt1; ++kt) {
+    __syncthreads();
+    nk.Store(s_k);
+    nv.Store(s_v);
+    __syncthreads();
+    if (kt < kt1) {
+      nk.Load(k, ld, (kt + 1) * kTile, T);
+      nv.Load(v, ld, (kt + 1) * kTile, T);
     }
+    body(kt);
   }
-};
+}
 
 // Forward, kernel 1: per query-side item, the row maxima and sums over the
 // chunk's keys (online rescaling) → part_m, part_l.
@@ -501,13 +485,16 @@ __global__ void __launch_bounds__(kThreads)
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
+  const bf16* k = q + C;
+  const bf16* v = q + 2 * C;
   uint32_t qa[kHS / 16][4];
-  KeyValueTiles<kHS> kv(p, h, kt0, kt1);
+  TileRegs<kHS> nk, nv;
   float lse0, lse1;
   {
     TileRegs<kHS> tq;
     tq.Load(q, ld, qt * kTile, T);
-    kv.LoadFirst();
+    nk.Load(k, ld, kt0 * kTile, T);
+    nv.Load(v, ld, kt0 * kTile, T);
     lse0 = CombineStats(p, h, t0, n_chunks);
     lse1 = CombineStats(p, h, t1, n_chunks);
     tq.Store(s_k);
@@ -519,7 +506,7 @@ __global__ void __launch_bounds__(kThreads)
     if (t1 < T) p.stats[h * T + t1] = lse1;
   }
   float o[kHS / 8][4] = {};
-  kv.ForEach(s_k, s_v, [&](int kt) {
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4];
     RowProducts<kHS, 8>(qa, s_k, 0, s);
     Probabilities(s, p.scale2, lse0, lse1, kt == qt, kt * kTile, t0);
@@ -629,15 +616,18 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
-  const int h = blockIdx.y, T = p.T;
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
-  KeyValueTiles<kHS> kv(p, h, kt0, kt1);
-  kv.LoadFirst();
+  const bf16* k = p.qkv + C + h * kHS;
+  const bf16* v = k + C;
+  TileRegs<kHS> nk, nv;
+  nk.Load(k, ld, kt0 * kTile, T);
+  nv.Load(v, ld, kt0 * kTile, T);
   QuerySide<kHS> qs;
   qs.Init(p, h, qt, s_k, s_v);
   float d0 = 0.0f, d1 = 0.0f;
-  kv.ForEach(s_k, s_v, [&](int kt) {
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4], dp[8][4];
     qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
 #pragma unroll
@@ -687,18 +677,21 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
-  const int h = blockIdx.y, T = p.T, C = p.NH * kHS;
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
-  KeyValueTiles<kHS> kv(p, h, kt0, kt1);
-  kv.LoadFirst();
+  const bf16* k = p.qkv + C + h * kHS;
+  const bf16* v = k + C;
+  TileRegs<kHS> nk, nv;
+  nk.Load(k, ld, kt0 * kTile, T);
+  nv.Load(v, ld, kt0 * kTile, T);
   const int row_t0 =
       qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
   const float d0 = RowDelta(p, h, row_t0), d1 = RowDelta(p, h, row_t0 + 8);
   QuerySide<kHS> qs;
   qs.Init(p, h, qt, s_k, s_v);
   float dq[kHS / 8][4] = {};
-  kv.ForEach(s_k, s_v, [&](int kt) {
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4], dp[8][4];
     qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
 #pragma unroll
