@@ -200,12 +200,13 @@ class CudaBackend final : public Backend {
                            bool training);
   // AdamW of chunks [begin, end) on `stream` (update number from the step
   // counter).
-  absl::Status AdamWRange(int begin, int end, cudaStream_t stream) {
+  absl::Status AdamWRange(int begin, int end, cudaStream_t stream,
+                          int max_blocks = 0) {
     if (end <= begin) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(
         AdamWUpdateChunks(chunks_ + begin, end - begin, adam_table_,
                           step_counter_, 0, pmv_, pmv_ + N_, pmv_ + 2 * N_,
-                          grad_, p16_, stream),
+                          grad_, p16_, stream, max_blocks),
         "AdamWUpdateChunks");
     return absl::OkStatus();
   }
@@ -846,8 +847,10 @@ absl::Status CudaBackend::BackwardPass() {
         StreamWait(adam_stream_, side_stream_, side_done_event_, "side done"));
     RETURN_IF_ERROR(
         StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
+    // Capped grid (AdamWOverlapBlocks) while the backward of blocks below
+    // runs beside it; block 0's update is part of the step's tail: full.
     RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
-                               adam_stream_));
+                               adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0));
   }
   // The embedding backward adds the gathered rows into dE, which the side
   // stream's tied product wrote at the start: wait for that product only

@@ -2,6 +2,8 @@
 #include "trainer/kernels/adamw.h"
 #include "trainer/kernels/launch.cuh"
 
+#include <algorithm>
+
 namespace coppelius {
 namespace {
 
@@ -9,7 +11,7 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 
 __global__ void __launch_bounds__(kThreads)
-    AdamWKernel(const AdamWChunk* __restrict__ chunks,
+    AdamWKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
                 const AdamWDeviceScalars* __restrict__ table,
                 const int64_t* __restrict__ step, int64_t fixed_step,
                 float* __restrict__ p, float* __restrict__ m,
@@ -17,44 +19,47 @@ __global__ void __launch_bounds__(kThreads)
                 __nv_bfloat16* __restrict__ p_bf16) {
   GridDependencyWait();
   const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
-  // kUnroll elements per thread at a time, all loads issued before the
-  // arithmetic (more bytes in flight per thread).
-  const AdamWChunk chunk = chunks[blockIdx.x];
-  for (int base = 0; base < chunk.count; base += kThreads * kUnroll) {
-    float pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
+  // Chunks c = blockIdx.x, + gridDim.x, …; within a chunk kUnroll elements
+  // per thread at a time, all loads issued before the arithmetic (more
+  // bytes in flight per thread, so fewer blocks reach full bandwidth).
+  for (int c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const AdamWChunk chunk = chunks[c];
+    for (int base = 0; base < chunk.count; base += kThreads * kUnroll) {
+      float pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads + threadIdx.x;
-      if (i < chunk.count) {
-        const int64_t k = chunk.begin + i;
-        pv[u] = p[k];
-        mv[u] = m[k];
-        vv[u] = v[k];
-        gv[u] = g[k];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads + threadIdx.x;
+        if (i < chunk.count) {
+          const int64_t k = chunk.begin + i;
+          pv[u] = p[k];
+          mv[u] = m[k];
+          vv[u] = v[k];
+          gv[u] = g[k];
+        }
       }
-    }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads + threadIdx.x;
-      if (i >= chunk.count) continue;
-      const int64_t k = chunk.begin + i;
-      float pi = pv[u];
-      const float gi = gv[u];
-      if (chunk.decayed) pi = __fmul_rn(pi, s.decay_factor);
-      const float mi = __fadd_rn(__fmul_rn(s.beta1, mv[u]),
-                                 __fmul_rn(s.one_minus_beta1, gi));
-      const float gg = __fmul_rn(gi, gi);
-      const float vi = __fadd_rn(__fmul_rn(s.beta2, vv[u]),
-                                 __fmul_rn(s.one_minus_beta2, gg));
-      const float denom =
-          __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt),
-                    s.epsilon);
-      const float ratio = __fdiv_rn(mi, denom);
-      pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
-      p[k] = pi;
-      m[k] = mi;
-      v[k] = vi;
-      if (chunk.decayed) p_bf16[k] = __float2bfloat16_rn(pi);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads + threadIdx.x;
+        if (i >= chunk.count) continue;
+        const int64_t k = chunk.begin + i;
+        float pi = pv[u];
+        const float gi = gv[u];
+        if (chunk.decayed) pi = __fmul_rn(pi, s.decay_factor);
+        const float mi = __fadd_rn(__fmul_rn(s.beta1, mv[u]),
+                                   __fmul_rn(s.one_minus_beta1, gi));
+        const float gg = __fmul_rn(gi, gi);
+        const float vi = __fadd_rn(__fmul_rn(s.beta2, vv[u]),
+                                   __fmul_rn(s.one_minus_beta2, gg));
+        const float denom =
+            __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt),
+                      s.epsilon);
+        const float ratio = __fdiv_rn(mi, denom);
+        pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
+        p[k] = pi;
+        m[k] = mi;
+        v[k] = vi;
+        if (chunk.decayed) p_bf16[k] = __float2bfloat16_rn(pi);
+      }
     }
   }
 }
@@ -72,15 +77,28 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               const AdamWDeviceScalars* scalars_table,
                               const int64_t* step, int64_t fixed_step,
                               float* p, float* m, float* v, const float* g,
-                              __nv_bfloat16* p_bf16, cudaStream_t stream) {
+                              __nv_bfloat16* p_bf16, cudaStream_t stream,
+                              int max_blocks) {
   // An ordinary launch, not a programmatic one (launch.cuh): the update runs
   // on its own low-priority stream beside the backward, and its CTAs (one
   // per chunk, hundreds) launched early would sit on SMs waiting while the
   // backward's kernels need them.
-  if (num_chunks <= 0) return cudaSuccess;
-  AdamWKernel<<<num_chunks, kThreads, 0, stream>>>(
-      chunks, scalars_table, step, fixed_step, p, m, v, g, p_bf16);
+  const int blocks = max_blocks > 0 ? std::min(num_chunks, max_blocks)
+                                    : num_chunks;
+  if (blocks <= 0) return cudaSuccess;
+  AdamWKernel<<<blocks, kThreads, 0, stream>>>(chunks, num_chunks,
+                                               scalars_table, step, fixed_step,
+                                               p, m, v, g, p_bf16);
   return cudaGetLastError();
+}
+
+namespace {
+int g_adamw_overlap_blocks = 0;
+}  // namespace
+
+int AdamWOverlapBlocks() { return g_adamw_overlap_blocks; }
+void SetAdamWOverlapBlocks(int max_blocks) {
+  g_adamw_overlap_blocks = max_blocks;
 }
 
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,

@@ -19,7 +19,8 @@
 // list of chunks {begin, count ≤ kAdamWChunk, decayed} covering the plane
 // tensor by tensor (decay mask per tensor: the 2-D tensors). For decayed
 // chunks the updated p is also written rounded to bf16 into `p_bf16` (same
-// index): the operand copy of the weight matrices. One block per chunk.
+// index): the operand copy of the weight matrices. One block per chunk
+// unless capped (max_blocks).
 #ifndef COPPELIUS_TRAINER_KERNELS_ADAMW_H_
 #define COPPELIUS_TRAINER_KERNELS_ADAMW_H_
 
@@ -48,11 +49,23 @@ struct AdamWChunk {
   int32_t decayed;
 };
 
+// `max_blocks` > 0 caps the grid (each block then takes chunks
+// blockIdx.x, + gridDim.x, …): an update overlapping other kernels holds
+// fewer SMs for longer. 0: one block per chunk. The bits do not depend on
+// it.
 cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               const AdamWDeviceScalars* scalars_table,
                               const int64_t* step, int64_t fixed_step,
                               float* p, float* m, float* v, const float* g,
-                              __nv_bfloat16* p_bf16, cudaStream_t stream);
+                              __nv_bfloat16* p_bf16, cudaStream_t stream,
+                              int max_blocks = 0);
+
+// Process-wide grid cap (max_blocks) for the updates the CUDA backend
+// overlaps with the backward of the blocks below (0: uncapped, the
+// default). Benchmarks set it (step_bench --adamw_blocks=N); read when the
+// step graph is captured.
+int AdamWOverlapBlocks();
+void SetAdamWOverlapBlocks(int max_blocks);
 
 // out[i] = bf16(in[i]) for i < n.
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,

@@ -427,18 +427,23 @@ int Main(int argc, char** argv) {
     else if (a.rfind("--kernels=", 0) == 0) kernels = a.substr(10) != "0";
     else if (a.rfind("--pdl=", 0) == 0) {
       SetProgrammaticDependentLaunch(a.substr(6) != "0");
+    } else if (a.rfind("--adamw_blocks=", 0) == 0) {
+      SetAdamWOverlapBlocks(std::stoi(a.substr(15)));
     } else {
       std::fprintf(stderr,
                    "usage: step_bench [--config=NAME] [--steps=N] "
-                   "[--kernels=0|1] [--pdl=0|1]\n");
+                   "[--kernels=0|1] [--pdl=0|1] [--adamw_blocks=N]\n");
       return 2;
     }
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (%d SMs); programmatic dependent launch %s\n",
-              prop.name, prop.multiProcessorCount,
-              ProgrammaticDependentLaunchEnabled() ? "on" : "off");
+  std::printf(
+      "device: %s (%d SMs); programmatic dependent launch %s; overlapped "
+      "AdamW blocks %d (0: one per chunk)\n",
+      prop.name, prop.multiProcessorCount,
+      ProgrammaticDependentLaunchEnabled() ? "on" : "off",
+      AdamWOverlapBlocks());
   if (kernels) {
     if (KernelBench() != 0) return 1;
     std::printf("\n== kernels at coppelius shapes (median of 50, ms) ==\n");
