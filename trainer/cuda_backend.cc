@@ -816,8 +816,8 @@ absl::Status CudaBackend::BackwardPass() {
     int dqkv16_index = 0;
     ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
     CUDA_RETURN_IF_ERROR(
-        AttentionBackwardDelta(qkv16_[l], dy16_, stats_[l], T, NH, HS,
-                               attention_scratch_, stream_),
+        AttentionBackwardDelta(y16_[l], dy16_, T, NH, HS, attention_scratch_,
+                               stream_),
         "AttentionBackwardDelta");
     RETURN_IF_ERROR(ForkAttention());
     CUDA_RETURN_IF_ERROR(

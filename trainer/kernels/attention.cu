@@ -253,12 +253,12 @@ struct Params {
   float scale;   // 1/sqrt(HS)
   float scale2;  // scale · log2(e): scores in base-2 exponent units
   // Scratch (AttentionScratchBytes): counters [3][NH][num_tiles] (zero
-  // between launches), partial row statistics and D [chunk][NH][T],
+  // between launches), partial row maxima and sums [chunk][NH][T], D [NH][T],
   // partial products [chunk][T][C].
   int* counters;
   float* part_m;
   float* part_l;
-  float* part_d;
+  float* delta;  // [NH, T]: D of every row (backward kernel 1)
   float* part_o;
   float* part_dq;
   float* part_dk;
@@ -378,102 +378,19 @@ __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
   }
 }
 
-// Forward, kernel 1: per query-side item, the row maxima and sums over the
-// chunk's keys (online rescaling) → part_m, part_l.
+// Forward: per query-side item, one pass over the chunk's keys with the
+// online softmax of FlashAttention-2 (Dao, 2023, Algorithm 1): per key tile,
+// the running row maximum m (raw scores; scale2 > 0 keeps the order), the
+// rescale α = 2^((m_old − m)·scale2) of the running sum l and the unnormalized
+// output o, then P̃ = 2^(S·scale2 − m·scale2) (one FFMA and one ex2 per
+// element), l += Σ P̃ (fp32), o += bf16(P̃) · v. A one-chunk tile writes
+// y = bf16(o / l) and lse2 = m·scale2 + log2 l; otherwise each chunk writes
+// (m·scale2, l, o) and the CTA that arrives last combines them in chunk
+// order: M = max m_c, L = Σ l_c·2^(m_c − M), y = bf16(Σ o_c·2^(m_c − M) / L),
+// lse2 = M + log2 L.
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
-    ForwardStatsKernel(const Params p) {
-  GridDependencyWait();
-  constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_k[kTile * kLd];
-  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
-  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
-  const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
-  const bf16* q = p.qkv + h * kHS;
-  const bf16* k = q + C;
-  uint32_t qa[kHS / 16][4];
-  TileRegs<kHS> next;
-  {
-    TileRegs<kHS> tq;
-    tq.Load(q, ld, qt * kTile, T);
-    next.Load(k, ld, kt0 * kTile, T);
-    tq.Store(s_k);
-    __syncthreads();
-    LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
-  }
-  // Every row has a key at or before it in the chunk's first tile, so the
-  // maxima are finite from the first tile on (exp(−∞ − finite) = 0
-  // rescales the empty sums).
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  for (int kt = kt0; kt <= kt1; ++kt) {
-    __syncthreads();
-    next.Store(s_k);
-    __syncthreads();
-    if (kt < kt1) next.Load(k, ld, (kt + 1) * kTile, T);
-    float s[8][4];
-    RowProducts<kHS, 8>(qa, s_k, 0, s);
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] *= p.scale2;
-    }
-    if (kt == qt) MaskAbove(s, kt * kTile, t0, -INFINITY);
-    float x0 = m0, x1 = m1;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
-      x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
-    }
-    x0 = QuadMax(x0);
-    x1 = QuadMax(x1);
-    l0 *= Exp2(m0 - x0);
-    l1 *= Exp2(m1 - x1);
-    m0 = x0;
-    m1 = x1;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      l0 += Exp2(s[n][0] - m0) + Exp2(s[n][1] - m0);
-      l1 += Exp2(s[n][2] - m1) + Exp2(s[n][3] - m1);
-    }
-  }
-  l0 = QuadSum(l0);
-  l1 = QuadSum(l1);
-  if (c == 0) {
-    const int64_t base = (static_cast<int64_t>(chunk) * p.NH + h) * T;
-    if (t0 < T) {
-      p.part_m[base + t0] = m0;
-      p.part_l[base + t0] = l0;
-    }
-    if (t1 < T) {
-      p.part_m[base + t1] = m1;
-      p.part_l[base + t1] = l1;
-    }
-  }
-}
-
-// Row t's lse2 = m2 + log2 Σ from its chunks' partials (chunk order).
-__device__ __forceinline__ float CombineStats(const Params& p, int h, int t,
-                                              int n) {
-  if (t >= p.T) return 0.0f;
-  const int64_t stride = static_cast<int64_t>(p.NH) * p.T;
-  const int64_t i = static_cast<int64_t>(h) * p.T + t;
-  float mx = -INFINITY;
-  for (int c = 0; c < n; ++c) mx = fmaxf(mx, p.part_m[c * stride + i]);
-  float l = 0.0f;
-  for (int c = 0; c < n; ++c) {
-    l += p.part_l[c * stride + i] * Exp2(p.part_m[c * stride + i] - mx);
-  }
-  return mx + log2f(l);
-}
-
-// Forward, kernel 2: per query-side item, P over the chunk's keys with the
-// combined statistics, y partial = bf16(P) · v; the tile's last chunk adds
-// the partials and writes y in bf16. Chunk 0 writes the statistics.
-template <int kHS>
-__global__ void __launch_bounds__(kThreads)
-    ForwardOutputKernel(const Params p) {
+    ForwardKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
@@ -489,49 +406,151 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* v = q + 2 * C;
   uint32_t qa[kHS / 16][4];
   TileRegs<kHS> nk, nv;
-  float lse0, lse1;
   {
     TileRegs<kHS> tq;
     tq.Load(q, ld, qt * kTile, T);
     nk.Load(k, ld, kt0 * kTile, T);
     nv.Load(v, ld, kt0 * kTile, T);
-    lse0 = CombineStats(p, h, t0, n_chunks);
-    lse1 = CombineStats(p, h, t1, n_chunks);
     tq.Store(s_k);
     __syncthreads();
     LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
   }
-  if (chunk == 0 && c == 0) {
-    if (t0 < T) p.stats[h * T + t0] = lse0;
-    if (t1 < T) p.stats[h * T + t1] = lse1;
-  }
+  // Every row has a key at or before it in the chunk's first tile, so the
+  // maxima are finite from the first tile on (2^−∞ = 0 rescales the empty
+  // sums). Rows beyond T read q = 0: finite scores, never stored.
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   float o[kHS / 8][4] = {};
   ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4];
     RowProducts<kHS, 8>(qa, s_k, 0, s);
-    Probabilities(s, p.scale2, lse0, lse1, kt == qt, kt * kTile, t0);
+    if (kt == qt) MaskAbove(s, kt * kTile, t0, -INFINITY);
+    float x0 = m0, x1 = m1;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
+      x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
+    }
+    x0 = QuadMax(x0);
+    x1 = QuadMax(x1);
+    const float a0 = Exp2((m0 - x0) * p.scale2);
+    const float a1 = Exp2((m1 - x1) * p.scale2);
+    m0 = x0;
+    m1 = x1;
+    const float b0 = m0 * p.scale2, b1 = m1 * p.scale2;
+    float r0 = 0.0f, r1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      s[n][0] = Exp2(fmaf(s[n][0], p.scale2, -b0));
+      s[n][1] = Exp2(fmaf(s[n][1], p.scale2, -b0));
+      s[n][2] = Exp2(fmaf(s[n][2], p.scale2, -b1));
+      s[n][3] = Exp2(fmaf(s[n][3], p.scale2, -b1));
+      r0 += s[n][0] + s[n][1];
+      r1 += s[n][2] + s[n][3];
+    }
+    l0 = fmaf(l0, a0, r0);
+    l1 = fmaf(l1, a1, r1);
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+      o[dn][0] *= a0;
+      o[dn][1] *= a0;
+      o[dn][2] *= a1;
+      o[dn][3] *= a1;
+    }
     uint32_t pa[4][4];
     PackA<8>(s, pa);
     AccumulateT<kHS, 4>(pa, s_v, 0, o);
   });
+  l0 = QuadSum(l0);
+  l1 = QuadSum(l1);
+  m0 *= p.scale2;  // from here on in base-2 exponent units
+  m1 *= p.scale2;
   const int col0 = h * kHS + c * 2;
-  if (n_chunks > 1 &&
-      !CombineChunks<kHS>(o, p.part_o, chunk, n_chunks,
-                          p.counters + h * p.num_tiles + qt, T, C, col0, t0)) {
-    return;
+  if (n_chunks > 1) {
+    const int64_t stride = static_cast<int64_t>(p.NH) * T;
+    const int64_t row = static_cast<int64_t>(h) * T;
+    if (c == 0) {
+      if (t0 < T) {
+        p.part_m[chunk * stride + row + t0] = m0;
+        p.part_l[chunk * stride + row + t0] = l0;
+      }
+      if (t1 < T) {
+        p.part_m[chunk * stride + row + t1] = m1;
+        p.part_l[chunk * stride + row + t1] = l1;
+      }
+    }
+    WritePartial<kHS>(o, p.part_o, chunk, T, C, col0, t0);
+    if (!LastArrival(p.counters + h * p.num_tiles + qt, n_chunks)) return;
+    // This CTA's own chunk from registers (the same bits it wrote), the
+    // others past L1; rows beyond T are never stored, so not read.
+    auto chunk_m = [&](int ch, int t, float own) {
+      return ch == chunk || t >= T ? own
+                                   : __ldcg(p.part_m + ch * stride + row + t);
+    };
+    auto chunk_l = [&](int ch, int t, float own) {
+      return ch == chunk || t >= T ? own
+                                   : __ldcg(p.part_l + ch * stride + row + t);
+    };
+    float big0 = -INFINITY, big1 = -INFINITY;
+    for (int ch = 0; ch < n_chunks; ++ch) {
+      big0 = fmaxf(big0, chunk_m(ch, t0, m0));
+      big1 = fmaxf(big1, chunk_m(ch, t1, m1));
+    }
+    float sum0 = 0.0f, sum1 = 0.0f;
+    float acc[kHS / 8][4] = {};
+    const int64_t plane = static_cast<int64_t>(T) * C;
+    for (int ch = 0; ch < n_chunks; ++ch) {
+      const float f0 = Exp2(chunk_m(ch, t0, m0) - big0);
+      const float f1 = Exp2(chunk_m(ch, t1, m1) - big1);
+      sum0 = fmaf(chunk_l(ch, t0, l0), f0, sum0);
+      sum1 = fmaf(chunk_l(ch, t1, l1), f1, sum1);
+#pragma unroll
+      for (int dn = 0; dn < kHS / 8; ++dn) {
+        const int col = col0 + dn * 8;
+        float2 a = make_float2(o[dn][0], o[dn][1]);
+        float2 b = make_float2(o[dn][2], o[dn][3]);
+        if (ch != chunk) {
+          if (t0 < T) {
+            a = __ldcg(reinterpret_cast<const float2*>(
+                p.part_o + ch * plane + static_cast<int64_t>(t0) * C + col));
+          }
+          if (t1 < T) {
+            b = __ldcg(reinterpret_cast<const float2*>(
+                p.part_o + ch * plane + static_cast<int64_t>(t1) * C + col));
+          }
+        }
+        acc[dn][0] = fmaf(a.x, f0, acc[dn][0]);
+        acc[dn][1] = fmaf(a.y, f0, acc[dn][1]);
+        acc[dn][2] = fmaf(b.x, f1, acc[dn][2]);
+        acc[dn][3] = fmaf(b.y, f1, acc[dn][3]);
+      }
+    }
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dn][e] = acc[dn][e];
+    }
+    m0 = big0;
+    m1 = big1;
+    l0 = sum0;
+    l1 = sum1;
   }
+  if (c == 0) {
+    if (t0 < T) p.stats[h * T + t0] = m0 + log2f(l0);
+    if (t1 < T) p.stats[h * T + t1] = m1 + log2f(l1);
+  }
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
 #pragma unroll
   for (int dn = 0; dn < kHS / 8; ++dn) {
     const int col = col0 + dn * 8;
     if (t0 < T) {
       *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<int64_t>(t0) * C +
                                          col) =
-          __floats2bfloat162_rn(o[dn][0], o[dn][1]);
+          __floats2bfloat162_rn(o[dn][0] * inv0, o[dn][1] * inv0);
     }
     if (t1 < T) {
       *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<int64_t>(t1) * C +
                                          col) =
-          __floats2bfloat162_rn(o[dn][2], o[dn][3]);
+          __floats2bfloat162_rn(o[dn][2] * inv1, o[dn][3] * inv1);
     }
   }
 }
@@ -607,64 +626,47 @@ struct QuerySide {
   }
 };
 
-// Backward, kernel 1: per query-side item, the partial D = Σ P·dP over the
-// chunk's keys → part_d.
+// Backward, kernel 1: D[h][t] = Σ_d dy[t, h·HS + d] · y[t, h·HS + d]
+// (fp32), which equals Σ_j P[t, j]·dP[t, j] (dP = dy·vᵀ, y = P·v): the
+// FlashAttention-2 form, over the stored bf16 y. One thread per 8 columns
+// (a 16-byte load of each), HS/8 neighbouring lanes per (row, head) summed
+// by a fixed shuffle tree; rows beyond T are never read (RowDelta gives 0).
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardDeltaKernel(const Params p) {
   GridDependencyWait();
-  constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_k[kTile * kLd];
-  __shared__ __align__(16) bf16 s_v[kTile * kLd];
-  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
-  const bf16* k = p.qkv + C + h * kHS;
-  const bf16* v = k + C;
-  TileRegs<kHS> nk, nv;
-  nk.Load(k, ld, kt0 * kTile, T);
-  nv.Load(v, ld, kt0 * kTile, T);
-  QuerySide<kHS> qs;
-  qs.Init(p, h, qt, s_k, s_v);
-  float d0 = 0.0f, d1 = 0.0f;
-  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
-    float s[8][4], dp[8][4];
-    qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+  constexpr int kGroup = kHS / 8;
+  const int C = p.NH * kHS;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t n = static_cast<int64_t>(p.T) * C / 8;
+  float d = 0.0f;
+  if (i < n) {
+    const uint4 a = *reinterpret_cast<const uint4*>(p.dy + i * 8);
+    const uint4 b = *reinterpret_cast<const uint4*>(p.y + i * 8);
+    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+    const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      d0 += s[n][0] * dp[n][0] + s[n][1] * dp[n][1];
-      d1 += s[n][2] * dp[n][2] + s[n][3] * dp[n][3];
+    for (int e = 0; e < 4; ++e) {
+      const float2 x = __bfloat1622float2(a2[e]);
+      const float2 z = __bfloat1622float2(b2[e]);
+      d = fmaf(x.x, z.x, d);
+      d = fmaf(x.y, z.y, d);
     }
-  });
-  d0 = QuadSum(d0);
-  d1 = QuadSum(d1);
-  if ((threadIdx.x & 3) == 0) {
-    const int64_t base = (static_cast<int64_t>(chunk) * p.NH + h) * T;
-    if (qs.t0 < T) p.part_d[base + qs.t0] = d0;
-    if (qs.t0 + 8 < T) p.part_d[base + qs.t0 + 8] = d1;
+  }
+#pragma unroll
+  for (int off = 1; off < kGroup; off <<= 1) {
+    d += __shfl_xor_sync(0xffffffffu, d, off);
+  }
+  if (i < n && i % kGroup == 0) {
+    const int64_t col = (i * 8) % C;
+    const int64_t t = (i * 8) / C;
+    p.delta[(col / kHS) * p.T + t] = d;
   }
 }
 
-// D of row t: Σ of its query tile's chunk partials, in chunk order.
+// D of row t (0 beyond T).
 __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
-  if (t >= p.T) return 0.0f;
-  const int n = QueryTileChunks(t / kTile);
-  const int64_t stride = static_cast<int64_t>(p.NH) * p.T;
-  const int64_t i = static_cast<int64_t>(h) * p.T + t;
-  // Loads issued four at a time; the sum stays in chunk order.
-  float d = 0.0f;
-  for (int c0 = 0; c0 < n; c0 += 4) {
-    float v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      v[u] = c0 + u < n ? p.part_d[(c0 + u) * stride + i] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      if (c0 + u < n) d += v[u];
-    }
-  }
-  return d;
+  return t < p.T ? p.delta[h * p.T + t] : 0.0f;
 }
 
 // Backward, kernel 2: per query-side item, dS over the chunk's keys and the
@@ -858,7 +860,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // Scratch layout, in 4-byte words, each region aligned to 64 words.
 struct ScratchLayout {
-  size_t counters, part_m, part_l, part_d, part_o, part_dq, part_dk, part_dv;
+  size_t counters, part_m, part_l, delta, part_o, part_dq, part_dk, part_dv;
   size_t words;
 };
 
@@ -876,8 +878,8 @@ ScratchLayout Layout(int T, int NH, int HS) {
   at += up(rows);
   l.part_l = at;
   at += up(rows);
-  l.part_d = at;
-  at += up(rows);
+  l.delta = at;
+  at += up(static_cast<size_t>(NH) * T);
   l.part_o = at;
   at += up(plane);
   l.part_dq = at;
@@ -910,7 +912,7 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   p.counters = reinterpret_cast<int*>(w + l.counters);
   p.part_m = w + l.part_m;
   p.part_l = w + l.part_l;
-  p.part_d = w + l.part_d;
+  p.delta = w + l.delta;
   p.part_o = w + l.part_o;
   p.part_dq = w + l.part_dq;
   p.part_dk = w + l.part_dk;
@@ -925,16 +927,14 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
   const dim3 grid(NumAttentionItems(p.num_tiles), p.NH);
   switch (which) {
     case kForward:
-      if (cudaError_t e = LaunchKernel(ForwardStatsKernel<kHS>, grid, kThreads,
-                                       0, stream, p);
-          e != cudaSuccess) {
-        return e;
-      }
-      return LaunchKernel(ForwardOutputKernel<kHS>, grid, kThreads, 0, stream,
-                          p);
-    case kDelta:
-      return LaunchKernel(BackwardDeltaKernel<kHS>, grid, kThreads, 0, stream,
-                          p);
+      return LaunchKernel(ForwardKernel<kHS>, grid, kThreads, 0, stream, p);
+    case kDelta: {
+      const int64_t threads = static_cast<int64_t>(p.T) * p.NH * kHS / 8;
+      return LaunchKernel(BackwardDeltaKernel<kHS>,
+                          dim3(static_cast<unsigned>((threads + kThreads - 1) /
+                                                     kThreads)),
+                          kThreads, 0, stream, p);
+    }
     case kQuery:
       return LaunchKernel(BackwardQueryKernel<kHS>, grid, kThreads, 0, stream,
                           p);
@@ -955,15 +955,16 @@ cudaError_t Launch(Which which, int HS, const Params& p,
   }
 }
 
-// The backward's kernels read the forward's statistics (never written
-// here: Params holds one non-const pointer for both directions).
-cudaError_t LaunchBackward(Which which, const bf16* qkv, const bf16* dy,
-                           const float* stats, const float* rope_table, int T,
-                           int NH, int HS, void* scratch, bf16* dqkv,
-                           cudaStream_t stream) {
+// The backward's kernels read the forward's y and statistics (never
+// written here: Params holds one non-const pointer for both directions).
+cudaError_t LaunchBackward(Which which, const bf16* qkv, const bf16* y,
+                           const bf16* dy, const float* stats,
+                           const float* rope_table, int T, int NH, int HS,
+                           void* scratch, bf16* dqkv, cudaStream_t stream) {
   return Launch(which, HS,
-                MakeParams(qkv, dy, nullptr, const_cast<float*>(stats),
-                           rope_table, dqkv, T, NH, HS, scratch),
+                MakeParams(qkv, dy, const_cast<bf16*>(y),
+                           const_cast<float*>(stats), rope_table, dqkv, T, NH,
+                           HS, scratch),
                 stream);
 }
 
@@ -986,18 +987,18 @@ cudaError_t AttentionForward(const bf16* qkv, int T, int NH, int HS, bf16* y,
                 stream);
 }
 
-cudaError_t AttentionBackwardDelta(const bf16* qkv, const bf16* dy,
-                                   const float* stats, int T, int NH, int HS,
-                                   void* scratch, cudaStream_t stream) {
-  return LaunchBackward(kDelta, qkv, dy, stats, nullptr, T, NH, HS, scratch,
-                        nullptr, stream);
+cudaError_t AttentionBackwardDelta(const bf16* y, const bf16* dy, int T,
+                                   int NH, int HS, void* scratch,
+                                   cudaStream_t stream) {
+  return LaunchBackward(kDelta, nullptr, y, dy, nullptr, nullptr, T, NH, HS,
+                        scratch, nullptr, stream);
 }
 
 cudaError_t AttentionBackwardQuery(const bf16* qkv, const bf16* dy,
                                    const float* stats, const float* rope_table,
                                    int T, int NH, int HS, void* scratch,
                                    bf16* dqkv, cudaStream_t stream) {
-  return LaunchBackward(kQuery, qkv, dy, stats, rope_table, T, NH, HS,
+  return LaunchBackward(kQuery, qkv, nullptr, dy, stats, rope_table, T, NH, HS,
                         scratch, dqkv, stream);
 }
 
@@ -1005,16 +1006,15 @@ cudaError_t AttentionBackwardKeys(const bf16* qkv, const bf16* dy,
                                   const float* stats, const float* rope_table,
                                   int T, int NH, int HS, void* scratch,
                                   bf16* dqkv, cudaStream_t stream) {
-  return LaunchBackward(kKeys, qkv, dy, stats, rope_table, T, NH, HS, scratch,
-                        dqkv, stream);
+  return LaunchBackward(kKeys, qkv, nullptr, dy, stats, rope_table, T, NH, HS,
+                        scratch, dqkv, stream);
 }
 
-cudaError_t AttentionBackward(const bf16* qkv, const bf16* dy,
+cudaError_t AttentionBackward(const bf16* qkv, const bf16* y, const bf16* dy,
                               const float* stats, const float* rope_table,
                               int T, int NH, int HS, void* scratch, bf16* dqkv,
                               cudaStream_t stream) {
-  cudaError_t e =
-      AttentionBackwardDelta(qkv, dy, stats, T, NH, HS, scratch, stream);
+  cudaError_t e = AttentionBackwardDelta(y, dy, T, NH, HS, scratch, stream);
   if (e != cudaSuccess) return e;
   e = AttentionBackwardQuery(qkv, dy, stats, rope_table, T, NH, HS, scratch,
                              dqkv, stream);

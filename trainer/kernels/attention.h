@@ -9,45 +9,49 @@
 // Math, per head h (NH heads, HS head size, T rows; q, k, v are [T, HS] bf16
 // slices of the rotated qkv [T, 3C], column h·HS of each part):
 //   S = scale · q · kᵀ                       scale = 1/sqrt(HS), fp32
-//   lse2[t] = log2 Σ_{j ≤ t} exp(S[t, j])    (through the row maximum)
-//   P[t, j] = 2^(S[t, j] · log2 e − lse2[t]) for j ≤ t, 0 above (fp32;
-//             = exp(S − m) / Σ exp(S − m) up to fp32 rounding: one FFMA
-//             and one ex2.approx per element, the FlashAttention-2 form;
-//             the SFU's ~2⁻²² relative error is far below bf16's 2⁻⁹,
-//             values under 2⁻¹²⁶ become 0)
-//   y = bf16(P) · v                          → bf16 into y [T, C]
+//   lse2[t] = log2 Σ_{j ≤ t} exp(S[t, j])    (base-2 log-sum-exp, fp32)
+//   y = (Σ_j bf16(P̃[t, j]) · v[j]) / l[t]   → bf16 into y [T, C]
+// where P̃ = 2^(S·log2 e − m) with m a running row maximum and l = Σ P̃ in
+// fp32: FlashAttention-2's online softmax (Dao, 2023, Algorithm 1), one pass
+// over the keys, every exponential one FFMA and one ex2.approx (relative
+// error about 2⁻²², far below bf16's 2⁻⁹; values under 2⁻¹²⁶ become 0).
 // Backward, given dy [T, HS] (slice of the bf16 dY [T, C]):
+//   D[t] = Σ_d dy[t, d] · y[t, d]            fp32, over the stored bf16 y
+//          (= Σ_j P·dP in exact arithmetic: FlashAttention-2's form)
+//   P[t, j] = 2^(S[t, j] · log2 e − lse2[t]) for j ≤ t, 0 above (fp32)
 //   dP = dy · vᵀ                             fp32
-//   D[t] = Σ_{j ≤ t} P[t, j] · dP[t, j]      fp32
 //   dS = bf16(scale · P ⊙ (dP − D))
 //   dq = dS · k;  dk = dSᵀ · q;  dv = bf16(P)ᵀ · dy   fp32
 //   then the inverse RoPE of dq and dk (rope.h), all three rounded to bf16
 //   (they feed only the qkv dX / dW products)
 //
-// The numerics are those of the unfused formulation (the CPU reference
-// backend, trainer/reference_backend.h): P is normalized in fp32 BEFORE its
-// bf16 rounding (which is why the forward makes two passes over the keys:
-// the first finds lse2 with the online rescaling of FlashAttention, the
-// second forms the normalized P), D is Σ P·dP over the unrounded P (not the
-// dy·y shortcut of FlashAttention-2, which would use the rounded P; summed
-// here in fp32, in the reference in double), and every product operand is
-// bf16 with fp32 accumulation. The scale of dS is applied as the reference
-// does, before the bf16 rounding; when it is a power of two (HS = 16, 64)
-// it commutes with the rounding and is applied once, to the fp32 dq/dk
-// sums, instead.
+// The numerics are FlashAttention-2's (and so PyTorch's flash SDPA's), not
+// those of the unfused formulation of the CPU reference backend
+// (trainer/reference_backend.h), which rounds the normalized P to bf16 and
+// sums D = Σ P·dP: here the forward rounds the unnormalized P̃ (the same
+// relative rounding, at other points) and D comes from the rounded y. Every
+// product operand is bf16 with fp32 accumulation; kernels_test checks all
+// outputs against the unfused formulation in double within the bf16
+// tolerance. The scale of dS is applied as the reference does, before the
+// bf16 rounding; when it is a power of two (HS = 16, 64) it commutes with
+// the rounding and is applied once, to the fp32 dq/dk sums, instead.
+// (Until 2026-11-30 the kernels kept the reference's numerics, at the cost
+// of a statistics pass in the forward and a D pass over the keys in the
+// backward: docs/PERFORMANCE.md run 7.)
 //
 // Parallelism (deterministic: no float atomics; every sum in a fixed
 // order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a
 // query tile is split into chunks of at most 6 key tiles (and the query
 // range of a key tile likewise), one CTA per (tile, chunk, head), so the
 // longest rows (T = 1024: 16 key tiles) take 6 tile steps instead of 16 and
-// every SM gets work. Chunk results combine in chunk order: row statistics
-// and D through a second kernel, products in the CTA that arrives last at
-// an integer counter (fp32 partials in scratch).
-//   forward:   (1) partial max and Σ per chunk; (2) combined lse2; P; the
-//              y partials; the CTA that arrives last writes y (the sum is in
-//              chunk order whichever CTA that is);
-//   backward:  (1) "delta": partial D per chunk; (2) "query": dS, dq;
+// every SM gets work. Chunk results combine in chunk order, in the CTA that
+// arrives last at an integer counter (fp32 partials in scratch).
+//   forward:   one kernel: per chunk the running maximum, sum and
+//              unnormalized y; the CTA that arrives last rescales the
+//              chunks to their common maximum, adds them in chunk order and
+//              writes y and lse2;
+//   backward:  (1) "delta": D of every row (elementwise over y and dy);
+//              (2) "query": dS, dq;
 //              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
 //              (2) and (3) depend only on (1): they may run concurrently.
 //
@@ -63,7 +67,7 @@
 // with another shape would find non-zero counters and combine wrongly.
 // Scratch grows as ⌈T / 384⌉ · T · C · 16 bytes (25 MB at T = 1024, C = 512).
 // Requirements: HS ∈ {16, 32, 64} and T, NH > 0 (else every function returns
-// cudaErrorInvalidValue); qkv and dy 16-byte aligned, y, dqkv, stats, rope
+// cudaErrorInvalidValue); qkv, y and dy 16-byte aligned, dqkv, stats, rope
 // and scratch 8-byte aligned (cudaMalloc gives 256); outputs not aliasing
 // inputs; the RoPE table built for the same T and HS.
 #ifndef COPPELIUS_TRAINER_KERNELS_ATTENTION_H_
@@ -82,18 +86,18 @@ bool AttentionSupportsHeadSize(int HS);
 // Bytes of scratch the kernels need at this size.
 size_t AttentionScratchBytes(int T, int NH, int HS);
 
-// Writes y [T, C] and stats [NH, T] (two kernels on `stream`). Every
+// Writes y [T, C] and stats [NH, T] (one kernel on `stream`). Every
 // function returns cudaErrorInvalidValue for an unsupported HS, else the
 // launch status.
 cudaError_t AttentionForward(const __nv_bfloat16* qkv, int T, int NH, int HS,
                              __nv_bfloat16* y, float* stats, void* scratch,
                              cudaStream_t stream);
 
-// Backward step (1): partial D of every row into scratch.
-cudaError_t AttentionBackwardDelta(const __nv_bfloat16* qkv,
-                                   const __nv_bfloat16* dy, const float* stats,
-                                   int T, int NH, int HS, void* scratch,
-                                   cudaStream_t stream);
+// Backward step (1): D of every row into scratch, from the forward's
+// output y [T, C] and its gradient dy [T, C].
+cudaError_t AttentionBackwardDelta(const __nv_bfloat16* y,
+                                   const __nv_bfloat16* dy, int T, int NH,
+                                   int HS, void* scratch, cudaStream_t stream);
 
 // Backward step (2), after (1): the dq columns of dqkv. `rope_table` is
 // rope.h's RopeTable(T, HS, base) on the device.
@@ -112,6 +116,7 @@ cudaError_t AttentionBackwardKeys(const __nv_bfloat16* qkv,
 
 // (1), (2), (3) in order on one stream: the whole dqkv [T, 3C].
 cudaError_t AttentionBackward(const __nv_bfloat16* qkv,
+                              const __nv_bfloat16* y,
                               const __nv_bfloat16* dy, const float* stats,
                               const float* rope_table, int T, int NH, int HS,
                               void* scratch, __nv_bfloat16* dqkv,
