@@ -13,7 +13,12 @@
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
 #   6. with PROFILE=1: ncu's duration of every kernel of one step graph,
 #      summed per kernel (tools/ncu_step_table.py; ~20 s)
-# Env: STEPS (default 300) timed steps for the benchmark; SKIP_SANITIZER=1.
+#   6b. with NCU_KERNELS=<regex>: ncu's speed-of-light, occupancy, scheduler,
+#      warp-state and source-counter (top stall sites) sections for the
+#      first NCU_COUNT (default 3) matching launches of step_bench's kernel
+#      benchmarks, into ncu_kernels.txt
+# Env: STEPS (default 300) timed steps for the benchmark; SKIP_SANITIZER=1;
+# SKIP_TESTS=1 skips section 2 (for benchmark-only calls).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_checks}
@@ -33,7 +38,7 @@ echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" | tee -a "$log"
 
 # 2. gpu tests
 for t in stage/tests/*; do
-  [ -x "$t" ] || continue
+  [ -x "$t" ] && [ "${SKIP_TESTS:-0}" != 1 ] || continue
   name=$(basename "$t")
   echo "== test $name" | tee -a "$log"
   start=$(date +%s)
@@ -146,6 +151,16 @@ if [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null && [ -x stage/bin/step_b
     > "$out/ncu_step.csv" 2> "$out/ncu_step.err"
   python3 tools/ncu_step_table.py "$out/ncu_step.csv" --top 25 > "$out/ncu_step_table.txt" 2>&1
   note "ncu step profile" "rc=$? ($out/ncu_step_table.txt)"
+fi
+
+# 6b. where the named kernels' warps stall
+if [ -n "${NCU_KERNELS:-}" ] && command -v ncu >/dev/null && [ -x stage/bin/step_bench ]; then
+  echo "== ncu kernels ${NCU_KERNELS}" | tee -a "$log"
+  timeout 300 ncu --kernel-name "regex:${NCU_KERNELS}" --launch-count "${NCU_COUNT:-3}" \
+    --section SpeedOfLight --section Occupancy --section SchedulerStats \
+    --section WarpStateStats --section SourceCounters \
+    stage/bin/step_bench --steps=1 > "$out/ncu_kernels.txt" 2>&1
+  note "ncu kernels" "rc=$? ($out/ncu_kernels.txt)"
 fi
 
 echo

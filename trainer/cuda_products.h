@@ -44,10 +44,11 @@ enum CudaProduct : int {
   kNumCudaProducts
 };
 
-// The shapes, indexed by CudaProduct. Two use a heuristic candidate other
-// than the first (MatmulShape::algo_index): logits forward #3 and logits
-// dW #2, measured faster by step_bench on the H200 (2026-11-30, cuBLAS 13;
-// docs/PERFORMANCE.md run 5).
+// The shapes, indexed by CudaProduct. Some use a heuristic candidate other
+// than the first (MatmulShape::algo_index), measured faster by step_bench
+// on the H200 (2026-11-30, cuBLAS 13): logits forward #3 and logits dW #2
+// (docs/PERFORMANCE.md run 5) and, at the coppelius shapes only, qkv
+// forward #6 and gate|up forward #4 (run 7, timed inside a CUDA graph).
 std::vector<MatmulShape> CudaProductShapes(const ModelConfig& config);
 
 }  // namespace coppelius

@@ -574,9 +574,10 @@ TEST(SwigluTest, ForwardAndBackwardAgainstDouble) {
 
 // --------------------------------------------------------- cross-entropy
 
-TEST(CrossEntropyTest, LossesAndGradientsAgainstDouble) {
-  SKIP_WITHOUT_GPU();
-  const int T = 33, V = 1000;
+// V picks the kernel's variant: rows held in registers by 1, 8 or 24
+// elements per thread (V ≤ 512, ≤ 4,096, ≤ 12,288) or read in three passes.
+void RunCrossEntropyCase(int T, int V) {
+  SCOPED_TRACE(testing::Message() << "T=" << T << " V=" << V);
   auto logits = RandomNormal(static_cast<size_t>(T) * V, 3.0f, &Rng());
   std::vector<uint32_t> targets(T);
   for (auto& t : targets) t = static_cast<uint32_t>(Rng()() % V);
@@ -604,7 +605,22 @@ TEST(CrossEntropyTest, LossesAndGradientsAgainstDouble) {
   }
   EXPECT_LT(RelErr(losses.Download(), ref_loss), kFp32Tol);
   EXPECT_LT(RelErr(FromBf16(dlog.Download()), ref_d), kBf16OutTol);
+}
 
+TEST(CrossEntropyTest, LossesAndGradientsAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  RunCrossEntropyCase(5, 300);
+  RunCrossEntropyCase(9, 4096);
+  RunCrossEntropyCase(7, 12288);  // coppelius V
+  RunCrossEntropyCase(4, 13001);
+  const int T = 33, V = 1000;
+  auto logits = RandomNormal(static_cast<size_t>(T) * V, 3.0f, &Rng());
+  std::vector<uint32_t> targets(T);
+  for (auto& t : targets) t = static_cast<uint32_t>(Rng()() % V);
+  DeviceBuffer<float> dl(logits.size()), losses(T);
+  DeviceBuffer<uint32_t> dt(T);
+  dl.Upload(logits);
+  dt.Upload(targets);
   // A NaN logit makes that row's loss NaN (recorded, never hidden).
   logits[5 * V + 7] = NAN;
   dl.Upload(logits);

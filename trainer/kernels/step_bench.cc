@@ -3,7 +3,9 @@
 // Timings on the GPU machine (tools/gpu_checks.sh runs it):
 //   1. each kernel / product of one step at the coppelius shapes (T=1024,
 //      C=512, H=1408, NH=8, HS=64, V=12288; N = 57,705,472 for AdamW):
-//      median of 50 launches timed with CUDA events, after 5 warm-ups;
+//      per call, 10 calls captured back to back into one CUDA graph (graph
+//      node gaps included, host launch latency not), median of 30 graph
+//      launches timed with CUDA events;
 //   2. the whole CUDA backend (trainer/cuda_backend.h): ms/step over
 //      --steps graph launches (after 20 warm-up steps), by host wall clock
 //      from the first enqueue to the last poll, and the median device time
@@ -89,24 +91,48 @@ void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
   return p;
 }
 
-// Median of `reps` event-timed calls of fn (after 5 warm-ups).
-double TimeIt(const std::function<bool()>& fn, int reps = 50) {
+// The stream the kernel benchmarks run on (non-blocking; graph capture
+// needs one other than the legacy default stream).
+cudaStream_t g_stream = nullptr;
+
+// Median over `reps` of the time per call of `fn` (which enqueues on
+// g_stream), in ms: kGraphCalls calls captured back to back into one CUDA
+// graph, as the step graph runs its nodes, so that the figure is a
+// kernel's duration plus the gap between graph nodes, not the host's
+// launch latency. -1 if fn fails.
+constexpr int kGraphCalls = 10;
+double TimeIt(const std::function<bool()>& fn, int reps = 30) {
+  if (!fn()) return -1;  // outside capture first: lazy module loading
+  CHECK_CUDA(cudaStreamSynchronize(g_stream));
+  cudaGraph_t graph = nullptr;
+  CHECK_CUDA(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+  bool ok = true;
+  for (int i = 0; i < kGraphCalls && ok; ++i) ok = fn();
+  CHECK_CUDA(cudaStreamEndCapture(g_stream, &graph));
+  if (!ok) {
+    cudaGraphDestroy(graph);
+    return -1;
+  }
+  cudaGraphExec_t exec = nullptr;
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) fn();
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a);
-    if (!fn()) return -1;
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
+    cudaEventRecord(a, g_stream);
+    CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
+    cudaEventRecord(b, g_stream);
+    CHECK_CUDA(cudaEventSynchronize(b));
     float t = 0;
     cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
+    ms.push_back(t / kGraphCalls);
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
@@ -119,6 +145,7 @@ int KernelBench() {
             HS = config.HS, V = config.V;
   const int64_t N = NumParameters(config);
   std::mt19937_64 rng(1);
+  CHECK_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   using bf = __nv_bfloat16;
   auto F = [&](size_t n) { return static_cast<float*>(DevRandom(n * 4, &rng, false)); };
   auto B = [&](size_t n) { return static_cast<bf*>(DevRandom(n * 2, &rng, true)); };
@@ -138,19 +165,20 @@ int KernelBench() {
     float* d = F(s.m * s.ldc);
     bf* d16 = B(s.m * s.ldc);
     auto run = [&](const MatmulPlan& q) {
-      return (s.d_bf16 ? q.RunBf16(a, b, d16, ws, nullptr)
-                       : q.Run(a, b, c, d, ws, nullptr))
+      return (s.d_bf16 ? q.RunBf16(a, b, d16, ws, g_stream)
+                       : q.Run(a, b, c, d, ws, g_stream))
           .ok();
     };
     const double ms = TimeIt([&] { return run(**plan); });
     g_rows.push_back({s.name, ms, 0, 2.0 * s.m * s.n * s.k});
     // Every heuristic candidate (MatmulShape::algo_index), for choosing the
     // backend's fixed indices.
-    // Up to 8; Create refuses (InvalidArgument) an index past the list.
+    // Up to 16 (matmul.cc's kMaxCandidates); Create refuses
+    // (InvalidArgument) an index past the heuristic's list.
     std::string line;
     int best = s.algo_index;
     double best_ms = ms;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 16; ++i) {
       MatmulShape si = s;
       si.algo_index = i;
       auto pi = MatmulPlan::Create(lt, si, ws_bytes);
@@ -181,7 +209,7 @@ int KernelBench() {
     bf* y = B(T * C);
     g_rows.push_back({"layernorm fwd", TimeIt([&] {
                         return LayerNormForward(x, w, bias, T, C, 1e-5f, y, nullptr,
-                                                mean, rstd, nullptr) == cudaSuccess;
+                                                mean, rstd, g_stream) == cudaSuccess;
                       }),
                       T * C * 6.0, 0});
     float* dy = F(T * C);
@@ -193,7 +221,7 @@ int KernelBench() {
     g_rows.push_back({"layernorm bwd", TimeIt([&] {
                         return LayerNormBackward(dy, x, w, mean, rstd, T, C, true,
                                                  dres, dres16, scratch, dw, db,
-                                                 nullptr) == cudaSuccess;
+                                                 g_stream) == cudaSuccess;
                       }),
                       T * C * 18.0, 0});
   }
@@ -215,28 +243,28 @@ int KernelBench() {
     CHECK_CUDA(cudaMemset(scratch, 0, scratch_bytes));
     const double causal_product = 2.0 * NH * T * (T + 1) / 2.0 * HS;
     g_rows.push_back({"attention fwd (fused, 1 kernel)", TimeIt([&] {
-                        return AttentionForward(qkv, T, NH, HS, y, stats, scratch, nullptr) ==
+                        return AttentionForward(qkv, T, NH, HS, y, stats, scratch, g_stream) ==
                                cudaSuccess;
                       }),
                       0, 2 * causal_product});
     g_rows.push_back({"attention bwd (fused, 3 kernels, 1 stream, incl. inverse RoPE)", TimeIt([&] {
                         return AttentionBackward(qkv, y, dy, stats, rope, T, NH, HS, scratch,
-                                                 dqkv, nullptr) == cudaSuccess;
+                                                 dqkv, g_stream) == cudaSuccess;
                       }),
                       0, 4 * causal_product});
     g_rows.push_back({"  attention bwd: delta kernel", TimeIt([&] {
                         return AttentionBackwardDelta(y, dy, T, NH, HS, scratch,
-                                                      nullptr) == cudaSuccess;
+                                                      g_stream) == cudaSuccess;
                       }),
                       0, 0});
     g_rows.push_back({"  attention bwd: query kernel", TimeIt([&] {
                         return AttentionBackwardQuery(qkv, dy, stats, rope, T, NH, HS,
-                                                      scratch, dqkv, nullptr) == cudaSuccess;
+                                                      scratch, dqkv, g_stream) == cudaSuccess;
                       }),
                       0, 0});
     g_rows.push_back({"  attention bwd: keys kernel", TimeIt([&] {
                         return AttentionBackwardKeys(qkv, dy, stats, rope, T, NH, HS,
-                                                     scratch, dqkv, nullptr) == cudaSuccess;
+                                                     scratch, dqkv, g_stream) == cudaSuccess;
                       }),
                       0, 0});
   }
@@ -247,7 +275,7 @@ int KernelBench() {
     float* table = F(table_h.size());
     cudaMemcpy(table, table_h.data(), table_h.size() * 4, cudaMemcpyHostToDevice);
     g_rows.push_back({"rope fwd", TimeIt([&] {
-                        return RopeForward(qkv, table, T, NH, HS, out, nullptr) == cudaSuccess;
+                        return RopeForward(qkv, table, T, NH, HS, out, g_stream) == cudaSuccess;
                       }),
                       T * 3 * C * 6.0, 0});
   }
@@ -257,11 +285,11 @@ int KernelBench() {
     bf* a = B(T * H);
     bf* dgu = B(T * 2 * H);
     g_rows.push_back({"swiglu fwd", TimeIt([&] {
-                        return SwigluForward(gu, T, H, a, nullptr) == cudaSuccess;
+                        return SwigluForward(gu, T, H, a, g_stream) == cudaSuccess;
                       }),
                       T * H * 10.0, 0});
     g_rows.push_back({"swiglu bwd", TimeIt([&] {
-                        return SwigluBackward(gu, da, T, H, dgu, nullptr) == cudaSuccess;
+                        return SwigluBackward(gu, da, T, H, dgu, g_stream) == cudaSuccess;
                       }),
                       T * H * 16.0, 0});
   }
@@ -277,13 +305,13 @@ int KernelBench() {
     g_rows.push_back({"cross-entropy fwd+bwd", TimeIt([&] {
                         return CrossEntropyForwardBackward(logits, targets, T, V,
                                                            1.0f / T, losses, dl,
-                                                           nullptr) == cudaSuccess;
+                                                           g_stream) == cudaSuccess;
                       }),
                       double(T) * V * 6, 0});
     float* dx = F(T * C);
     float* emb = F(int64_t{V} * C);
     g_rows.push_back({"embedding bwd (scatter)", TimeIt([&] {
-                        return EmbeddingBackward(targets, dx, T, C, emb, nullptr) ==
+                        return EmbeddingBackward(targets, dx, T, C, emb, g_stream) ==
                                cudaSuccess;
                       }),
                       T * C * 12.0, 0});
@@ -310,12 +338,13 @@ int KernelBench() {
     g_rows.push_back({"adamw (57.7M params)", TimeIt([&] {
                         return AdamWUpdateChunks(dchunks, static_cast<int>(chunks.size()),
                                                  ds, nullptr, 0, p, m, v, g, p16,
-                                                 nullptr) == cudaSuccess;
+                                                 g_stream) == cudaSuccess;
                       }, 20),
                       N * 30.0, 0});
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   cublasLtDestroy(lt);
+  CHECK_CUDA(cudaStreamDestroy(g_stream));
   return 0;
 }
 
@@ -446,7 +475,7 @@ int Main(int argc, char** argv) {
       AdamWOverlapBlocks());
   if (kernels) {
     if (KernelBench() != 0) return 1;
-    std::printf("\n== kernels at coppelius shapes (median of 50, ms) ==\n");
+    std::printf("\n== kernels at coppelius shapes (ms per call in a graph of 10, median of 30) ==\n");
     std::printf("%-32s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
     double total = 0;
     for (const Row& r : g_rows) {
@@ -455,7 +484,7 @@ int Main(int argc, char** argv) {
                   r.bytes > 0 ? r.bytes / r.ms / 1e6 : 0.0,
                   r.flops > 0 ? r.flops / r.ms / 1e9 : 0.0);
     }
-    std::printf("\n== cuBLASLt heuristic candidates per product (us, median of 50) ==\n");
+    std::printf("\n== cuBLASLt heuristic candidates per product (us per call in a graph of 10, median of 30) ==\n");
     for (const std::string& line : g_candidates) std::printf("%s\n", line.c_str());
   }
   return BackendBench(config, steps);
