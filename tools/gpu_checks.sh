@@ -6,9 +6,9 @@
 #   2. every gpu test binary in stage/tests
 #   3. compute-sanitizer memcheck on small cases (if available)
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
-#      4b. backend only, PDL on / off / a baseline build if staged as
-#      stage/base/step_bench, two alternating rounds (SKIP_AB=1 skips),
-#      with the P/M/V digests side by side
+#      4b. backend only: this build (PDL on too with AB_PDL=1) and every
+#      build staged as stage/base/step_bench or stage/ab/<name>/step_bench,
+#      two alternating rounds (SKIP_AB=1 skips), P/M/V digests side by side
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
 #   6. with PROFILE=1: ncu's duration of every kernel of one step graph,
@@ -106,22 +106,29 @@ if [ -x stage/bin/step_bench ]; then
   note "step_bench" "rc=$rc"
 fi
 
-# 4b. A/B: the backend benchmark alone (--kernels=0) with programmatic
-# dependent launch on and off, and a baseline build if one was staged as
-# stage/base/step_bench (e.g. the previous commit), in two alternating
+# 4b. A/B: the backend benchmark alone (--kernels=0) of this build, with
+# programmatic dependent launch on as well when AB_PDL=1, and of every
+# other build staged as stage/ab/<name>/step_bench (e.g. the previous
+# commit; stage/base/step_bench counts as "base"), in two alternating
 # rounds. The P/M/V digests must agree wherever the builds are meant to
 # compute the same bits.
 if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
   echo "== step_bench A/B" | tee -a "$log"
+  variants=(nopdl)
+  [ "${AB_PDL:-0}" = 1 ] && variants+=(pdl)
+  [ -x stage/base/step_bench ] && variants+=(base)
+  for d in stage/ab/*/; do
+    [ -x "$d/step_bench" ] && variants+=("ab:$(basename "$d")")
+  done
   for round in 1 2; do
-    for variant in pdl nopdl base; do
+    for variant in "${variants[@]}"; do
       case $variant in
         pdl) cmd=(stage/bin/step_bench --pdl=1) ;;
         nopdl) cmd=(stage/bin/step_bench --pdl=0) ;;
-        base) [ -x stage/base/step_bench ] || continue
-              cmd=(stage/base/step_bench) ;;
+        base) cmd=(stage/base/step_bench) ;;
+        ab:*) cmd=("stage/ab/${variant#ab:}/step_bench") ;;
       esac
-      f="$out/ab_${variant}_$round.log"
+      f="$out/ab_${variant//:/_}_$round.log"
       timeout 100 "${cmd[@]}" --kernels=0 --steps="${STEPS:-300}" >"$f" 2>&1
       cat "$f" >> "$log"
       ms=$(grep -m1 'ms/step (host wall' "$f" | awk '{print $NF}')
