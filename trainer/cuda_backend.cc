@@ -812,18 +812,24 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
     RETURN_IF_ERROR(plans_[kOutputDx]->RunBf16(dresid16, p16_ + o.output, dy16_,
                                                workspace_, stream_));
-    // Attention: D, then dq and dk, dv (one grid).
+    // Attention: D, then dq (main stream) ∥ dk, dv (attention stream).
     int dqkv16_index = 0;
     ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
     CUDA_RETURN_IF_ERROR(
         AttentionBackwardDelta(y16_[l], dy16_, T, NH, HS, attention_scratch_,
                                stream_),
         "AttentionBackwardDelta");
+    RETURN_IF_ERROR(ForkAttention());
     CUDA_RETURN_IF_ERROR(
-        AttentionBackwardQueryKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T,
-                                   NH, HS, attention_scratch_, dqkv16,
-                                   stream_),
-        "AttentionBackwardQueryKeys");
+        AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
+                              HS, attention_scratch_, dqkv16,
+                              attention_stream_),
+        "AttentionBackwardKeys");
+    CUDA_RETURN_IF_ERROR(
+        AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
+                               NH, HS, attention_scratch_, dqkv16, stream_),
+        "AttentionBackwardQuery");
+    RETURN_IF_ERROR(JoinAttention());
     RETURN_IF_ERROR(Fork());
     RETURN_IF_ERROR(MmSide(kQkvDw, dqkv16, h1_[l], G + o.qkv));
     RETURN_IF_ERROR(SideReadDone(&dqkv16_ring_, dqkv16_index));

@@ -673,13 +673,15 @@ __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
 // partial dq = dS · k; the tile's last chunk writes Σ (times the scale when
 // it was not applied to dS, ScaleInEpilogue) into dqkv.
 template <int kHS>
-__device__ __forceinline__ void QueryBody(const Params& p, int item) {
+__global__ void __launch_bounds__(kThreads)
+    BackwardQueryKernel(const Params p) {
+  GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_k[kTile * kLd];
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(item, p.num_tiles, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -726,7 +728,9 @@ __device__ __forceinline__ void QueryBody(const Params& p, int item) {
 // owns 16 keys); the key tile's last chunk writes Σ dk (times the scale
 // when it was not applied to dS) and Σ dv.
 template <int kHS>
-__device__ __forceinline__ void KeyBody(const Params& p, int item) {
+__global__ void __launch_bounds__(kThreads)
+    BackwardKeyKernel(const Params p) {
+  GridDependencyWait();
   constexpr int kLd = kHS + kPad;
   __shared__ __align__(16) bf16 s_q[kTile * kLd];
   __shared__ __align__(16) bf16 s_o[kTile * kLd];
@@ -734,7 +738,7 @@ __device__ __forceinline__ void KeyBody(const Params& p, int item) {
   __shared__ __align__(8) float s_d[kTile];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int kt, chunk, qt0, qt1;
-  KeyItem(item, p.num_tiles, &kt, &chunk, &qt0, &qt1);
+  KeyItem(blockIdx.x, p.num_tiles, &kt, &chunk, &qt0, &qt1);
   const int r0 = (threadIdx.x >> 5) * 16;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int j0 = kt * kTile + r0 + g, j1 = j0 + 8;
@@ -854,37 +858,6 @@ __device__ __forceinline__ void KeyBody(const Params& p, int item) {
   }
 }
 
-template <int kHS>
-__global__ void __launch_bounds__(kThreads)
-    BackwardQueryKernel(const Params p) {
-  GridDependencyWait();
-  QueryBody<kHS>(p, blockIdx.x);
-}
-
-template <int kHS>
-__global__ void __launch_bounds__(kThreads)
-    BackwardKeyKernel(const Params p) {
-  GridDependencyWait();
-  KeyBody<kHS>(p, blockIdx.x);
-}
-
-// Backward, kernels 2 and 3 as one grid of twice the items: even blocks
-// take key-side item i/2, odd blocks query-side item i/2. Both
-// enumerations start with their longest items, so the block scheduler
-// starts the longest work of either kind first and fills the SMs with the
-// shorter items of both as they free up (instead of two grids on two
-// streams, the second waiting behind the first's CTAs).
-template <int kHS>
-__global__ void __launch_bounds__(kThreads)
-    BackwardQueryKeyKernel(const Params p) {
-  GridDependencyWait();
-  if (blockIdx.x % 2 == 0) {
-    KeyBody<kHS>(p, blockIdx.x / 2);
-  } else {
-    QueryBody<kHS>(p, blockIdx.x / 2);
-  }
-}
-
 // Scratch layout, in 4-byte words, each region aligned to 64 words.
 struct ScratchLayout {
   size_t counters, part_m, part_l, delta, part_o, part_dq, part_dk, part_dv;
@@ -947,7 +920,7 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   return p;
 }
 
-enum Which { kForward, kDelta, kQuery, kKeys, kQueryKeys };
+enum Which { kForward, kDelta, kQuery, kKeys };
 
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
@@ -967,9 +940,6 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
                           p);
     case kKeys:
       return LaunchKernel(BackwardKeyKernel<kHS>, grid, kThreads, 0, stream, p);
-    case kQueryKeys:
-      return LaunchKernel(BackwardQueryKeyKernel<kHS>,
-                          dim3(2 * grid.x, grid.y), kThreads, 0, stream, p);
   }
   return cudaErrorInvalidValue;
 }
@@ -1040,23 +1010,17 @@ cudaError_t AttentionBackwardKeys(const bf16* qkv, const bf16* dy,
                         scratch, dqkv, stream);
 }
 
-cudaError_t AttentionBackwardQueryKeys(const bf16* qkv, const bf16* dy,
-                                       const float* stats,
-                                       const float* rope_table, int T, int NH,
-                                       int HS, void* scratch, bf16* dqkv,
-                                       cudaStream_t stream) {
-  return LaunchBackward(kQueryKeys, qkv, nullptr, dy, stats, rope_table, T, NH,
-                        HS, scratch, dqkv, stream);
-}
-
 cudaError_t AttentionBackward(const bf16* qkv, const bf16* y, const bf16* dy,
                               const float* stats, const float* rope_table,
                               int T, int NH, int HS, void* scratch, bf16* dqkv,
                               cudaStream_t stream) {
   cudaError_t e = AttentionBackwardDelta(y, dy, T, NH, HS, scratch, stream);
   if (e != cudaSuccess) return e;
-  return AttentionBackwardQueryKeys(qkv, dy, stats, rope_table, T, NH, HS,
-                                    scratch, dqkv, stream);
+  e = AttentionBackwardQuery(qkv, dy, stats, rope_table, T, NH, HS, scratch,
+                             dqkv, stream);
+  if (e != cudaSuccess) return e;
+  return AttentionBackwardKeys(qkv, dy, stats, rope_table, T, NH, HS, scratch,
+                               dqkv, stream);
 }
 
 }  // namespace coppelius

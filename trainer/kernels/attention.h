@@ -53,8 +53,7 @@
 //   backward:  (1) "delta": D of every row (elementwise over y and dy);
 //              (2) "query": dS, dq;
 //              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
-//              (2) and (3) depend only on (1): they may run concurrently
-//              (AttentionBackwardQueryKeys: one grid for both).
+//              (2) and (3) depend only on (1): they may run concurrently.
 //
 // Layouts: qkv [T, 3C] bf16 row-major (q heads at columns 0..C−1, then k,
 // then v); y and dy [T, C] bf16; stats [NH, T] fp32 (lse2);
@@ -115,17 +114,7 @@ cudaError_t AttentionBackwardKeys(const __nv_bfloat16* qkv,
                                   int HS, void* scratch, __nv_bfloat16* dqkv,
                                   cudaStream_t stream);
 
-// Backward steps (2) and (3) as one launch (one grid, the items of both
-// interleaved), after (1).
-cudaError_t AttentionBackwardQueryKeys(const __nv_bfloat16* qkv,
-                                       const __nv_bfloat16* dy,
-                                       const float* stats,
-                                       const float* rope_table, int T, int NH,
-                                       int HS, void* scratch,
-                                       __nv_bfloat16* dqkv,
-                                       cudaStream_t stream);
-
-// (1), then (2) and (3) as one launch, on one stream: the whole dqkv [T, 3C].
+// (1), (2), (3) in order on one stream: the whole dqkv [T, 3C].
 cudaError_t AttentionBackward(const __nv_bfloat16* qkv,
                               const __nv_bfloat16* y,
                               const __nv_bfloat16* dy, const float* stats,

@@ -247,7 +247,7 @@ int KernelBench() {
                                cudaSuccess;
                       }),
                       0, 2 * causal_product});
-    g_rows.push_back({"attention bwd (fused, D + one grid, incl. inverse RoPE)", TimeIt([&] {
+    g_rows.push_back({"attention bwd (fused, 3 kernels, 1 stream, incl. inverse RoPE)", TimeIt([&] {
                         return AttentionBackward(qkv, y, dy, stats, rope, T, NH, HS, scratch,
                                                  dqkv, g_stream) == cudaSuccess;
                       }),
@@ -255,12 +255,6 @@ int KernelBench() {
     g_rows.push_back({"  attention bwd: delta kernel", TimeIt([&] {
                         return AttentionBackwardDelta(y, dy, T, NH, HS, scratch,
                                                       g_stream) == cudaSuccess;
-                      }),
-                      0, 0});
-    g_rows.push_back({"  attention bwd: query + keys kernels, one grid", TimeIt([&] {
-                        return AttentionBackwardQueryKeys(qkv, dy, stats, rope, T, NH, HS,
-                                                          scratch, dqkv, g_stream) ==
-                               cudaSuccess;
                       }),
                       0, 0});
     g_rows.push_back({"  attention bwd: query kernel", TimeIt([&] {
