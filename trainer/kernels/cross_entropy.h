@@ -9,8 +9,7 @@
 // grad_scale = 1/T (the gradient of the mean loss). Shapes: logits [T, V]
 // row-major fp32, targets [T] u32 (< V), losses [T] fp32. dlogits [T, V] is
 // written rounded to bf16 (it only feeds the tied dX/dW products); pass
-// nullptr for a forward-only pass. One block per row, held in registers for
-// V ≤ 12,288 (read from memory once); the probabilities are
+// nullptr for a forward-only pass. One block per row; the probabilities are
 // computed in the single pass that writes dlogits (never stored in fp32).
 // Block reductions in a fixed order (deterministic). Non-finite logits give
 // non-finite losses (recorded by the caller, never a reason to stop).

@@ -574,8 +574,8 @@ TEST(SwigluTest, ForwardAndBackwardAgainstDouble) {
 
 // --------------------------------------------------------- cross-entropy
 
-// V picks the kernel's variant: rows held in registers by 1, 8 or 24
-// elements per thread (V ≤ 512, ≤ 4,096, ≤ 12,288) or read in three passes.
+// Vocabularies below, at and above the kernel's 512 threads per row, the
+// coppelius V among them.
 void RunCrossEntropyCase(int T, int V) {
   SCOPED_TRACE(testing::Message() << "T=" << T << " V=" << V);
   auto logits = RandomNormal(static_cast<size_t>(T) * V, 3.0f, &Rng());
