@@ -393,10 +393,8 @@ __global__ void __launch_bounds__(kThreads)
     ForwardKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
-  // Two k/v buffers: tile kt + 1 is stored and its scores computed while
-  // tile kt's softmax and P·v run (software pipelining within a warp).
-  __shared__ __align__(16) bf16 s_k[2][kTile * kLd];
-  __shared__ __align__(16) bf16 s_v[2][kTile * kLd];
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
@@ -409,28 +407,23 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t qa[kHS / 16][4];
   TileRegs<kHS> nk, nv;
   {
-    // q staged in buffer 1 (free until tile kt0 + 1 is stored there).
     TileRegs<kHS> tq;
     tq.Load(q, ld, qt * kTile, T);
     nk.Load(k, ld, kt0 * kTile, T);
     nv.Load(v, ld, kt0 * kTile, T);
-    tq.Store(s_k[1]);
-    nk.Store(s_k[0]);
-    nv.Store(s_v[0]);
-    // The next tile (the last one again when there is none: loaded, never
-    // used).
-    nk.Load(k, ld, min(kt0 + 1, kt1) * kTile, T);
-    nv.Load(v, ld, min(kt0 + 1, kt1) * kTile, T);
+    tq.Store(s_k);
     __syncthreads();
-    LoadA<kHS>(s_k[1], (threadIdx.x >> 5) * 16, qa);
+    LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
   }
   // Every row has a key at or before it in the chunk's first tile, so the
   // maxima are finite from the first tile on (2^−∞ = 0 rescales the empty
   // sums). Rows beyond T read q = 0: finite scores, never stored.
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   float o[kHS / 8][4] = {};
-  // Scores s of key tile kt (v in buffer vb) → running statistics, o.
-  auto consume = [&](float (&s)[8][4], const bf16* s_vb) {
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
+    float s[8][4];
+    RowProducts<kHS, 8>(qa, s_k, 0, s);
+    if (kt == qt) MaskAbove(s, kt * kTile, t0, -INFINITY);
     float x0 = m0, x1 = m1;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -465,33 +458,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     uint32_t pa[4][4];
     PackA<8>(s, pa);
-    AccumulateT<kHS, 4>(pa, s_vb, 0, o);
-  };
-  float s[8][4];
-  RowProducts<kHS, 8>(qa, s_k[0], 0, s);
-  // Tiles kt0 .. kt1 − 1: never diagonal (only a query tile's last key
-  // tile, kt1 = qt, is).
-  for (int kt = kt0; kt < kt1; ++kt) {
-    const int b = (kt - kt0) & 1;
-    // Buffer b ^ 1 held q (first pass) or tile kt − 1, whose P·v every
-    // warp has finished once past this barrier.
-    __syncthreads();
-    nk.Store(s_k[b ^ 1]);
-    nv.Store(s_v[b ^ 1]);
-    __syncthreads();
-    nk.Load(k, ld, min(kt + 2, kt1) * kTile, T);
-    nv.Load(v, ld, min(kt + 2, kt1) * kTile, T);
-    float sn[8][4];
-    RowProducts<kHS, 8>(qa, s_k[b ^ 1], 0, sn);
-    consume(s, s_v[b]);
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = sn[n][e];
-    }
-  }
-  if (kt1 == qt) MaskAbove(s, kt1 * kTile, t0, -INFINITY);
-  consume(s, s_v[(kt1 - kt0) & 1]);
+    AccumulateT<kHS, 4>(pa, s_v, 0, o);
+  });
   l0 = QuadSum(l0);
   l1 = QuadSum(l1);
   m0 *= p.scale2;  // from here on in base-2 exponent units
