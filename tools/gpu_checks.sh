@@ -163,9 +163,13 @@ fi
 # 6b. where the named kernels' warps stall
 if [ -n "${NCU_KERNELS:-}" ] && command -v ncu >/dev/null && [ -x stage/bin/step_bench ]; then
   echo "== ncu kernels ${NCU_KERNELS}" | tee -a "$log"
-  timeout 300 ncu --kernel-name "regex:${NCU_KERNELS}" --launch-count "${NCU_COUNT:-3}" \
+  # (--kernel-name-base mangled: match e.g. "13ForwardKernelILi64" exactly,
+  # not LayerNormForwardKernel.)
+  timeout 300 ncu --kernel-name-base mangled --kernel-name "regex:${NCU_KERNELS}" \
+    --launch-count "${NCU_COUNT:-3}" \
     --section SpeedOfLight --section Occupancy --section SchedulerStats \
-    --section WarpStateStats --section SourceCounters \
+    --section WarpStateStats \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     stage/bin/step_bench --steps=1 > "$out/ncu_kernels.txt" 2>&1
   note "ncu kernels" "rc=$? ($out/ncu_kernels.txt)"
 fi
