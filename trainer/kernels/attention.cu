@@ -397,7 +397,7 @@ __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
 // order: M = max m_c, L = Σ l_c·2^(m_c − M), y = bf16(Σ o_c·2^(m_c − M) / L),
 // lse2 = M + log2 L.
 template <int kHS>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads)
     ForwardKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
@@ -405,9 +405,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1,
-            kAttentionForwardSplit);
-  const int n_chunks = QueryTileChunks(qt, kAttentionForwardSplit);
+  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
+  const int n_chunks = QueryTileChunks(qt);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -875,13 +874,8 @@ struct ScratchLayout {
 
 ScratchLayout Layout(int T, int NH, int HS) {
   const size_t tiles = static_cast<size_t>(AttentionTiles(T));
-  // The forward's chunks (part_m, part_l, part_o) and the backward's.
-  const size_t forward_chunks = static_cast<size_t>(
-      AttentionChunks(static_cast<int>(tiles), kAttentionForwardSplit));
-  const size_t chunks =
-      static_cast<size_t>(AttentionChunks(static_cast<int>(tiles)));
-  const size_t rows = forward_chunks * NH * T;
-  const size_t forward_plane = forward_chunks * T * static_cast<size_t>(NH) * HS;
+  const size_t chunks = static_cast<size_t>(AttentionChunks(static_cast<int>(tiles)));
+  const size_t rows = chunks * NH * T;
   const size_t plane = chunks * T * static_cast<size_t>(NH) * HS;
   auto up = [](size_t w) { return (w + 63) / 64 * 64; };
   ScratchLayout l;
@@ -895,7 +889,7 @@ ScratchLayout Layout(int T, int NH, int HS) {
   l.delta = at;
   at += up(static_cast<size_t>(NH) * T);
   l.part_o = at;
-  at += up(forward_plane);
+  at += up(plane);
   l.part_dq = at;
   at += up(plane);
   l.part_dk = at;
@@ -941,10 +935,7 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
   const dim3 grid(NumAttentionItems(p.num_tiles), p.NH);
   switch (which) {
     case kForward:
-      return LaunchKernel(
-          ForwardKernel<kHS>,
-          dim3(NumAttentionItems(p.num_tiles, kAttentionForwardSplit), p.NH),
-          kThreads, 0, stream, p);
+      return LaunchKernel(ForwardKernel<kHS>, grid, kThreads, 0, stream, p);
     case kDelta: {
       const int64_t threads = static_cast<int64_t>(p.T) * p.NH * kHS / 8;
       return LaunchKernel(BackwardDeltaKernel<kHS>,

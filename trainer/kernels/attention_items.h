@@ -6,9 +6,9 @@
 // num_tiles = ⌈T / 64⌉ query tiles and as many key tiles, and query tile qt
 // attends to key tiles 0..qt.
 //
-// Query-side items (forward kernel: chunks of kAttentionForwardSplit;
-// backward dq kernel: kAttentionSplit): one per (query tile qt, chunk), the
-// chunk covering key tiles split·chunk .. min(qt, split·chunk + split − 1);
+// Query-side items (forward kernels, backward D and dq kernels): one per
+// (query tile qt, chunk), the chunk covering key tiles
+// kAttentionSplit·chunk .. min(qt, kAttentionSplit·chunk + kAttentionSplit − 1);
 // item index i = 0, 1, … enumerates query tiles from the last (longest
 // rows) to the first, chunks in order within a tile.
 // Key-side items (backward dk/dv kernel): one per (key tile kt, chunk), the
@@ -41,49 +41,40 @@ COPPELIUS_HOST_DEVICE int AttentionTiles(int T) {
   return (T + kAttentionTile - 1) / kAttentionTile;
 }
 
-// The forward kernel's chunks: 3 tiles (at T = 1024 and NH = 8 that is 408
-// items: one wave but for 12 one-tile items at the 3 CTAs per SM its 168
-// registers allow).
-constexpr int kAttentionForwardSplit = 3;
-
-// Chunks of a run of `tiles` tiles (≥ 1), `split` tiles per chunk.
-COPPELIUS_HOST_DEVICE int AttentionChunks(int tiles,
-                                          int split = kAttentionSplit) {
-  return (tiles - 1) / split + 1;
+// Chunks of a run of `tiles` tiles (≥ 1).
+COPPELIUS_HOST_DEVICE int AttentionChunks(int tiles) {
+  return (tiles - 1) / kAttentionSplit + 1;
 }
 
 // Chunks of query tile qt (its key tiles 0..qt) and of key tile kt (its
 // query tiles kt..num_tiles − 1).
-COPPELIUS_HOST_DEVICE int QueryTileChunks(int qt,
-                                          int split = kAttentionSplit) {
-  return AttentionChunks(qt + 1, split);
+COPPELIUS_HOST_DEVICE int QueryTileChunks(int qt) {
+  return AttentionChunks(qt + 1);
 }
 COPPELIUS_HOST_DEVICE int KeyTileChunks(int kt, int num_tiles) {
   return AttentionChunks(num_tiles - kt);
 }
 
 // Items of either enumeration: Σ over query tiles of QueryTileChunks.
-COPPELIUS_HOST_DEVICE int NumAttentionItems(int num_tiles,
-                                            int split = kAttentionSplit) {
+COPPELIUS_HOST_DEVICE int NumAttentionItems(int num_tiles) {
   int n = 0;
-  for (int t = 0; t < num_tiles; ++t) n += QueryTileChunks(t, split);
+  for (int t = 0; t < num_tiles; ++t) n += QueryTileChunks(t);
   return n;
 }
 
 // Query-side item i → (qt, chunk) and the chunk's key tiles [kt0, kt1].
 COPPELIUS_HOST_DEVICE void QueryItem(int i, int num_tiles, int* qt,
-                                     int* chunk, int* kt0, int* kt1,
-                                     int split = kAttentionSplit) {
+                                     int* chunk, int* kt0, int* kt1) {
   int t = num_tiles - 1;
   for (; t > 0; --t) {
-    const int n = QueryTileChunks(t, split);
+    const int n = QueryTileChunks(t);
     if (i < n) break;
     i -= n;
   }
   *qt = t;
   *chunk = i;
-  *kt0 = i * split;
-  const int last = *kt0 + split - 1;
+  *kt0 = i * kAttentionSplit;
+  const int last = *kt0 + kAttentionSplit - 1;
   *kt1 = last < t ? last : t;
 }
 

@@ -3,9 +3,8 @@
 // The fused attention's work decomposition (attention_items.h) against a
 // brute-force enumeration of the causal tile pairs: for every T from 1 to
 // 4,096 positions, the query-side items cover each pair (query tile qt, key
-// tile kt ≤ qt) exactly once, in chunks of at most `split` key tiles
-// (the backward's kAttentionSplit and the forward's kAttentionForwardSplit)
-// numbered 0, 1, … in key order; the key-side items cover each pair
+// tile kt ≤ qt) exactly once, in chunks of at most kAttentionSplit key
+// tiles numbered 0, 1, … in key order; the key-side items cover each pair
 // exactly once the same way from the columns' side; both enumerations have
 // NumAttentionItems items, and the chunk counts the kernels use to combine
 // partials (QueryTileChunks, KeyTileChunks) match the items that exist.
@@ -35,10 +34,6 @@ TEST(AttentionItemsTest, CoppeliusSizeHas30ItemsPerHead) {
   EXPECT_EQ(QueryTileChunks(15), 3);
   EXPECT_EQ(KeyTileChunks(0, 16), 3);
   EXPECT_EQ(KeyTileChunks(15, 16), 1);
-  // The forward's split of 3: query tiles 0..2 one chunk, …, 15 six.
-  EXPECT_EQ(NumAttentionItems(16, kAttentionForwardSplit),
-            3 * 1 + 3 * 2 + 3 * 3 + 3 * 4 + 3 * 5 + 1 * 6);
-  EXPECT_EQ(QueryTileChunks(15, kAttentionForwardSplit), 6);
 }
 
 // One enumeration of `tiles` tiles: item(i, &tile, &chunk, &lo, &hi) names
@@ -50,22 +45,21 @@ TEST(AttentionItemsTest, CoppeliusSizeHas30ItemsPerHead) {
 // at first + c · kAttentionSplit and spanning at most kAttentionSplit tiles.
 template <typename Item, typename First, typename Last, typename Chunks,
           typename Pair>
-void CheckCoversEveryCausalPairOnce(int T, int tiles, int split, Item item,
-                                    First first, Last last, Chunks chunks,
-                                    Pair pair) {
+void CheckCoversEveryCausalPairOnce(int T, int tiles, Item item, First first,
+                                    Last last, Chunks chunks, Pair pair) {
   std::set<std::pair<int, int>> pairs;
   std::map<int, std::set<int>> chunks_of_tile;
-  for (int i = 0; i < NumAttentionItems(tiles, split); ++i) {
+  for (int i = 0; i < NumAttentionItems(tiles); ++i) {
     int tile = -1, chunk = -1, lo = -1, hi = -1;
     item(i, &tile, &chunk, &lo, &hi);
     ASSERT_GE(tile, 0) << "T=" << T << " item " << i;
     ASSERT_LT(tile, tiles);
     ASSERT_GE(chunk, 0);
     ASSERT_LT(chunk, chunks(tile)) << "T=" << T << " item " << i;
-    ASSERT_EQ(lo, first(tile) + chunk * split);
+    ASSERT_EQ(lo, first(tile) + chunk * kAttentionSplit);
     ASSERT_LE(lo, hi);
     ASSERT_LE(hi, last(tile));
-    ASSERT_LE(hi - lo + 1, split);
+    ASSERT_LE(hi - lo + 1, kAttentionSplit);
     ASSERT_TRUE(chunks_of_tile[tile].insert(chunk).second) << "repeated item";
     for (int other = lo; other <= hi; ++other) {
       ASSERT_TRUE(pairs.insert(pair(tile, other)).second)
@@ -79,25 +73,22 @@ void CheckCoversEveryCausalPairOnce(int T, int tiles, int split, Item item,
 }
 
 TEST(AttentionItemsTest, QuerySideCoversEveryCausalPairOnce) {
-  // The backward's split and the forward's.
-  for (const int split : {kAttentionSplit, kAttentionForwardSplit}) {
-    for (int T = 1; T <= 4096; ++T) {
-      const int tiles = AttentionTiles(T);
-      CheckCoversEveryCausalPairOnce(
-          T, tiles, split,
-          [&](int i, int* qt, int* chunk, int* kt0, int* kt1) {
-            QueryItem(i, tiles, qt, chunk, kt0, kt1, split);
-          },
-          [](int) { return 0; }, [](int qt) { return qt; },
-          [&](int qt) { return QueryTileChunks(qt, split); },
-          [](int qt, int kt) { return std::make_pair(qt, kt); });
-      if (HasFatalFailure()) return;
-      // Longest rows first: the first item is the last query tile's chunk 0.
-      int qt = -1, chunk = -1, kt0 = -1, kt1 = -1;
-      QueryItem(0, tiles, &qt, &chunk, &kt0, &kt1, split);
-      ASSERT_EQ(qt, tiles - 1);
-      ASSERT_EQ(chunk, 0);
-    }
+  for (int T = 1; T <= 4096; ++T) {
+    const int tiles = AttentionTiles(T);
+    CheckCoversEveryCausalPairOnce(
+        T, tiles,
+        [&](int i, int* qt, int* chunk, int* kt0, int* kt1) {
+          QueryItem(i, tiles, qt, chunk, kt0, kt1);
+        },
+        [](int) { return 0; }, [](int qt) { return qt; },
+        [](int qt) { return QueryTileChunks(qt); },
+        [](int qt, int kt) { return std::make_pair(qt, kt); });
+    if (HasFatalFailure()) return;
+    // Longest rows first: the first item is the last query tile's chunk 0.
+    int qt = -1, chunk = -1, kt0 = -1, kt1 = -1;
+    QueryItem(0, tiles, &qt, &chunk, &kt0, &kt1);
+    ASSERT_EQ(qt, tiles - 1);
+    ASSERT_EQ(chunk, 0);
   }
 }
 
@@ -105,7 +96,7 @@ TEST(AttentionItemsTest, KeySideCoversEveryCausalPairOnce) {
   for (int T = 1; T <= 4096; ++T) {
     const int tiles = AttentionTiles(T);
     CheckCoversEveryCausalPairOnce(
-        T, tiles, kAttentionSplit,
+        T, tiles,
         [&](int i, int* kt, int* chunk, int* qt0, int* qt1) {
           KeyItem(i, tiles, kt, chunk, qt0, qt1);
         },
