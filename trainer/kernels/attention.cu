@@ -314,7 +314,10 @@ __device__ __forceinline__ void WritePartial(const float (&acc)[kHS / 8][4],
 }
 
 // acc ← Σ over chunks 0..n−1 in chunk order (this CTA's own chunk from
-// acc, the others from part, read past L1).
+// acc, the others from part, read past L1). Chunks outer, columns inner: a
+// chunk's 2·HS/8 loads are issued together, so the sum waits n − 1 L2
+// round trips, not 2·HS/8 · (n − 1) (each element's sum is in chunk order
+// either way: the same bits).
 template <int kHS>
 __device__ __forceinline__ void SumPartials(float (&acc)[kHS / 8][4],
                                             const float* part, int chunk,
@@ -322,30 +325,37 @@ __device__ __forceinline__ void SumPartials(float (&acc)[kHS / 8][4],
                                             int t0) {
   const int t1 = t0 + 8;
   const int64_t plane = static_cast<int64_t>(T) * C;
+  float sum[kHS / 8][4] = {};
+  for (int c = 0; c < n; ++c) {
+    float2 a[kHS / 8], b[kHS / 8];
 #pragma unroll
-  for (int dn = 0; dn < kHS / 8; ++dn) {
-    const int col = col0 + dn * 8;
-    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int c = 0; c < n; ++c) {
-      float2 a = make_float2(acc[dn][0], acc[dn][1]);
-      float2 b = make_float2(acc[dn][2], acc[dn][3]);
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+      const int col = col0 + dn * 8;
+      a[dn] = make_float2(acc[dn][0], acc[dn][1]);
+      b[dn] = make_float2(acc[dn][2], acc[dn][3]);
       if (c != chunk) {
         if (t0 < T) {
-          a = __ldcg(reinterpret_cast<const float2*>(
+          a[dn] = __ldcg(reinterpret_cast<const float2*>(
               part + c * plane + static_cast<int64_t>(t0) * C + col));
         }
         if (t1 < T) {
-          b = __ldcg(reinterpret_cast<const float2*>(
+          b[dn] = __ldcg(reinterpret_cast<const float2*>(
               part + c * plane + static_cast<int64_t>(t1) * C + col));
         }
       }
-      sum[0] += a.x;
-      sum[1] += a.y;
-      sum[2] += b.x;
-      sum[3] += b.y;
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[dn][e] = sum[e];
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+      sum[dn][0] += a[dn].x;
+      sum[dn][1] += a[dn].y;
+      sum[dn][2] += b[dn].x;
+      sum[dn][3] += b[dn].y;
+    }
+  }
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[dn][e] = sum[dn][e];
   }
 }
 
