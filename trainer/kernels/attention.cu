@@ -509,6 +509,9 @@ __global__ void __launch_bounds__(kThreads)
                                    : __ldcg(p.part_l + ch * stride + row + t);
     };
     float big0 = -INFINITY, big1 = -INFINITY;
+    // Unrolled so that the chunks' loads issue together (a dynamic loop
+    // waits one L2 round trip per chunk); the maximum is exact in any order.
+#pragma unroll 4
     for (int ch = 0; ch < n_chunks; ++ch) {
       big0 = fmaxf(big0, chunk_m(ch, t0, m0));
       big1 = fmaxf(big1, chunk_m(ch, t1, m1));
@@ -573,23 +576,49 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The RoPE table entries of this thread's rows t0 and t0 + 8 (rows beyond T
+// read nothing): cos and sin of pair i = 8·dn + 2c (+1), dn < HS/16. Loaded
+// before a tile's chunks are combined, so that the combining CTA does not
+// wait for them after its partial sums.
+template <int kHS>
+struct RopeRows {
+  float2 cs[2][kHS / 16], sn[2][kHS / 16];
+
+  __device__ __forceinline__ void Load(const float* rope, int T, int t0) {
+    constexpr int kHalf = kHS / 2;
+    const int c2 = (threadIdx.x & 3) * 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int t = t0 + 8 * r;
+#pragma unroll
+      for (int dn = 0; dn < kHS / 16; ++dn) {
+        const int i = dn * 8 + c2;
+        cs[r][dn] = t < T ? *reinterpret_cast<const float2*>(rope + t * kHalf + i)
+                          : make_float2(0.0f, 0.0f);
+        sn[r][dn] = t < T ? *reinterpret_cast<const float2*>(
+                                rope + T * kHalf + t * kHalf + i)
+                          : make_float2(0.0f, 0.0f);
+      }
+    }
+  }
+};
+
 // The gradient of one head's rotated q (or k) for rows t0 and t0 + 8 of
 // this thread, g = scale · acc, through the inverse RoPE (rope.h; the pair
 // partner of column i < HS/2 is i + HS/2, held by the same thread in
-// n-tile dn + HS/16) and rounded to bf16 into dst (row stride ld):
+// n-tile dn + HS/16; `rr` holds the table entries) and rounded to bf16
+// into dst (row stride ld):
 //   out[i] = g[i]·cos + g[i + HS/2]·sin,  out[i + HS/2] = g[i + HS/2]·cos − g[i]·sin.
 template <int kHS>
 __device__ __forceinline__ void WriteInverseRope(
-    const float (&acc)[kHS / 8][4], float scale, const float* rope, int T,
-    bf16* dst, int ld, int col_head, int t0) {
+    const float (&acc)[kHS / 8][4], float scale, const RopeRows<kHS>& rr,
+    int T, bf16* dst, int ld, int col_head, int t0) {
   constexpr int kHalf = kHS / 2;
   const int c2 = (threadIdx.x & 3) * 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + 8 * r;
     if (t >= T) continue;
-    const float* cs = rope + t * kHalf;
-    const float* sn = rope + T * kHalf + t * kHalf;
     bf16* out = dst + static_cast<int64_t>(t) * ld + col_head;
 #pragma unroll
     for (int dn = 0; dn < kHS / 16; ++dn) {
@@ -597,8 +626,8 @@ __device__ __forceinline__ void WriteInverseRope(
       const float a0 = scale * acc[dn][2 * r], a1 = scale * acc[dn][2 * r + 1];
       const float b0 = scale * acc[dn + kHS / 16][2 * r];
       const float b1 = scale * acc[dn + kHS / 16][2 * r + 1];
-      const float2 c = *reinterpret_cast<const float2*>(cs + i);
-      const float2 s = *reinterpret_cast<const float2*>(sn + i);
+      const float2 c = rr.cs[r][dn];
+      const float2 s = rr.sn[r][dn];
       *reinterpret_cast<__nv_bfloat162*>(out + i) =
           __floats2bfloat162_rn(a0 * c.x + b0 * s.x, a1 * c.y + b1 * s.y);
       *reinterpret_cast<__nv_bfloat162*>(out + i + kHalf) =
@@ -731,14 +760,16 @@ __global__ void __launch_bounds__(kThreads)
   });
   const int n_chunks = QueryTileChunks(qt);
   const int col0 = h * kHS + (threadIdx.x & 3) * 2;
+  RopeRows<kHS> rr;
+  rr.Load(p.rope, T, qs.t0);
   if (n_chunks > 1 &&
       !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
                           p.counters + (p.NH + h) * p.num_tiles + qt, T, C,
                           col0, qs.t0)) {
     return;
   }
-  WriteInverseRope<kHS>(dq, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, p.rope,
-                        T, p.dqkv, 3 * C, h * kHS, qs.t0);
+  WriteInverseRope<kHS>(dq, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, rr, T,
+                        p.dqkv, 3 * C, h * kHS, qs.t0);
 }
 
 // Backward, kernel 3: per key-side item, over the chunk's query tiles:
@@ -848,6 +879,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int n_chunks = KeyTileChunks(kt, p.num_tiles);
   const int col0 = h * kHS + c * 2;
+  RopeRows<kHS> rr;
+  rr.Load(p.rope, T, j0);
   if (n_chunks > 1) {
     WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
     WritePartial<kHS>(dv, p.part_dv, chunk, T, C, col0, j0);
@@ -858,8 +891,8 @@ __global__ void __launch_bounds__(kThreads)
     SumPartials<kHS>(dk, p.part_dk, chunk, n_chunks, T, C, col0, j0);
     SumPartials<kHS>(dv, p.part_dv, chunk, n_chunks, T, C, col0, j0);
   }
-  WriteInverseRope<kHS>(dk, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, p.rope,
-                        T, p.dqkv, 3 * C, C + h * kHS, j0);
+  WriteInverseRope<kHS>(dk, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, rr, T,
+                        p.dqkv, 3 * C, C + h * kHS, j0);
 #pragma unroll
   for (int dn = 0; dn < kHS / 8; ++dn) {
     const int col = 2 * C + col0 + dn * 8;
