@@ -373,39 +373,26 @@ __device__ __forceinline__ bool CombineChunks(float (&acc)[kHS / 8][4],
 }
 
 // The loop of the query-side kernels over the chunk's key tiles
-// [kt0, kt1], with two k/v buffers: the k and v tiles of kt0 are already
-// loading into nk, nv (issued by the caller ahead of its prologue, which
-// staged its own tiles in buffer 1 and read them before calling). Tile kt
-// is in buffer b = (kt − kt0) & 1 while body(kt, s_k[b], s_v[b]) runs;
-// then tile kt + 1 (in registers since the previous step) goes into buffer
-// b ^ 1, whose last reader, body(kt − 1), every warp has finished (it
-// passed the barrier after it), tile kt + 2 starts loading, and one
-// barrier makes tile kt + 1 visible: one barrier per tile, not two.
+// [kt0, kt1]: the k and v tiles of kt0 are already loading into nk, nv
+// (issued by the caller ahead of its prologue); each iteration stores the
+// pair into s_k, s_v, prefetches the next pair into registers and calls
+// body(kt) on the stored tiles.
 template <int kHS, typename Body>
-__device__ __forceinline__ void ForEachKeyTile(
-    const bf16* k, const bf16* v, int ld, int T, int kt0, int kt1,
-    TileRegs<kHS>& nk, TileRegs<kHS>& nv,
-    bf16 (&s_k)[2][kTile * (kHS + kPad)], bf16 (&s_v)[2][kTile * (kHS + kPad)],
-    Body&& body) {
-  nk.Store(s_k[0]);
-  nv.Store(s_v[0]);
-  if (kt0 < kt1) {
-    nk.Load(k, ld, (kt0 + 1) * kTile, T);
-    nv.Load(v, ld, (kt0 + 1) * kTile, T);
-  }
-  __syncthreads();
+__device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
+                                               int ld, int T, int kt0, int kt1,
+                                               TileRegs<kHS>& nk,
+                                               TileRegs<kHS>& nv, bf16* s_k,
+                                               bf16* s_v, Body&& body) {
   for (int kt = kt0; kt <= kt1; ++kt) {
-    const int b = (kt - kt0) & 1;
-    body(kt, s_k[b], s_v[b]);
+    __syncthreads();
+    nk.Store(s_k);
+    nv.Store(s_v);
+    __syncthreads();
     if (kt < kt1) {
-      nk.Store(s_k[b ^ 1]);
-      nv.Store(s_v[b ^ 1]);
-      if (kt + 1 < kt1) {
-        nk.Load(k, ld, (kt + 2) * kTile, T);
-        nv.Load(v, ld, (kt + 2) * kTile, T);
-      }
-      __syncthreads();
+      nk.Load(k, ld, (kt + 1) * kTile, T);
+      nv.Load(v, ld, (kt + 1) * kTile, T);
     }
+    body(kt);
   }
 }
 
@@ -424,8 +411,8 @@ __global__ void __launch_bounds__(kThreads)
     ForwardKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_k[2][kTile * kLd];
-  __shared__ __align__(16) bf16 s_v[2][kTile * kLd];
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
@@ -442,19 +429,18 @@ __global__ void __launch_bounds__(kThreads)
     tq.Load(q, ld, qt * kTile, T);
     nk.Load(k, ld, kt0 * kTile, T);
     nv.Load(v, ld, kt0 * kTile, T);
-    tq.Store(s_k[1]);
+    tq.Store(s_k);
     __syncthreads();
-    LoadA<kHS>(s_k[1], (threadIdx.x >> 5) * 16, qa);
+    LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
   }
   // Every row has a key at or before it in the chunk's first tile, so the
   // maxima are finite from the first tile on (2^−∞ = 0 rescales the empty
   // sums). Rows beyond T read q = 0: finite scores, never stored.
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   float o[kHS / 8][4] = {};
-  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v,
-                      [&](int kt, const bf16* tk, const bf16* tv) {
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4];
-    RowProducts<kHS, 8>(qa, tk, 0, s);
+    RowProducts<kHS, 8>(qa, s_k, 0, s);
     if (kt == qt) MaskAbove(s, kt * kTile, t0, -INFINITY);
     float x0 = m0, x1 = m1;
 #pragma unroll
@@ -490,7 +476,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     uint32_t pa[4][4];
     PackA<8>(s, pa);
-    AccumulateT<kHS, 4>(pa, tv, 0, o);
+    AccumulateT<kHS, 4>(pa, s_v, 0, o);
   });
   l0 = QuadSum(l0);
   l1 = QuadSum(l1);
@@ -738,8 +724,8 @@ __global__ void __launch_bounds__(kThreads)
     BackwardQueryKernel(const Params p) {
   GridDependencyWait();
   constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_k[2][kTile * kLd];
-  __shared__ __align__(16) bf16 s_v[2][kTile * kLd];
+  __shared__ __align__(16) bf16 s_k[kTile * kLd];
+  __shared__ __align__(16) bf16 s_v[kTile * kLd];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
@@ -752,12 +738,11 @@ __global__ void __launch_bounds__(kThreads)
       qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
   const float d0 = RowDelta(p, h, row_t0), d1 = RowDelta(p, h, row_t0 + 8);
   QuerySide<kHS> qs;
-  qs.Init(p, h, qt, s_k[1], s_v[1]);
+  qs.Init(p, h, qt, s_k, s_v);
   float dq[kHS / 8][4] = {};
-  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v,
-                      [&](int kt, const bf16* tk, const bf16* tv) {
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4], dp[8][4];
-    qs.Probs(tk, tv, p.scale2, kt, s, dp);
+    qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       s[n][0] *= dp[n][0] - d0;
@@ -771,7 +756,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     uint32_t dsa[4][4];
     PackA<8>(s, dsa);
-    AccumulateT<kHS, 4>(dsa, tk, 0, dq);
+    AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
   });
   const int n_chunks = QueryTileChunks(qt);
   const int col0 = h * kHS + (threadIdx.x & 3) * 2;
