@@ -7,7 +7,8 @@
 #   3. compute-sanitizer memcheck on small cases (if available)
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
 #      4b. backend only: this build (PDL on too with AB_PDL=1) and every
-#      build staged as stage/base/step_bench or stage/ab/<name>/step_bench,
+#      build staged as stage/base/step_bench or stage/ab/<name>/step_bench
+#      (tools/stage_ab.sh REV=NAME builds and stages one),
 #      two alternating rounds (SKIP_AB=1 skips), P/M/V digests side by side
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
