@@ -7,8 +7,8 @@
 #   3. compute-sanitizer memcheck on small cases (if available)
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
 #      4b. backend only: this build (PDL on too with AB_PDL=1) and every
-#      build staged as stage/base/step_bench or stage/ab/<name>/step_bench
-#      (tools/stage_ab.sh REV=NAME builds and stages one),
+#      build staged as stage/ab/<name>/step_bench (tools/stage_ab.sh
+#      REV=NAME builds and stages one),
 #      two alternating rounds (SKIP_AB=1 skips), P/M/V digests side by side
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
@@ -109,15 +109,13 @@ fi
 
 # 4b. A/B: the backend benchmark alone (--kernels=0) of this build, with
 # programmatic dependent launch on as well when AB_PDL=1, and of every
-# other build staged as stage/ab/<name>/step_bench (e.g. the previous
-# commit; stage/base/step_bench counts as "base"), in two alternating
-# rounds. The P/M/V digests must agree wherever the builds are meant to
-# compute the same bits.
+# other build staged as stage/ab/<name>/step_bench (tools/stage_ab.sh), in
+# two alternating rounds. The P/M/V digests must agree wherever the builds
+# are meant to compute the same bits.
 if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
   echo "== step_bench A/B" | tee -a "$log"
   variants=(nopdl)
   [ "${AB_PDL:-0}" = 1 ] && variants+=(pdl)
-  [ -x stage/base/step_bench ] && variants+=(base)
   for d in stage/ab/*/; do
     [ -x "$d/step_bench" ] && variants+=("ab:$(basename "$d")")
   done
@@ -126,7 +124,6 @@ if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
       case $variant in
         pdl) cmd=(stage/bin/step_bench --pdl=1) ;;
         nopdl) cmd=(stage/bin/step_bench --pdl=0) ;;
-        base) cmd=(stage/base/step_bench) ;;
         ab:*) cmd=("stage/ab/${variant#ab:}/step_bench") ;;
       esac
       f="$out/ab_${variant//:/_}_$round.log"

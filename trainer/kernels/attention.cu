@@ -313,43 +313,57 @@ __device__ __forceinline__ void WritePartial(const float (&acc)[kHS / 8][4],
   }
 }
 
-// acc ← Σ over chunks 0..n−1 in chunk order (this CTA's own chunk from
-// acc, the others from part, read past L1). Chunks outer, columns inner: a
-// chunk's 2·HS/8 loads are issued together, so the sum waits n − 1 L2
-// round trips, not 2·HS/8 · (n − 1) (each element's sum is in chunk order
-// either way: the same bits).
+// v ← chunk c's partial of this thread's elements (rows t0, t0 + 8 ×
+// columns col0 + 8·dn, +1): its own chunk's from acc (the same bits it
+// wrote), another's from part [chunk][T][C], read past L1; rows beyond T
+// (never stored) keep acc's values. The 2·HS/8 loads are issued together.
+template <int kHS>
+__device__ __forceinline__ void ChunkPartial(const float (&acc)[kHS / 8][4],
+                                             const float* part, int c,
+                                             int chunk, int T, int C,
+                                             int col0, int t0,
+                                             float (&v)[kHS / 8][4]) {
+  const int t1 = t0 + 8;
+  const float* plane = part + static_cast<int64_t>(c) * T * C;
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+    const int col = col0 + dn * 8;
+    float2 a = make_float2(acc[dn][0], acc[dn][1]);
+    float2 b = make_float2(acc[dn][2], acc[dn][3]);
+    if (c != chunk) {
+      if (t0 < T) {
+        a = __ldcg(reinterpret_cast<const float2*>(
+            plane + static_cast<int64_t>(t0) * C + col));
+      }
+      if (t1 < T) {
+        b = __ldcg(reinterpret_cast<const float2*>(
+            plane + static_cast<int64_t>(t1) * C + col));
+      }
+    }
+    v[dn][0] = a.x;
+    v[dn][1] = a.y;
+    v[dn][2] = b.x;
+    v[dn][3] = b.y;
+  }
+}
+
+// acc ← Σ over chunks 0..n−1 in chunk order. Chunks outer, columns inner: a
+// chunk's loads are issued together, so the sum waits n − 1 L2 round
+// trips, not 2·HS/8 · (n − 1) (each element's sum is in chunk order either
+// way: the same bits).
 template <int kHS>
 __device__ __forceinline__ void SumPartials(float (&acc)[kHS / 8][4],
                                             const float* part, int chunk,
                                             int n, int T, int C, int col0,
                                             int t0) {
-  const int t1 = t0 + 8;
-  const int64_t plane = static_cast<int64_t>(T) * C;
   float sum[kHS / 8][4] = {};
   for (int c = 0; c < n; ++c) {
-    float2 a[kHS / 8], b[kHS / 8];
+    float v[kHS / 8][4];
+    ChunkPartial<kHS>(acc, part, c, chunk, T, C, col0, t0, v);
 #pragma unroll
     for (int dn = 0; dn < kHS / 8; ++dn) {
-      const int col = col0 + dn * 8;
-      a[dn] = make_float2(acc[dn][0], acc[dn][1]);
-      b[dn] = make_float2(acc[dn][2], acc[dn][3]);
-      if (c != chunk) {
-        if (t0 < T) {
-          a[dn] = __ldcg(reinterpret_cast<const float2*>(
-              part + c * plane + static_cast<int64_t>(t0) * C + col));
-        }
-        if (t1 < T) {
-          b[dn] = __ldcg(reinterpret_cast<const float2*>(
-              part + c * plane + static_cast<int64_t>(t1) * C + col));
-        }
-      }
-    }
 #pragma unroll
-    for (int dn = 0; dn < kHS / 8; ++dn) {
-      sum[dn][0] += a[dn].x;
-      sum[dn][1] += a[dn].y;
-      sum[dn][2] += b[dn].x;
-      sum[dn][3] += b[dn].y;
+      for (int e = 0; e < 4; ++e) sum[dn][e] += v[dn][e];
     }
   }
 #pragma unroll
@@ -518,31 +532,19 @@ __global__ void __launch_bounds__(kThreads)
     }
     float sum0 = 0.0f, sum1 = 0.0f;
     float acc[kHS / 8][4] = {};
-    const int64_t plane = static_cast<int64_t>(T) * C;
     for (int ch = 0; ch < n_chunks; ++ch) {
       const float f0 = Exp2(chunk_m(ch, t0, m0) - big0);
       const float f1 = Exp2(chunk_m(ch, t1, m1) - big1);
       sum0 = fmaf(chunk_l(ch, t0, l0), f0, sum0);
       sum1 = fmaf(chunk_l(ch, t1, l1), f1, sum1);
+      float part[kHS / 8][4];
+      ChunkPartial<kHS>(o, p.part_o, ch, chunk, T, C, col0, t0, part);
 #pragma unroll
       for (int dn = 0; dn < kHS / 8; ++dn) {
-        const int col = col0 + dn * 8;
-        float2 a = make_float2(o[dn][0], o[dn][1]);
-        float2 b = make_float2(o[dn][2], o[dn][3]);
-        if (ch != chunk) {
-          if (t0 < T) {
-            a = __ldcg(reinterpret_cast<const float2*>(
-                p.part_o + ch * plane + static_cast<int64_t>(t0) * C + col));
-          }
-          if (t1 < T) {
-            b = __ldcg(reinterpret_cast<const float2*>(
-                p.part_o + ch * plane + static_cast<int64_t>(t1) * C + col));
-          }
-        }
-        acc[dn][0] = fmaf(a.x, f0, acc[dn][0]);
-        acc[dn][1] = fmaf(a.y, f0, acc[dn][1]);
-        acc[dn][2] = fmaf(b.x, f1, acc[dn][2]);
-        acc[dn][3] = fmaf(b.y, f1, acc[dn][3]);
+        acc[dn][0] = fmaf(part[dn][0], f0, acc[dn][0]);
+        acc[dn][1] = fmaf(part[dn][1], f0, acc[dn][1]);
+        acc[dn][2] = fmaf(part[dn][2], f1, acc[dn][2]);
+        acc[dn][3] = fmaf(part[dn][3], f1, acc[dn][3]);
       }
     }
 #pragma unroll

@@ -610,20 +610,20 @@ void RunCrossEntropyCase(int T, int V) {
 TEST(CrossEntropyTest, LossesAndGradientsAgainstDouble) {
   SKIP_WITHOUT_GPU();
   RunCrossEntropyCase(5, 300);
+  RunCrossEntropyCase(33, 1000);
   RunCrossEntropyCase(9, 4096);
   RunCrossEntropyCase(7, 12288);  // coppelius V
   RunCrossEntropyCase(4, 13001);
+  // A NaN logit makes that row's loss NaN (recorded, never hidden).
   const int T = 33, V = 1000;
   auto logits = RandomNormal(static_cast<size_t>(T) * V, 3.0f, &Rng());
   std::vector<uint32_t> targets(T);
   for (auto& t : targets) t = static_cast<uint32_t>(Rng()() % V);
+  logits[5 * V + 7] = NAN;
   DeviceBuffer<float> dl(logits.size()), losses(T);
   DeviceBuffer<uint32_t> dt(T);
   dl.Upload(logits);
   dt.Upload(targets);
-  // A NaN logit makes that row's loss NaN (recorded, never hidden).
-  logits[5 * V + 7] = NAN;
-  dl.Upload(logits);
   ASSERT_EQ(CrossEntropyForwardBackward(dl.get(), dt.get(), T, V, 1.0f / T,
                                         losses.get(), nullptr, nullptr),
             cudaSuccess);
