@@ -46,8 +46,9 @@ __global__ void TimestampKernel(const int64_t* step, int slots, int which,
   ring[(*step % slots) * 2 + which] = now;
 }
 
-__global__ void AdvanceKernel(int64_t* step) {
+__global__ void AdvanceKernel(int64_t* step, int64_t* pending) {
   GridDependencyWait();
+  if (pending != nullptr) *pending = *step;
   *step += 1;
 }
 
@@ -73,8 +74,9 @@ cudaError_t Timestamp(const int64_t* step, int slots, int which,
                       ring);
 }
 
-cudaError_t AdvanceStep(int64_t* step, cudaStream_t stream) {
-  return LaunchKernel(AdvanceKernel, 1, 1, 0, stream, step);
+cudaError_t AdvanceStep(int64_t* step, int64_t* pending,
+                        cudaStream_t stream) {
+  return LaunchKernel(AdvanceKernel, 1, 1, 0, stream, step, pending);
 }
 
 }  // namespace coppelius
