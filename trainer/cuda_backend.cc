@@ -214,8 +214,7 @@ class CudaBackend final : public Backend {
         "AdamWUpdateChunks");
     return absl::OkStatus();
   }
-  // Applies the deferred updates (embedding, blocks 1..L-1, final norm: all
-  // but block 0), if any are pending, on
+  // Applies the deferred updates of blocks 1..L-1 (if any are pending) on
   // the main stream, after every enqueued step, and clears the pending
   // index: P/M/V are then the state after the last enqueued step. Called
   // before anything reads the parameters outside the step graph.
@@ -258,15 +257,13 @@ class CudaBackend final : public Backend {
   int64_t* step_counter_ = nullptr;
   int64_t* zero_index_ = nullptr;
   // Deferred updates (see ForwardPass): the index (AdamW table entry) of
-  // the step whose embedding, blocks 1..L-1 and final norm are still to be
-  // updated, or -1. Written by
+  // the step whose blocks 1..L-1 are still to be updated, or -1. Written by
   // the step graph's last node, cleared by FlushDeferredUpdates.
   int64_t* pending_update_ = nullptr;
   // Whether a step was enqueued since the last flush (host-side: a flush
   // with nothing pending is skipped).
   bool maybe_pending_ = false;
-  // One event per block l ≥ 1: its deferred update is done (AdamW stream);
-  // entry 0: the embedding's and the final norm's.
+  // One event per block l ≥ 1: its deferred update is done (AdamW stream).
   std::vector<cudaEvent_t> deferred_events_;
   cudaEvent_t deferred_fork_event_ = nullptr;
   int* invalid_flag_ = nullptr;
@@ -482,7 +479,7 @@ absl::Status CudaBackend::Init() {
       cudaEventCreateWithFlags(&deferred_fork_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(deferred fork)");
   deferred_events_.assign(L_, nullptr);
-  for (int l = 0; l < L_; ++l) {
+  for (int l = 1; l < L_; ++l) {
     CUDA_RETURN_IF_ERROR(
         cudaEventCreateWithFlags(&deferred_events_[l], cudaEventDisableTiming),
         "cudaEventCreateWithFlags(deferred update)");
@@ -738,25 +735,15 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                                     stream_),
                        "StageContext");
   const float* P = pmv_;
-  // Deferred updates (step graph only). The previous step's updates of
-  // the embedding, blocks 1..L-1 and the final norm run here, on the AdamW
-  // stream beside the forward, instead of beside that step's backward and
-  // in its tail: the forward is a chain of small latency-bound kernels
-  // that leaves bandwidth idle, the backward is throughput-bound. Block
-  // l's forward waits for block l's update, the final norm for the
-  // embedding's and its own. The gather reads the embedding rows as the
-  // pending update will leave them (GatherUpdatedRows: same arithmetic),
-  // before that update starts. Block 0 (read first) is updated at the end
-  // of its own step. Same bits whenever the update runs.
-  const bool deferred = training && step != nullptr;
-  if (deferred) {
-    CUDA_RETURN_IF_ERROR(
-        GatherUpdatedRows(inputs_, T, C, adam_table_, pending_update_,
-                          /*decayed=*/true, P + offsets_.embedding,
-                          P + N_ + offsets_.embedding,
-                          P + 2 * N_ + offsets_.embedding,
-                          grad_ + offsets_.embedding, x_[0], stream_),
-        "GatherUpdatedRows(embedding)");
+  // Deferred updates (step graph only). Blocks 1..L-1 of the previous step
+  // are updated here, on the AdamW stream, each while the blocks below it
+  // run their forward, instead of beside the backward: the forward is a
+  // chain of small latency-bound kernels that leaves bandwidth idle, the
+  // backward is throughput-bound. Block l's forward waits for its update.
+  // Block 0, the embedding and the final norm, read first (or by the
+  // first kernels of the backward), are updated at the end of their own
+  // step. The arithmetic is the same whenever it runs: same bits.
+  if (training && step != nullptr) {
     RETURN_IF_ERROR(StreamWait(adam_stream_, stream_, deferred_fork_event_,
                                "deferred fork"));
     for (int l = 1; l < L_; ++l) {
@@ -766,20 +753,13 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
       CUDA_RETURN_IF_ERROR(cudaEventRecord(deferred_events_[l], adam_stream_),
                            "cudaEventRecord(deferred update)");
     }
-    RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, adam_stream_,
-                               AdamWOverlapBlocks(), pending_update_));
-    RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, adam_stream_,
-                               AdamWOverlapBlocks(), pending_update_));
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(deferred_events_[0], adam_stream_),
-                         "cudaEventRecord(deferred update)");
-  } else {
-    CUDA_RETURN_IF_ERROR(EmbeddingForward(inputs_, P + offsets_.embedding, T,
-                                          C, x_[0], stream_),
-                         "EmbeddingForward");
   }
+  CUDA_RETURN_IF_ERROR(
+      EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
+      "EmbeddingForward");
   for (int l = 0; l < L_; ++l) {
     const BlockOffsets& o = offsets_.blocks[l];
-    if (deferred && l > 0) {
+    if (training && step != nullptr && l > 0) {
       CUDA_RETURN_IF_ERROR(
           cudaStreamWaitEvent(stream_, deferred_events_[l], 0),
           "cudaStreamWaitEvent(deferred update)");
@@ -809,10 +789,6 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                          "SwigluForward");
     RETURN_IF_ERROR(
         Mm(kDownForward, a16_[l], p16_ + o.down, xmid_[l], x_[l + 1]));
-  }
-  if (deferred) {
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, deferred_events_[0], 0),
-                         "cudaStreamWaitEvent(deferred update)");
   }
   CUDA_RETURN_IF_ERROR(
       LayerNormForward(x_[L_], P + offsets_.final_norm_weight,
@@ -958,9 +934,12 @@ absl::Status CudaBackend::EnqueueStepBody() {
   CUDA_RETURN_IF_ERROR(
       Timestamp(step_counter_, kRingSlots, 1, phase_ring, stream_),
       "Timestamp(backward end)");
-  // The side stream's last products (the final norm's parameter reduction,
-  // block 0's) and block 0's update are joined here.
+  // Embedding and final norm (read at the start of the backward) last; the
+  // final norm's gradients come from the side stream, joined here (its last
+  // products overlap the embedding backward and update).
+  RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
   RETURN_IF_ERROR(Join());
+  RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
   RETURN_IF_ERROR(
       StreamWait(stream_, adam_stream_, adam_join_event_, "adamw join"));
   CUDA_RETURN_IF_ERROR(CopyToRing(losses_, T_, step_counter_, kRingSlots,
@@ -1126,11 +1105,9 @@ void CudaBackend::StepDeviceTimes(int64_t step, uint64_t* start_ns,
 }
 
 absl::Status CudaBackend::FlushDeferredUpdates() {
-  if (!maybe_pending_) return absl::OkStatus();
-  // Chunk order: embedding, blocks 0..L-1, final norm.
-  RETURN_IF_ERROR(
-      AdamWRange(0, embedding_chunks_end_, stream_, 0, pending_update_));
-  RETURN_IF_ERROR(AdamWRange(layer_chunks_[0].second, num_chunks_, stream_, 0,
+  if (!maybe_pending_ || L_ < 2) return absl::OkStatus();
+  RETURN_IF_ERROR(AdamWRange(layer_chunks_[1].first,
+                             layer_chunks_[L_ - 1].second, stream_, 0,
                              pending_update_));
   CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(pending_update_, 0xff, sizeof(int64_t), stream_),

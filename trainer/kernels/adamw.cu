@@ -10,27 +10,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 
-// One element's update (adamw.h): *p, *m, *v in, updated values out. Every
-// operation is an explicitly rounded single IEEE operation, so every caller
-// (the update kernel, the gather of updated rows) computes the same bits.
-__device__ __forceinline__ void AdamWElement(const AdamWDeviceScalars& s,
-                                             bool decayed, float g, float* p,
-                                             float* m, float* v) {
-  float pi = *p;
-  if (decayed) pi = __fmul_rn(pi, s.decay_factor);
-  const float mi =
-      __fadd_rn(__fmul_rn(s.beta1, *m), __fmul_rn(s.one_minus_beta1, g));
-  const float gg = __fmul_rn(g, g);
-  const float vi =
-      __fadd_rn(__fmul_rn(s.beta2, *v), __fmul_rn(s.one_minus_beta2, gg));
-  const float denom = __fadd_rn(
-      __fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt), s.epsilon);
-  const float ratio = __fdiv_rn(mi, denom);
-  *p = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
-  *m = mi;
-  *v = vi;
-}
-
 __global__ void __launch_bounds__(kThreads)
     AdamWKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
                 const AdamWDeviceScalars* __restrict__ table,
@@ -65,8 +44,19 @@ __global__ void __launch_bounds__(kThreads)
         const int i = base + u * kThreads + threadIdx.x;
         if (i >= chunk.count) continue;
         const int64_t k = chunk.begin + i;
-        float pi = pv[u], mi = mv[u], vi = vv[u];
-        AdamWElement(s, chunk.decayed != 0, gv[u], &pi, &mi, &vi);
+        float pi = pv[u];
+        const float gi = gv[u];
+        if (chunk.decayed) pi = __fmul_rn(pi, s.decay_factor);
+        const float mi = __fadd_rn(__fmul_rn(s.beta1, mv[u]),
+                                   __fmul_rn(s.one_minus_beta1, gi));
+        const float gg = __fmul_rn(gi, gi);
+        const float vi = __fadd_rn(__fmul_rn(s.beta2, vv[u]),
+                                   __fmul_rn(s.one_minus_beta2, gg));
+        const float denom =
+            __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt),
+                      s.epsilon);
+        const float ratio = __fdiv_rn(mi, denom);
+        pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
         p[k] = pi;
         m[k] = mi;
         v[k] = vi;
@@ -74,28 +64,6 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-}
-
-__global__ void GatherUpdatedRowsKernel(
-    const uint32_t* __restrict__ rows, int num_rows, int C,
-    const AdamWDeviceScalars* __restrict__ table,
-    const int64_t* __restrict__ index, bool decayed,
-    const float* __restrict__ p, const float* __restrict__ m,
-    const float* __restrict__ v, const float* __restrict__ g,
-    float* __restrict__ x) {
-  GridDependencyWait();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<int64_t>(num_rows) * C) return;
-  const int t = static_cast<int>(i / C);
-  const int c = static_cast<int>(i % C);
-  const int64_t k = static_cast<int64_t>(rows[t]) * C + c;
-  const int64_t e = *index;
-  float pi = p[k];
-  if (e >= 0) {
-    float mi = m[k], vi = v[k];
-    AdamWElement(table[e], decayed, g[k], &pi, &mi, &vi);
-  }
-  x[i] = pi;
 }
 
 __global__ void CastKernel(const float* __restrict__ in, int64_t n,
@@ -124,20 +92,6 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                                                scalars_table, step, fixed_step,
                                                p, m, v, g, p_bf16);
   return cudaGetLastError();
-}
-
-cudaError_t GatherUpdatedRows(const uint32_t* rows, int num_rows, int C,
-                              const AdamWDeviceScalars* scalars_table,
-                              const int64_t* index, bool decayed,
-                              const float* p, const float* m, const float* v,
-                              const float* g, float* x, cudaStream_t stream) {
-  const int threads = 256;
-  const int64_t n = static_cast<int64_t>(num_rows) * C;
-  const unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  if (blocks == 0) return cudaSuccess;
-  return LaunchKernel(GatherUpdatedRowsKernel, blocks, threads, 0, stream,
-                      rows, num_rows, C, scalars_table, index, decayed, p, m,
-                      v, g, x);
 }
 
 namespace {

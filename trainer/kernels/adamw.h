@@ -63,20 +63,6 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               __nv_bfloat16* p_bf16, cudaStream_t stream,
                               int max_blocks = 0);
 
-// Rows of a [*, C] tensor as the pending update would leave them, without
-// writing the planes: x[t, c] = p′ for element k = rows[t]·C + c of the
-// tensor (p, m, v, g point at its first element), where p′ is p[k] after
-// the update above with table entry *index (bitwise the value
-// AdamWUpdateChunks will store), or p[k] itself when *index < 0.
-// x [num_rows, C] fp32. Used for the embedding gather of a step whose
-// embedding update is still pending (cuda_backend.cc: the update runs
-// later, beside the forward).
-cudaError_t GatherUpdatedRows(const uint32_t* rows, int num_rows, int C,
-                              const AdamWDeviceScalars* scalars_table,
-                              const int64_t* index, bool decayed,
-                              const float* p, const float* m, const float* v,
-                              const float* g, float* x, cudaStream_t stream);
-
 // Process-wide grid cap (max_blocks) for the updates the CUDA backend
 // overlaps with the backward of the blocks below (0: uncapped, the
 // default). Benchmarks set it (step_bench --adamw_blocks=N); read when the

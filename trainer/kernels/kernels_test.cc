@@ -744,68 +744,6 @@ TEST(AdamWTest, BitwiseEqualToHostRule) {
   for (int64_t i = 0; i < 5000; ++i) ASSERT_EQ(g16[i], test::Bf16Bits(p[i])) << i;
 }
 
-TEST(AdamWTest, GatherUpdatedRowsEqualsHostRuleAndWritesNoPlane) {
-  SKIP_WITHOUT_GPU();
-  const int R = 37, C = 300, T = 50;  // C not a multiple of the block size
-  const int64_t n = static_cast<int64_t>(R) * C;
-  auto p = RandomNormal(n, 0.02f, &Rng());
-  auto m = RandomNormal(n, 0.001f, &Rng());
-  auto v = RandomNormal(n, 0.001f, &Rng());
-  for (float& x : v) x = x * x;
-  auto g = RandomNormal(n, 0.01f, &Rng());
-  std::vector<uint32_t> rows(T);
-  for (int t = 0; t < T; ++t) rows[t] = static_cast<uint32_t>((t * 7 + t / 3) % R);
-  const AdamWHyperparameters h;
-  std::vector<AdamWDeviceScalars> table;
-  for (uint64_t t : {1, 5}) {
-    const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
-    AdamWDeviceScalars d;
-    std::memcpy(&d, &s, sizeof(d));
-    table.push_back(d);
-  }
-  DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n), dx(static_cast<size_t>(T) * C);
-  DeviceBuffer<uint32_t> drows(T);
-  DeviceBuffer<AdamWDeviceScalars> dtable(table.size());
-  DeviceBuffer<int64_t> index(1);
-  dp.Upload(p);
-  dm.Upload(m);
-  dv.Upload(v);
-  dg.Upload(g);
-  drows.Upload(rows);
-  dtable.Upload(table);
-  for (const bool decayed : {true, false}) {
-    index.Upload({1});  // table entry 1: t = 5
-    dx.Upload(std::vector<float>(static_cast<size_t>(T) * C, std::nanf("")));
-    ASSERT_EQ(GatherUpdatedRows(drows.get(), T, C, dtable.get(), index.get(),
-                                decayed, dp.get(), dm.get(), dv.get(), dg.get(),
-                                dx.get(), nullptr),
-              cudaSuccess);
-    // Host rule (trainer/adamw.h) on copies of the planes.
-    std::vector<float> hp = p, hm = m, hv = v;
-    AdamWUpdateRange(ComputeAdamWStepScalars(h, 5), decayed, n, hp.data(),
-                     hm.data(), hv.data(), g.data());
-    const auto x = dx.Download();
-    for (int t = 0; t < T; ++t) {
-      for (int c = 0; c < C; ++c) {
-        ASSERT_EQ(x[t * C + c], hp[rows[t] * C + c]) << t << "," << c;
-      }
-    }
-    EXPECT_EQ(dp.Download(), p);
-    EXPECT_EQ(dm.Download(), m);
-    EXPECT_EQ(dv.Download(), v);
-  }
-  // Nothing pending: the rows as they are.
-  index.Upload({-1});
-  ASSERT_EQ(GatherUpdatedRows(drows.get(), T, C, dtable.get(), index.get(),
-                              true, dp.get(), dm.get(), dv.get(), dg.get(),
-                              dx.get(), nullptr),
-            cudaSuccess);
-  const auto x = dx.Download();
-  for (int t = 0; t < T; ++t) {
-    for (int c = 0; c < C; ++c) ASSERT_EQ(x[t * C + c], p[rows[t] * C + c]);
-  }
-}
-
 TEST(CastTest, RoundsToNearestEven) {
   SKIP_WITHOUT_GPU();
   auto x = RandomNormal(1001, 10.0f, &Rng());
