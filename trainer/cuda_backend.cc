@@ -200,25 +200,16 @@ class CudaBackend final : public Backend {
                            bool training);
   // AdamW of chunks [begin, end) on `stream` (update number from the step
   // counter).
-  // `index` (device): the AdamW table entry, step_counter_ for this step's
-  // update, pending_update_ for a deferred one (-1: nothing to do).
   absl::Status AdamWRange(int begin, int end, cudaStream_t stream,
-                          int max_blocks = 0,
-                          const int64_t* index = nullptr) {
+                          int max_blocks = 0) {
     if (end <= begin) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(
         AdamWUpdateChunks(chunks_ + begin, end - begin, adam_table_,
-                          index != nullptr ? index : step_counter_, 0, pmv_,
-                          pmv_ + N_, pmv_ + 2 * N_, grad_, p16_, stream,
-                          max_blocks),
+                          step_counter_, 0, pmv_, pmv_ + N_, pmv_ + 2 * N_,
+                          grad_, p16_, stream, max_blocks),
         "AdamWUpdateChunks");
     return absl::OkStatus();
   }
-  // Applies the deferred updates of blocks 1..L-1 (if any are pending) on
-  // the main stream, after every enqueued step, and clears the pending
-  // index: P/M/V are then the state after the last enqueued step. Called
-  // before anything reads the parameters outside the step graph.
-  absl::Status FlushDeferredUpdates();
   absl::Status BackwardPass();
   absl::Status EnqueueStepBody();
   absl::Status BuildStepGraph();
@@ -256,16 +247,6 @@ class CudaBackend final : public Backend {
   uint32_t* targets_ = nullptr;
   int64_t* step_counter_ = nullptr;
   int64_t* zero_index_ = nullptr;
-  // Deferred updates (see ForwardPass): the index (AdamW table entry) of
-  // the step whose blocks 1..L-1 are still to be updated, or -1. Written by
-  // the step graph's last node, cleared by FlushDeferredUpdates.
-  int64_t* pending_update_ = nullptr;
-  // Whether a step was enqueued since the last flush (host-side: a flush
-  // with nothing pending is skipped).
-  bool maybe_pending_ = false;
-  // One event per block l ≥ 1: its deferred update is done (AdamW stream).
-  std::vector<cudaEvent_t> deferred_events_;
-  cudaEvent_t deferred_fork_event_ = nullptr;
   int* invalid_flag_ = nullptr;
   AdamWDeviceScalars* adam_table_ = nullptr;
   AdamWChunk* chunks_ = nullptr;
@@ -363,10 +344,6 @@ CudaBackend::~CudaBackend() {
   if (adam_fork_event_ != nullptr) cudaEventDestroy(adam_fork_event_);
   if (adam_join_event_ != nullptr) cudaEventDestroy(adam_join_event_);
   if (side_done_event_ != nullptr) cudaEventDestroy(side_done_event_);
-  if (deferred_fork_event_ != nullptr) cudaEventDestroy(deferred_fork_event_);
-  for (cudaEvent_t e : deferred_events_) {
-    if (e != nullptr) cudaEventDestroy(e);
-  }
   if (demb_done_event_ != nullptr) cudaEventDestroy(demb_done_event_);
   if (attention_stream_ != nullptr) cudaStreamSynchronize(attention_stream_);
   if (attention_fork_event_ != nullptr) cudaEventDestroy(attention_fork_event_);
@@ -475,15 +452,6 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&side_done_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(side done)");
-  CUDA_RETURN_IF_ERROR(
-      cudaEventCreateWithFlags(&deferred_fork_event_, cudaEventDisableTiming),
-      "cudaEventCreateWithFlags(deferred fork)");
-  deferred_events_.assign(L_, nullptr);
-  for (int l = 1; l < L_; ++l) {
-    CUDA_RETURN_IF_ERROR(
-        cudaEventCreateWithFlags(&deferred_events_[l], cudaEventDisableTiming),
-        "cudaEventCreateWithFlags(deferred update)");
-  }
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_), "cublasLtCreate");
   for (cudaEvent_t& e : step_events_) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
@@ -516,10 +484,6 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Alloc(&targets_, T, "targets"));
   RETURN_IF_ERROR(Alloc(&step_counter_, 1, "step counter"));
   RETURN_IF_ERROR(Alloc(&zero_index_, 1, "zero index"));
-  RETURN_IF_ERROR(Alloc(&pending_update_, 1, "pending update"));
-  CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(pending_update_, 0xff, sizeof(int64_t), stream_),
-      "cudaMemsetAsync(pending update)");
   RETURN_IF_ERROR(Alloc(&invalid_flag_, 1, "invalid flag"));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zero_index_, 0, sizeof(int64_t), stream_),
                        "cudaMemsetAsync(zero index)");
@@ -735,35 +699,11 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                                     stream_),
                        "StageContext");
   const float* P = pmv_;
-  // Deferred updates (step graph only). Blocks 1..L-1 of the previous step
-  // are updated here, on the AdamW stream, each while the blocks below it
-  // run their forward, instead of beside the backward: the forward is a
-  // chain of small latency-bound kernels that leaves bandwidth idle, the
-  // backward is throughput-bound. Block l's forward waits for its update.
-  // Block 0, the embedding and the final norm, read first (or by the
-  // first kernels of the backward), are updated at the end of their own
-  // step. The arithmetic is the same whenever it runs: same bits.
-  if (training && step != nullptr) {
-    RETURN_IF_ERROR(StreamWait(adam_stream_, stream_, deferred_fork_event_,
-                               "deferred fork"));
-    for (int l = 1; l < L_; ++l) {
-      RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first,
-                                 layer_chunks_[l].second, adam_stream_,
-                                 AdamWOverlapBlocks(), pending_update_));
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(deferred_events_[l], adam_stream_),
-                           "cudaEventRecord(deferred update)");
-    }
-  }
   CUDA_RETURN_IF_ERROR(
       EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
       "EmbeddingForward");
   for (int l = 0; l < L_; ++l) {
     const BlockOffsets& o = offsets_.blocks[l];
-    if (training && step != nullptr && l > 0) {
-      CUDA_RETURN_IF_ERROR(
-          cudaStreamWaitEvent(stream_, deferred_events_[l], 0),
-          "cudaStreamWaitEvent(deferred update)");
-    }
     CUDA_RETURN_IF_ERROR(
         LayerNormForward(x_[l], P + o.attention_norm_weight,
                          P + o.attention_norm_bias, T, C, eps, h1_[l], nullptr,
@@ -898,17 +838,20 @@ absl::Status CudaBackend::BackwardPass() {
                                   o.attention_norm_bias, mean1_[l], rstd1_[l],
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
+    // Block l's gradients are complete (the last of them on the side
+    // stream) and its weights are not read again this step: update it on
+    // the AdamW stream once both streams are done with it, overlapping the
+    // backward of the blocks below (memory-bound AdamW next to
+    // latency-bound products).
+    RETURN_IF_ERROR(
+        StreamWait(adam_stream_, side_stream_, side_done_event_, "side done"));
+    RETURN_IF_ERROR(
+        StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
+    // Capped grid (AdamWOverlapBlocks) while the backward of blocks below
+    // runs beside it; block 0's update is part of the step's tail: full.
+    RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
+                               adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0));
   }
-  // Block 0's gradients are complete (the last of them on the side
-  // stream): it is updated in this step, on the AdamW stream beside the
-  // embedding backward (the next step's first block reads it). Blocks
-  // 1..L-1 are updated in the next step's forward (ForwardPass).
-  RETURN_IF_ERROR(
-      StreamWait(adam_stream_, side_stream_, side_done_event_, "side done"));
-  RETURN_IF_ERROR(
-      StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
-  RETURN_IF_ERROR(AdamWRange(layer_chunks_[0].first, layer_chunks_[0].second,
-                             adam_stream_));
   // The embedding backward adds the gathered rows into dE, which the side
   // stream's tied product wrote at the start: wait for that product only
   // (the side stream's last block is joined after, see EnqueueStepBody).
@@ -948,9 +891,7 @@ absl::Status CudaBackend::EnqueueStepBody() {
   CUDA_RETURN_IF_ERROR(
       Timestamp(step_counter_, kRingSlots, 1, time_ring_dev_, stream_),
       "Timestamp(step end)");
-  // The next step's forward applies this step's deferred updates.
-  CUDA_RETURN_IF_ERROR(AdvanceStep(step_counter_, pending_update_, stream_),
-                       "AdvanceStep");
+  CUDA_RETURN_IF_ERROR(AdvanceStep(step_counter_, stream_), "AdvanceStep");
   return absl::OkStatus();
 }
 
@@ -1041,7 +982,6 @@ absl::Status CudaBackend::EnqueueStep(int64_t step) {
   }
   CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_exec_, stream_),
                        absl::StrCat("cudaGraphLaunch(step ", step, ")"));
-  maybe_pending_ = true;
   CUDA_RETURN_IF_ERROR(
       cudaEventRecord(step_events_[step % kRingSlots], stream_),
       absl::StrCat("cudaEventRecord(step ", step, ")"));
@@ -1104,24 +1044,11 @@ void CudaBackend::StepDeviceTimes(int64_t step, uint64_t* start_ns,
   }
 }
 
-absl::Status CudaBackend::FlushDeferredUpdates() {
-  if (!maybe_pending_ || L_ < 2) return absl::OkStatus();
-  RETURN_IF_ERROR(AdamWRange(layer_chunks_[1].first,
-                             layer_chunks_[L_ - 1].second, stream_, 0,
-                             pending_update_));
-  CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(pending_update_, 0xff, sizeof(int64_t), stream_),
-      "cudaMemsetAsync(pending update)");
-  maybe_pending_ = false;
-  return absl::OkStatus();
-}
-
 absl::Status CudaBackend::BeginSnapshot() {
   if (snapshot_pending_) {
     return absl::FailedPreconditionError(
         "cuda backend: BeginSnapshot while a snapshot is pending");
   }
-  RETURN_IF_ERROR(FlushDeferredUpdates());
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(snapshot_dev_, pmv_, 3 * N_ * sizeof(float),
                       cudaMemcpyDeviceToDevice, stream_),
@@ -1190,7 +1117,6 @@ absl::Status CudaBackend::CopyLogitRows(float* logits) {
 absl::Status CudaBackend::ForwardRecord(uint64_t context, float* logits) {
   int64_t index = 0;
   RETURN_IF_ERROR(CheckContext(context, &index));
-  RETURN_IF_ERROR(FlushDeferredUpdates());
   uint64_t* kind = time_ring_dev_ + kRingSlots * 2 + 2 * kForward;
   CUDA_RETURN_IF_ERROR(Timestamp(zero_index_, 1, 0, kind, stream_),
                        "Timestamp(forward start)");
@@ -1206,7 +1132,6 @@ absl::Status CudaBackend::ForwardRecord(uint64_t context, float* logits) {
 absl::Status CudaBackend::Final(uint64_t context, float* logits) {
   int64_t index = 0;
   RETURN_IF_ERROR(CheckContext(context, &index));
-  RETURN_IF_ERROR(FlushDeferredUpdates());
   uint64_t* kind = time_ring_dev_ + kRingSlots * 2 + 2 * kFinal;
   CUDA_RETURN_IF_ERROR(Timestamp(zero_index_, 1, 0, kind, stream_),
                        "Timestamp(final start)");
@@ -1220,7 +1145,6 @@ absl::Status CudaBackend::Final(uint64_t context, float* logits) {
 }
 
 absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
-  RETURN_IF_ERROR(FlushDeferredUpdates());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
                        "cudaStreamSynchronize(Telemetry)");
   BackendTelemetry t;

@@ -18,9 +18,7 @@ __global__ void __launch_bounds__(kThreads)
                 float* __restrict__ v, const float* __restrict__ g,
                 __nv_bfloat16* __restrict__ p_bf16) {
   GridDependencyWait();
-  const int64_t index = step != nullptr ? *step : fixed_step;
-  if (index < 0) return;  // nothing pending (see adamw.h)
-  const AdamWDeviceScalars s = table[index];
+  const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
   // Chunks c = blockIdx.x, + gridDim.x, …; within a chunk kUnroll elements
   // per thread at a time, all loads issued before the arithmetic (more
   // bytes in flight per thread, so fewer blocks reach full bandwidth).

@@ -14,9 +14,6 @@
 // ComputeAdamWStepScalars for every update of the run and uploaded as a table
 // indexed by the step; the kernel reads entry `*step` (a device counter, so
 // one captured graph serves every step) or `fixed_step` when `step` is null.
-// A negative index means no update is due: the kernel returns at once
-// (the CUDA backend's deferred updates, whose index is cleared once they
-// have been applied outside the graph).
 //
 // Planes: P, M, V, G fp32 [num_parameters] (the P plane's layout); work is a
 // list of chunks {begin, count ≤ kAdamWChunk, decayed} covering the plane

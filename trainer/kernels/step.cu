@@ -46,9 +46,8 @@ __global__ void TimestampKernel(const int64_t* step, int slots, int which,
   ring[(*step % slots) * 2 + which] = now;
 }
 
-__global__ void AdvanceKernel(int64_t* step, int64_t* pending) {
+__global__ void AdvanceKernel(int64_t* step) {
   GridDependencyWait();
-  if (pending != nullptr) *pending = *step;
   *step += 1;
 }
 
@@ -74,9 +73,8 @@ cudaError_t Timestamp(const int64_t* step, int slots, int which,
                       ring);
 }
 
-cudaError_t AdvanceStep(int64_t* step, int64_t* pending,
-                        cudaStream_t stream) {
-  return LaunchKernel(AdvanceKernel, 1, 1, 0, stream, step, pending);
+cudaError_t AdvanceStep(int64_t* step, cudaStream_t stream) {
+  return LaunchKernel(AdvanceKernel, 1, 1, 0, stream, step);
 }
 
 }  // namespace coppelius

@@ -19,9 +19,7 @@
 //
 // Timestamp: ring[(*step mod slots) · 2 + which] = %globaltimer (ns).
 //
-// AdvanceStep: *pending = *step (when `pending` is not null: the step whose
-// deferred AdamW updates are now due, see cuda_backend.cc), then
-// *step += 1.
+// AdvanceStep: *step += 1.
 #ifndef COPPELIUS_TRAINER_KERNELS_STEP_H_
 #define COPPELIUS_TRAINER_KERNELS_STEP_H_
 
@@ -42,8 +40,7 @@ cudaError_t CopyToRing(const float* src, int n, const int64_t* step, int slots,
 cudaError_t Timestamp(const int64_t* step, int slots, int which,
                       uint64_t* ring, cudaStream_t stream);
 
-cudaError_t AdvanceStep(int64_t* step, int64_t* pending,
-                        cudaStream_t stream);
+cudaError_t AdvanceStep(int64_t* step, cudaStream_t stream);
 
 }  // namespace coppelius
 
