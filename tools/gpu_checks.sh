@@ -8,7 +8,8 @@
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
 #      4b. backend only: this build (PDL on too with AB_PDL=1) and every
 #      build staged as stage/ab/<name>/step_bench (tools/stage_ab.sh
-#      REV=NAME builds and stages one),
+#      REV=NAME builds and stages one), and this build with the flags of
+#      each AB_FLAGS entry ("NAME=--flag=v[,--flag=v] ..."),
 #      two alternating rounds (SKIP_AB=1 skips), P/M/V digests side by side
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
@@ -119,12 +120,17 @@ if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
   for d in stage/ab/*/; do
     [ -x "$d/step_bench" ] && variants+=("ab:$(basename "$d")")
   done
+  # AB_FLAGS="NAME=--flag=value[,--flag=value] ...": this build again with
+  # those step_bench flags (e.g. blocks132=--adamw_blocks=132).
+  for spec in ${AB_FLAGS:-}; do variants+=("flags:$spec"); done
   for round in 1 2; do
     for variant in "${variants[@]}"; do
       case $variant in
         pdl) cmd=(stage/bin/step_bench --pdl=1) ;;
         nopdl) cmd=(stage/bin/step_bench --pdl=0) ;;
         ab:*) cmd=("stage/ab/${variant#ab:}/step_bench") ;;
+        flags:*) spec=${variant#flags:}; IFS=, read -r -a fl <<< "${spec#*=}"
+                 cmd=(stage/bin/step_bench "${fl[@]}"); variant="flags_${spec%%=*}" ;;
       esac
       f="$out/ab_${variant//:/_}_$round.log"
       timeout 100 "${cmd[@]}" --kernels=0 --steps="${STEPS:-300}" >"$f" 2>&1
