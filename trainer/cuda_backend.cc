@@ -690,6 +690,10 @@ absl::Status CudaBackend::CheckContext(uint64_t context, int64_t* index) const {
   return absl::OkStatus();
 }
 
+// Benchmark ablation mask (SetSkippedStepParts, cuda_backend.h).
+uint32_t g_skipped_step_parts = 0;
+bool Skip(uint32_t part) { return (g_skipped_step_parts & part) != 0; }
+
 absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                                       bool training) {
   const int T = T_, C = C_, H = H_, NH = NH_, HS = HS_;
@@ -704,43 +708,65 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
       "EmbeddingForward");
   for (int l = 0; l < L_; ++l) {
     const BlockOffsets& o = offsets_.blocks[l];
-    CUDA_RETURN_IF_ERROR(
-        LayerNormForward(x_[l], P + o.attention_norm_weight,
-                         P + o.attention_norm_bias, T, C, eps, h1_[l], nullptr,
-                         mean1_[l], rstd1_[l], stream_),
-        "LayerNormForward(attention_norm)");
-    RETURN_IF_ERROR(Mm(kQkvForward, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
-    CUDA_RETURN_IF_ERROR(
-        RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
-        "RopeForward");
-    CUDA_RETURN_IF_ERROR(AttentionForward(qkv16_[l], T, NH, HS, y16_[l],
-                                          stats_[l], attention_scratch_,
-                                          stream_),
-                         "AttentionForward");
-    RETURN_IF_ERROR(
-        Mm(kOutputForward, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
-    CUDA_RETURN_IF_ERROR(
-        LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,
-                         T, C, eps, h2_[l], nullptr, mean2_[l], rstd2_[l],
-                         stream_),
-        "LayerNormForward(mlp_norm)");
-    RETURN_IF_ERROR(Mm(kGateUpForward, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
-    CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l], T, H, a16_[l], stream_),
-                         "SwigluForward");
-    RETURN_IF_ERROR(
-        Mm(kDownForward, a16_[l], p16_ + o.down, xmid_[l], x_[l + 1]));
+    if (!Skip(kPartNormForward)) {
+      CUDA_RETURN_IF_ERROR(
+          LayerNormForward(x_[l], P + o.attention_norm_weight,
+                           P + o.attention_norm_bias, T, C, eps, h1_[l], nullptr,
+                           mean1_[l], rstd1_[l], stream_),
+          "LayerNormForward(attention_norm)");
+    }
+    if (!Skip(kPartForwardProducts)) {
+      RETURN_IF_ERROR(Mm(kQkvForward, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
+    }
+    if (!Skip(kPartRope)) {
+      CUDA_RETURN_IF_ERROR(
+          RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
+          "RopeForward");
+    }
+    if (!Skip(kPartAttentionForward)) {
+      CUDA_RETURN_IF_ERROR(AttentionForward(qkv16_[l], T, NH, HS, y16_[l],
+                                            stats_[l], attention_scratch_,
+                                            stream_),
+                           "AttentionForward");
+    }
+    if (!Skip(kPartForwardProducts)) {
+      RETURN_IF_ERROR(
+          Mm(kOutputForward, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
+    }
+    if (!Skip(kPartNormForward)) {
+      CUDA_RETURN_IF_ERROR(
+          LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,
+                           T, C, eps, h2_[l], nullptr, mean2_[l], rstd2_[l],
+                           stream_),
+          "LayerNormForward(mlp_norm)");
+    }
+    if (!Skip(kPartForwardProducts)) {
+      RETURN_IF_ERROR(Mm(kGateUpForward, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
+    }
+    if (!Skip(kPartSwiglu)) {
+      CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l], T, H, a16_[l], stream_),
+                           "SwigluForward");
+    }
+    if (!Skip(kPartForwardProducts)) {
+      RETURN_IF_ERROR(
+          Mm(kDownForward, a16_[l], p16_ + o.down, xmid_[l], x_[l + 1]));
+    }
   }
   CUDA_RETURN_IF_ERROR(
       LayerNormForward(x_[L_], P + offsets_.final_norm_weight,
                        P + offsets_.final_norm_bias, T, C, eps, xf16_, nullptr,
                        meanf_, rstdf_, stream_),
       "LayerNormForward(final_norm)");
-  RETURN_IF_ERROR(
-      Mm(kLogitsForward, xf16_, p16_ + offsets_.embedding, nullptr, logits_));
-  CUDA_RETURN_IF_ERROR(
-      CrossEntropyForwardBackward(logits_, targets_, T, V_, 1.0f / T, losses_,
-                                  training ? dlogits16_ : nullptr, stream_),
-      "CrossEntropyForwardBackward");
+  if (!Skip(kPartLogitsProducts)) {
+    RETURN_IF_ERROR(
+        Mm(kLogitsForward, xf16_, p16_ + offsets_.embedding, nullptr, logits_));
+  }
+  if (!Skip(kPartCrossEntropy)) {
+    CUDA_RETURN_IF_ERROR(
+        CrossEntropyForwardBackward(logits_, targets_, T, V_, 1.0f / T, losses_,
+                                    training ? dlogits16_ : nullptr, stream_),
+        "CrossEntropyForwardBackward");
+  }
   return absl::OkStatus();
 }
 
@@ -764,24 +790,32 @@ absl::Status CudaBackend::BackwardPass() {
                      NextCopy<float>(&ln_scratch_ring_, &ln_index));
     ASSIGN_OR_RETURN(*dresid16,
                      NextCopy<bf16>(&dresid16_ring_, dresid16_index));
-    CUDA_RETURN_IF_ERROR(
-        LayerNormBackwardRows(dh, x, P + weight, mean, rstd, T, C, accumulate,
-                              dresid_, *dresid16, partials, stream_),
-        "LayerNormBackwardRows");
+    if (!Skip(kPartNormBackwardRows)) {
+      CUDA_RETURN_IF_ERROR(
+          LayerNormBackwardRows(dh, x, P + weight, mean, rstd, T, C, accumulate,
+                                dresid_, *dresid16, partials, stream_),
+          "LayerNormBackwardRows");
+    }
     RETURN_IF_ERROR(Fork());
-    CUDA_RETURN_IF_ERROR(LayerNormBackwardReduce(partials, T, C, G + weight,
-                                                 G + bias, side_stream_),
-                         "LayerNormBackwardReduce");
+    if (!Skip(kPartNormReduce)) {
+      CUDA_RETURN_IF_ERROR(LayerNormBackwardReduce(partials, T, C, G + weight,
+                                                   G + bias, side_stream_),
+                           "LayerNormBackwardReduce");
+    }
     return SideReadDone(&ln_scratch_ring_, ln_index);
   };
   // Tied output product: dE = dlogitsᵀ · xf (side stream, overwrites),
   // dxf = dlogits · E (main stream).
   RETURN_IF_ERROR(Fork());
-  RETURN_IF_ERROR(MmSide(kLogitsDw, dlogits16_, xf16_, G + offsets_.embedding));
+  if (!Skip(kPartWeightGradients)) {
+    RETURN_IF_ERROR(MmSide(kLogitsDw, dlogits16_, xf16_, G + offsets_.embedding));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(demb_done_event_, side_stream_),
                        "cudaEventRecord(dE done)");
-  RETURN_IF_ERROR(
-      Mm(kLogitsDx, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
+  if (!Skip(kPartLogitsProducts)) {
+    RETURN_IF_ERROR(
+        Mm(kLogitsDx, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
+  }
   int dresid16_index = 0;
   bf16* dresid16 = nullptr;
   RETURN_IF_ERROR(norm_backward(dh32_, x_[L_], offsets_.final_norm_weight,
@@ -792,48 +826,72 @@ absl::Status CudaBackend::BackwardPass() {
     const BlockOffsets& o = offsets_.blocks[l];
     // MLP: x_next = xmid + down(a). The side stream has waited for dresid16
     // (norm_backward's Fork).
-    RETURN_IF_ERROR(MmSide(kDownDw, dresid16, a16_[l], G + o.down));
+    if (!Skip(kPartWeightGradients)) {
+      RETURN_IF_ERROR(MmSide(kDownDw, dresid16, a16_[l], G + o.down));
+    }
     RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
-    RETURN_IF_ERROR(Mm(kDownDx, dresid16, p16_ + o.down, nullptr, da32_));
+    if (!Skip(kPartInputGradients)) {
+      RETURN_IF_ERROR(Mm(kDownDx, dresid16, p16_ + o.down, nullptr, da32_));
+    }
     int dgu16_index = 0;
     ASSIGN_OR_RETURN(bf16* dgu16, NextCopy<bf16>(&dgu16_ring_, &dgu16_index));
-    CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16, stream_),
-                         "SwigluBackward");
+    if (!Skip(kPartSwiglu)) {
+      CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16, stream_),
+                           "SwigluBackward");
+    }
     RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(kGateUpDw, dgu16, h2_[l], G + o.gate));
+    if (!Skip(kPartWeightGradients)) {
+      RETURN_IF_ERROR(MmSide(kGateUpDw, dgu16, h2_[l], G + o.gate));
+    }
     RETURN_IF_ERROR(SideReadDone(&dgu16_ring_, dgu16_index));
-    RETURN_IF_ERROR(Mm(kGateUpDx, dgu16, p16_ + o.gate, nullptr, dh32_));
+    if (!Skip(kPartInputGradients)) {
+      RETURN_IF_ERROR(Mm(kGateUpDx, dgu16, p16_ + o.gate, nullptr, dh32_));
+    }
     RETURN_IF_ERROR(norm_backward(dh32_, xmid_[l], o.mlp_norm_weight,
                                   o.mlp_norm_bias, mean2_[l], rstd2_[l],
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
     // Attention: xmid = x + y · Woᵀ.
-    RETURN_IF_ERROR(MmSide(kOutputDw, dresid16, y16_[l], G + o.output));
+    if (!Skip(kPartWeightGradients)) {
+      RETURN_IF_ERROR(MmSide(kOutputDw, dresid16, y16_[l], G + o.output));
+    }
     RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
-    RETURN_IF_ERROR(plans_[kOutputDx]->RunBf16(dresid16, p16_ + o.output, dy16_,
-                                               workspace_, stream_));
+    if (!Skip(kPartInputGradients)) {
+      RETURN_IF_ERROR(plans_[kOutputDx]->RunBf16(dresid16, p16_ + o.output, dy16_,
+                                                 workspace_, stream_));
+    }
     // Attention: D, then dq (main stream) ∥ dk, dv (attention stream).
     int dqkv16_index = 0;
     ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
-    CUDA_RETURN_IF_ERROR(
-        AttentionBackwardDelta(y16_[l], dy16_, T, NH, HS, attention_scratch_,
-                               stream_),
-        "AttentionBackwardDelta");
+    if (!Skip(kPartAttentionBackward)) {
+      CUDA_RETURN_IF_ERROR(
+          AttentionBackwardDelta(y16_[l], dy16_, T, NH, HS, attention_scratch_,
+                                 stream_),
+          "AttentionBackwardDelta");
+    }
     RETURN_IF_ERROR(ForkAttention());
-    CUDA_RETURN_IF_ERROR(
-        AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
-                              HS, attention_scratch_, dqkv16,
-                              attention_stream_),
-        "AttentionBackwardKeys");
-    CUDA_RETURN_IF_ERROR(
-        AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
-                               NH, HS, attention_scratch_, dqkv16, stream_),
-        "AttentionBackwardQuery");
+    if (!Skip(kPartAttentionBackward)) {
+      CUDA_RETURN_IF_ERROR(
+          AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
+                                HS, attention_scratch_, dqkv16,
+                                attention_stream_),
+          "AttentionBackwardKeys");
+    }
+    if (!Skip(kPartAttentionBackward)) {
+      CUDA_RETURN_IF_ERROR(
+          AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
+                                 NH, HS, attention_scratch_, dqkv16, stream_),
+          "AttentionBackwardQuery");
+    }
     RETURN_IF_ERROR(JoinAttention());
     RETURN_IF_ERROR(Fork());
-    RETURN_IF_ERROR(MmSide(kQkvDw, dqkv16, h1_[l], G + o.qkv));
+    if (!Skip(kPartWeightGradients)) {
+      RETURN_IF_ERROR(MmSide(kQkvDw, dqkv16, h1_[l], G + o.qkv));
+    }
     RETURN_IF_ERROR(SideReadDone(&dqkv16_ring_, dqkv16_index));
-    RETURN_IF_ERROR(Mm(kQkvDx, dqkv16, p16_ + o.qkv, nullptr, dh32_));
+    if (!Skip(kPartInputGradients)) {
+      RETURN_IF_ERROR(Mm(kQkvDx, dqkv16, p16_ + o.qkv, nullptr, dh32_));
+    }
     RETURN_IF_ERROR(norm_backward(dh32_, x_[l], o.attention_norm_weight,
                                   o.attention_norm_bias, mean1_[l], rstd1_[l],
                                   /*accumulate=*/true, &dresid16_index,
@@ -849,8 +907,10 @@ absl::Status CudaBackend::BackwardPass() {
         StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
     // Capped grid (AdamWOverlapBlocks) while the backward of blocks below
     // runs beside it; block 0's update is part of the step's tail: full.
-    RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
-                               adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0));
+    if (!Skip(kPartAdamW)) {
+      RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
+                                 adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0));
+    }
   }
   // The embedding backward adds the gathered rows into dE, which the side
   // stream's tied product wrote at the start: wait for that product only
@@ -880,9 +940,13 @@ absl::Status CudaBackend::EnqueueStepBody() {
   // Embedding and final norm (read at the start of the backward) last; the
   // final norm's gradients come from the side stream, joined here (its last
   // products overlap the embedding backward and update).
-  RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
+  if (!Skip(kPartAdamW)) {
+    RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
+  }
   RETURN_IF_ERROR(Join());
-  RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
+  if (!Skip(kPartAdamW)) {
+    RETURN_IF_ERROR(AdamWRange(final_chunks_begin_, num_chunks_, stream_));
+  }
   RETURN_IF_ERROR(
       StreamWait(stream_, adam_stream_, adam_join_event_, "adamw join"));
   CUDA_RETURN_IF_ERROR(CopyToRing(losses_, T_, step_counter_, kRingSlots,
@@ -1183,6 +1247,9 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 }
 
 }  // namespace
+
+void SetSkippedStepParts(uint32_t mask) { g_skipped_step_parts = mask; }
+uint32_t SkippedStepParts() { return g_skipped_step_parts; }
 
 bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]) {
   auto* cuda = dynamic_cast<CudaBackend*>(backend);

@@ -70,6 +70,28 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
 // or the step was not polled yet.
 bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]);
 
+// For benchmarks only (step_bench --skip=...): kinds of work that the step
+// graph leaves out when it is captured, to measure what each costs inside
+// the whole step (the ms/step saved). The numbers the backend then computes
+// are wrong; no other caller may set it. A bit mask of CudaStepPart.
+enum CudaStepPart : uint32_t {
+  kPartWeightGradients = 1u << 0,   // side-stream dW products (incl. tied dE)
+  kPartNormReduce = 1u << 1,        // LayerNorm weight/bias reductions
+  kPartAdamW = 1u << 2,             // every AdamW update
+  kPartAttentionBackward = 1u << 3, // D, dq, dk/dv kernels
+  kPartAttentionForward = 1u << 4,
+  kPartSwiglu = 1u << 5,            // forward and backward
+  kPartRope = 1u << 6,              // forward (the backward's is fused)
+  kPartNormForward = 1u << 7,
+  kPartNormBackwardRows = 1u << 8,
+  kPartInputGradients = 1u << 9,    // main-stream dX products of the blocks
+  kPartForwardProducts = 1u << 10,  // the blocks' forward products
+  kPartCrossEntropy = 1u << 11,
+  kPartLogitsProducts = 1u << 12,   // logits forward and dX
+};
+void SetSkippedStepParts(uint32_t mask);
+uint32_t SkippedStepParts();
+
 }  // namespace coppelius
 
 #endif  // COPPELIUS_TRAINER_CUDA_BACKEND_H_

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "trainer/backend.h"
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_products.h"
@@ -445,6 +447,26 @@ int BackendBench(const std::string& config_name, int steps) {
   return 0;
 }
 
+struct StepPartName {
+  const char* name;
+  uint32_t part;
+};
+constexpr StepPartName kStepParts[] = {
+    {"dw", kPartWeightGradients},
+    {"normreduce", kPartNormReduce},
+    {"adamw", kPartAdamW},
+    {"attnbwd", kPartAttentionBackward},
+    {"attnfwd", kPartAttentionForward},
+    {"swiglu", kPartSwiglu},
+    {"rope", kPartRope},
+    {"normfwd", kPartNormForward},
+    {"normrows", kPartNormBackwardRows},
+    {"dx", kPartInputGradients},
+    {"fwdproducts", kPartForwardProducts},
+    {"ce", kPartCrossEntropy},
+    {"logits", kPartLogitsProducts},
+};
+
 int Main(int argc, char** argv) {
   std::string config = "coppelius";
   int steps = 300;
@@ -458,10 +480,28 @@ int Main(int argc, char** argv) {
       SetProgrammaticDependentLaunch(a.substr(6) != "0");
     } else if (a.rfind("--adamw_blocks=", 0) == 0) {
       SetAdamWOverlapBlocks(std::stoi(a.substr(15)));
+    } else if (a.rfind("--skip=", 0) == 0) {
+      uint32_t mask = 0;
+      for (absl::string_view name : absl::StrSplit(a.substr(7), ',')) {
+        const auto it = std::find_if(
+            std::begin(kStepParts), std::end(kStepParts),
+            [&](const StepPartName& p) { return name == p.name; });
+        if (it == std::end(kStepParts)) {
+          std::fprintf(stderr, "step_bench: --skip: unknown part '%s'\n",
+                       std::string(name).c_str());
+          return 2;
+        }
+        mask |= it->part;
+      }
+      SetSkippedStepParts(mask);
     } else {
       std::fprintf(stderr,
                    "usage: step_bench [--config=NAME] [--steps=N] "
-                   "[--kernels=0|1] [--pdl=0|1] [--adamw_blocks=N]\n");
+                   "[--kernels=0|1] [--pdl=0|1] [--adamw_blocks=N] "
+                   "[--skip=PART,...]\n  PART (ablation: left out of the "
+                   "step graph, results wrong): dw normreduce adamw attnbwd "
+                   "attnfwd swiglu rope normfwd normrows dx fwdproducts ce "
+                   "logits\n");
       return 2;
     }
   }
@@ -473,6 +513,12 @@ int Main(int argc, char** argv) {
       prop.name, prop.multiProcessorCount,
       ProgrammaticDependentLaunchEnabled() ? "on" : "off",
       AdamWOverlapBlocks());
+  if (SkippedStepParts() != 0) {
+    std::printf(
+        "ABLATION: step parts 0x%x left out of the step graph; the backend's "
+        "numbers below are not a valid training run\n",
+        SkippedStepParts());
+  }
   if (kernels) {
     if (KernelBench() != 0) return 1;
     std::printf("\n== kernels at coppelius shapes (ms per call in a graph of 10, median of 30) ==\n");
