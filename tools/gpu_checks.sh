@@ -121,7 +121,8 @@ if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
     [ -x "$d/step_bench" ] && variants+=("ab:$(basename "$d")")
   done
   # AB_FLAGS="NAME=--flag=value[,--flag=value] ...": this build again with
-  # those step_bench flags (e.g. blocks132=--adamw_blocks=132).
+  # those step_bench flags (e.g. blocks132=--adamw_blocks=132; a value may
+  # hold commas: --skip=dw,adamw).
   for spec in ${AB_FLAGS:-}; do variants+=("flags:$spec"); done
   for round in 1 2; do
     for variant in "${variants[@]}"; do
@@ -129,7 +130,8 @@ if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
         pdl) cmd=(stage/bin/step_bench --pdl=1) ;;
         nopdl) cmd=(stage/bin/step_bench --pdl=0) ;;
         ab:*) cmd=("stage/ab/${variant#ab:}/step_bench") ;;
-        flags:*) spec=${variant#flags:}; IFS=, read -r -a fl <<< "${spec#*=}"
+        flags:*) spec=${variant#flags:}
+                 mapfile -t fl < <(printf '%s\n' "${spec#*=}" | sed 's/,--/\n--/g')
                  cmd=(stage/bin/step_bench "${fl[@]}"); variant="flags_${spec%%=*}" ;;
       esac
       f="$out/ab_${variant//:/_}_$round.log"

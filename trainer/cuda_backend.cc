@@ -690,6 +690,29 @@ absl::Status CudaBackend::CheckContext(uint64_t context, int64_t* index) const {
   return absl::OkStatus();
 }
 
+// Where a block's weight-gradient products are issued in its backward (see
+// BackwardPass): after the main stream has enqueued ...
+enum DwPoint {
+  kDwNow = 0,            // ... the kernel that produced the product's input
+  kDwAfterSwiglu,        // ... the SwiGLU backward
+  kDwAfterGateUpDx,      // ... the gate|up dX product
+  kDwAfterDelta,         // ... the attention's D kernel (before dq, dk/dv)
+  kDwAfterQkvDx,         // ... the qkv dX product
+};
+// Per schedule: the points of the down, gate|up, output and qkv dW.
+constexpr DwPoint kSideSchedules[][4] = {
+    {kDwNow, kDwNow, kDwNow, kDwNow},
+    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwNow, kDwNow},
+    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwNow},
+    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwAfterQkvDx},
+    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwAfterQkvDx},
+    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwNow},
+};
+constexpr int kNumSideSchedules =
+    static_cast<int>(sizeof(kSideSchedules) / sizeof(kSideSchedules[0]));
+int g_side_schedule = 0;
+int SideSchedule() { return g_side_schedule; }
+
 // Benchmark ablation mask (SetSkippedStepParts, cuda_backend.h).
 uint32_t g_skipped_step_parts = 0;
 bool Skip(uint32_t part) { return (g_skipped_step_parts & part) != 0; }
@@ -804,6 +827,47 @@ absl::Status CudaBackend::BackwardPass() {
     }
     return SideReadDone(&ln_scratch_ring_, ln_index);
   };
+  // A block's weight-gradient products (side stream) are issued at points
+  // of the main stream's chain (kSideSchedules[SideSchedule()]): each waits
+  // for everything the main stream enqueued before its point, so a later
+  // point moves the product's run next to later kernels of the chain. The
+  // results do not depend on it (each product writes its own buffer).
+  const DwPoint* schedule = kSideSchedules[SideSchedule()];
+  struct DwItem {
+    CudaProduct product;
+    const bf16* a;
+    const bf16* b;
+    float* d;
+    SideRing* ring;
+    int index;
+    DwPoint at;
+  };
+  std::vector<DwItem> queued;
+  auto reach = [&](DwPoint point) -> absl::Status {
+    bool forked = false;
+    for (auto it = queued.begin(); it != queued.end();) {
+      if (it->at > point) {
+        ++it;
+        continue;
+      }
+      if (!forked) {
+        RETURN_IF_ERROR(Fork());
+        forked = true;
+      }
+      if (!Skip(kPartWeightGradients)) {
+        RETURN_IF_ERROR(MmSide(it->product, it->a, it->b, it->d));
+      }
+      RETURN_IF_ERROR(SideReadDone(it->ring, it->index));
+      it = queued.erase(it);
+    }
+    return absl::OkStatus();
+  };
+  auto weight_gradient = [&](int slot, CudaProduct product, const bf16* a,
+                             const bf16* b, float* d, SideRing* ring,
+                             int index) -> absl::Status {
+    queued.push_back({product, a, b, d, ring, index, schedule[slot]});
+    return reach(kDwNow);
+  };
   // Tied output product: dE = dlogitsᵀ · xf (side stream, overwrites),
   // dxf = dlogits · E (main stream).
   RETURN_IF_ERROR(Fork());
@@ -824,12 +888,9 @@ absl::Status CudaBackend::BackwardPass() {
                                 &dresid16));
   for (int l = L_ - 1; l >= 0; --l) {
     const BlockOffsets& o = offsets_.blocks[l];
-    // MLP: x_next = xmid + down(a). The side stream has waited for dresid16
-    // (norm_backward's Fork).
-    if (!Skip(kPartWeightGradients)) {
-      RETURN_IF_ERROR(MmSide(kDownDw, dresid16, a16_[l], G + o.down));
-    }
-    RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
+    // MLP: x_next = xmid + down(a).
+    RETURN_IF_ERROR(weight_gradient(0, kDownDw, dresid16, a16_[l], G + o.down,
+                                    &dresid16_ring_, dresid16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(Mm(kDownDx, dresid16, p16_ + o.down, nullptr, da32_));
     }
@@ -839,23 +900,21 @@ absl::Status CudaBackend::BackwardPass() {
       CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16, stream_),
                            "SwigluBackward");
     }
-    RETURN_IF_ERROR(Fork());
-    if (!Skip(kPartWeightGradients)) {
-      RETURN_IF_ERROR(MmSide(kGateUpDw, dgu16, h2_[l], G + o.gate));
-    }
-    RETURN_IF_ERROR(SideReadDone(&dgu16_ring_, dgu16_index));
+    RETURN_IF_ERROR(reach(kDwAfterSwiglu));
+    RETURN_IF_ERROR(weight_gradient(1, kGateUpDw, dgu16, h2_[l], G + o.gate,
+                                    &dgu16_ring_, dgu16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(Mm(kGateUpDx, dgu16, p16_ + o.gate, nullptr, dh32_));
     }
+    RETURN_IF_ERROR(reach(kDwAfterGateUpDx));
     RETURN_IF_ERROR(norm_backward(dh32_, xmid_[l], o.mlp_norm_weight,
                                   o.mlp_norm_bias, mean2_[l], rstd2_[l],
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
     // Attention: xmid = x + y · Woᵀ.
-    if (!Skip(kPartWeightGradients)) {
-      RETURN_IF_ERROR(MmSide(kOutputDw, dresid16, y16_[l], G + o.output));
-    }
-    RETURN_IF_ERROR(SideReadDone(&dresid16_ring_, dresid16_index));
+    RETURN_IF_ERROR(weight_gradient(2, kOutputDw, dresid16, y16_[l],
+                                    G + o.output, &dresid16_ring_,
+                                    dresid16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(plans_[kOutputDx]->RunBf16(dresid16, p16_ + o.output, dy16_,
                                                  workspace_, stream_));
@@ -869,6 +928,7 @@ absl::Status CudaBackend::BackwardPass() {
                                  stream_),
           "AttentionBackwardDelta");
     }
+    RETURN_IF_ERROR(reach(kDwAfterDelta));
     RETURN_IF_ERROR(ForkAttention());
     if (!Skip(kPartAttentionBackward)) {
       CUDA_RETURN_IF_ERROR(
@@ -884,14 +944,12 @@ absl::Status CudaBackend::BackwardPass() {
           "AttentionBackwardQuery");
     }
     RETURN_IF_ERROR(JoinAttention());
-    RETURN_IF_ERROR(Fork());
-    if (!Skip(kPartWeightGradients)) {
-      RETURN_IF_ERROR(MmSide(kQkvDw, dqkv16, h1_[l], G + o.qkv));
-    }
-    RETURN_IF_ERROR(SideReadDone(&dqkv16_ring_, dqkv16_index));
+    RETURN_IF_ERROR(weight_gradient(3, kQkvDw, dqkv16, h1_[l], G + o.qkv,
+                                    &dqkv16_ring_, dqkv16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(Mm(kQkvDx, dqkv16, p16_ + o.qkv, nullptr, dh32_));
     }
+    RETURN_IF_ERROR(reach(kDwAfterQkvDx));
     RETURN_IF_ERROR(norm_backward(dh32_, x_[l], o.attention_norm_weight,
                                   o.attention_norm_bias, mean1_[l], rstd1_[l],
                                   /*accumulate=*/true, &dresid16_index,
@@ -1249,6 +1307,11 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 }  // namespace
 
 void SetSkippedStepParts(uint32_t mask) { g_skipped_step_parts = mask; }
+bool SetSideSchedule(int schedule) {
+  if (schedule < 0 || schedule >= kNumSideSchedules) return false;
+  g_side_schedule = schedule;
+  return true;
+}
 uint32_t SkippedStepParts() { return g_skipped_step_parts; }
 
 bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]) {

@@ -90,6 +90,11 @@ enum CudaStepPart : uint32_t {
   kPartLogitsProducts = 1u << 12,   // logits forward and dX
 };
 void SetSkippedStepParts(uint32_t mask);
+// For benchmarks (step_bench --side_schedule=N): where the backward issues
+// each block's weight-gradient products on the side stream (cuda_backend.cc
+// kSideSchedules; 0, the default, issues each as soon as its input is
+// ready). Same results for every schedule. False if N is not a schedule.
+bool SetSideSchedule(int schedule);
 uint32_t SkippedStepParts();
 
 }  // namespace coppelius
