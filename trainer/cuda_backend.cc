@@ -712,6 +712,17 @@ constexpr int kNumSideSchedules =
     static_cast<int>(sizeof(kSideSchedules) / sizeof(kSideSchedules[0]));
 int g_side_schedule = 0;
 int SideSchedule() { return g_side_schedule; }
+// Where block l's update is issued: at the end of its backward, or at a
+// point of block l-1's (the main stream's work up to there done first).
+enum AdamWPoint {
+  kAdamWAtBlockEnd = 0,
+  kAdamWAfterDelta,
+  kAdamWAfterSwiglu,
+  kAdamWAfterGateUpDx,
+  kNumAdamWPoints,
+};
+int g_adamw_schedule = 0;
+int AdamWSchedule() { return g_adamw_schedule; }
 
 // Benchmark ablation mask (SetSkippedStepParts, cuda_backend.h).
 uint32_t g_skipped_step_parts = 0;
@@ -843,6 +854,29 @@ absl::Status CudaBackend::BackwardPass() {
     DwPoint at;
   };
   std::vector<DwItem> queued;
+  // Block update (AdamW stream) after the side stream's side_done_event_
+  // (recorded at the end of the block's backward) and the main stream's
+  // work so far.
+  int pending_update = -1;
+  auto update_block = [&](int l) -> absl::Status {
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(adam_stream_, side_done_event_, 0),
+                         "cudaStreamWaitEvent(side done)");
+    RETURN_IF_ERROR(
+        StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
+    if (Skip(kPartAdamW)) return absl::OkStatus();
+    // Capped grid (AdamWOverlapBlocks) beside the backward of blocks below;
+    // block 0's update is part of the step's tail: full.
+    return AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
+                      adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0);
+  };
+  auto reach_update = [&](AdamWPoint point) -> absl::Status {
+    if (pending_update < 0 || AdamWSchedule() != point) {
+      return absl::OkStatus();
+    }
+    const int l = pending_update;
+    pending_update = -1;
+    return update_block(l);
+  };
   auto reach = [&](DwPoint point) -> absl::Status {
     bool forked = false;
     for (auto it = queued.begin(); it != queued.end();) {
@@ -901,12 +935,14 @@ absl::Status CudaBackend::BackwardPass() {
                            "SwigluBackward");
     }
     RETURN_IF_ERROR(reach(kDwAfterSwiglu));
+    RETURN_IF_ERROR(reach_update(kAdamWAfterSwiglu));
     RETURN_IF_ERROR(weight_gradient(1, kGateUpDw, dgu16, h2_[l], G + o.gate,
                                     &dgu16_ring_, dgu16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(Mm(kGateUpDx, dgu16, p16_ + o.gate, nullptr, dh32_));
     }
     RETURN_IF_ERROR(reach(kDwAfterGateUpDx));
+    RETURN_IF_ERROR(reach_update(kAdamWAfterGateUpDx));
     RETURN_IF_ERROR(norm_backward(dh32_, xmid_[l], o.mlp_norm_weight,
                                   o.mlp_norm_bias, mean2_[l], rstd2_[l],
                                   /*accumulate=*/true, &dresid16_index,
@@ -929,6 +965,7 @@ absl::Status CudaBackend::BackwardPass() {
           "AttentionBackwardDelta");
     }
     RETURN_IF_ERROR(reach(kDwAfterDelta));
+    RETURN_IF_ERROR(reach_update(kAdamWAfterDelta));
     RETURN_IF_ERROR(ForkAttention());
     if (!Skip(kPartAttentionBackward)) {
       CUDA_RETURN_IF_ERROR(
@@ -955,19 +992,16 @@ absl::Status CudaBackend::BackwardPass() {
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
     // Block l's gradients are complete (the last of them on the side
-    // stream) and its weights are not read again this step: update it on
-    // the AdamW stream once both streams are done with it, overlapping the
-    // backward of the blocks below (memory-bound AdamW next to
-    // latency-bound products).
-    RETURN_IF_ERROR(
-        StreamWait(adam_stream_, side_stream_, side_done_event_, "side done"));
-    RETURN_IF_ERROR(
-        StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
-    // Capped grid (AdamWOverlapBlocks) while the backward of blocks below
-    // runs beside it; block 0's update is part of the step's tail: full.
-    if (!Skip(kPartAdamW)) {
-      RETURN_IF_ERROR(AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
-                                 adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0));
+    // stream) and its weights are not read again this step: it is updated
+    // on the AdamW stream once both streams are done with it, overlapping
+    // the backward of the blocks below (at the point of block l-1's chain
+    // that AdamWSchedule() names; block 0's update is part of the tail).
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
+                         "cudaEventRecord(side done)");
+    if (l == 0 || AdamWSchedule() == kAdamWAtBlockEnd) {
+      RETURN_IF_ERROR(update_block(l));
+    } else {
+      pending_update = l;
     }
   }
   // The embedding backward adds the gathered rows into dE, which the side
@@ -1307,6 +1341,11 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 }  // namespace
 
 void SetSkippedStepParts(uint32_t mask) { g_skipped_step_parts = mask; }
+bool SetAdamWSchedule(int schedule) {
+  if (schedule < 0 || schedule >= kNumAdamWPoints) return false;
+  g_adamw_schedule = schedule;
+  return true;
+}
 bool SetSideSchedule(int schedule) {
   if (schedule < 0 || schedule >= kNumSideSchedules) return false;
   g_side_schedule = schedule;

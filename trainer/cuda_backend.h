@@ -95,6 +95,11 @@ void SetSkippedStepParts(uint32_t mask);
 // kSideSchedules; 0, the default, issues each as soon as its input is
 // ready). Same results for every schedule. False if N is not a schedule.
 bool SetSideSchedule(int schedule);
+// For benchmarks (step_bench --adamw_schedule=N): where block l's AdamW
+// update is issued (cuda_backend.cc AdamWPoint): 0 (default) at the end of
+// its backward, 1 / 2 / 3 after block l-1's D kernel / SwiGLU backward /
+// gate|up dX. Same results. False if N is not a schedule.
+bool SetAdamWSchedule(int schedule);
 uint32_t SkippedStepParts();
 
 }  // namespace coppelius
