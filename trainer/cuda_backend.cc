@@ -49,6 +49,47 @@
 namespace coppelius {
 namespace {
 
+// Where a block's weight-gradient products are issued in its backward (see
+// BackwardPass): after the main stream has enqueued ...
+enum DwPoint {
+  kDwNow = 0,            // ... the kernel that produced the product's input
+  kDwAfterSwiglu,        // ... the SwiGLU backward
+  kDwAfterGateUpDx,      // ... the gate|up dX product
+  kDwAfterDelta,         // ... the attention's D kernel (before dq, dk/dv)
+  kDwAfterQkvDx,         // ... the qkv dX product
+};
+// Per schedule: the points of the down, gate|up, output and qkv dW.
+constexpr DwPoint kSideSchedules[][4] = {
+    {kDwNow, kDwNow, kDwNow, kDwNow},
+    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwNow, kDwNow},
+    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwNow},
+    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwAfterQkvDx},
+    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwAfterQkvDx},
+    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwNow},
+};
+constexpr int kNumSideSchedules =
+    static_cast<int>(sizeof(kSideSchedules) / sizeof(kSideSchedules[0]));
+int g_side_schedule = 2;
+int SideSchedule() { return g_side_schedule; }
+// Where block l's update is issued: at the end of its backward, or at a
+// point of block l-1's (the main stream's work up to there done first).
+enum AdamWPoint {
+  kAdamWAtBlockEnd = 0,
+  kAdamWAfterDelta,
+  kAdamWAfterSwiglu,
+  kAdamWAfterGateUpDx,
+  kNumAdamWPoints,
+};
+int g_adamw_schedule = kAdamWAfterGateUpDx;
+// The side stream's priority (SetSidePriority): 0 one below the main
+// stream's, 1 the least, 2 the main stream's.
+int g_side_priority = 0;
+int AdamWSchedule() { return g_adamw_schedule; }
+
+// Benchmark ablation mask (SetSkippedStepParts, cuda_backend.h).
+uint32_t g_skipped_step_parts = 0;
+bool Skip(uint32_t part) { return (g_skipped_step_parts & part) != 0; }
+
 using bf16 = __nv_bfloat16;
 
 constexpr int kRingSlots = 64;          // host windows of per-row losses
@@ -419,7 +460,10 @@ absl::Status CudaBackend::Init() {
       cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags(snapshot)");
   // Priorities count down: greatest_priority is the smallest number.
-  const int side_priority = std::min(greatest_priority + 1, least_priority);
+  const int side_priority =
+      g_side_priority == 1   ? least_priority
+      : g_side_priority == 2 ? greatest_priority
+                             : std::min(greatest_priority + 1, least_priority);
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking,
                                    side_priority),
@@ -690,43 +734,6 @@ absl::Status CudaBackend::CheckContext(uint64_t context, int64_t* index) const {
   return absl::OkStatus();
 }
 
-// Where a block's weight-gradient products are issued in its backward (see
-// BackwardPass): after the main stream has enqueued ...
-enum DwPoint {
-  kDwNow = 0,            // ... the kernel that produced the product's input
-  kDwAfterSwiglu,        // ... the SwiGLU backward
-  kDwAfterGateUpDx,      // ... the gate|up dX product
-  kDwAfterDelta,         // ... the attention's D kernel (before dq, dk/dv)
-  kDwAfterQkvDx,         // ... the qkv dX product
-};
-// Per schedule: the points of the down, gate|up, output and qkv dW.
-constexpr DwPoint kSideSchedules[][4] = {
-    {kDwNow, kDwNow, kDwNow, kDwNow},
-    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwNow, kDwNow},
-    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwNow},
-    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwAfterQkvDx},
-    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwAfterQkvDx},
-    {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwNow},
-};
-constexpr int kNumSideSchedules =
-    static_cast<int>(sizeof(kSideSchedules) / sizeof(kSideSchedules[0]));
-int g_side_schedule = 0;
-int SideSchedule() { return g_side_schedule; }
-// Where block l's update is issued: at the end of its backward, or at a
-// point of block l-1's (the main stream's work up to there done first).
-enum AdamWPoint {
-  kAdamWAtBlockEnd = 0,
-  kAdamWAfterDelta,
-  kAdamWAfterSwiglu,
-  kAdamWAfterGateUpDx,
-  kNumAdamWPoints,
-};
-int g_adamw_schedule = 0;
-int AdamWSchedule() { return g_adamw_schedule; }
-
-// Benchmark ablation mask (SetSkippedStepParts, cuda_backend.h).
-uint32_t g_skipped_step_parts = 0;
-bool Skip(uint32_t part) { return (g_skipped_step_parts & part) != 0; }
 
 absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                                       bool training) {
@@ -1341,6 +1348,11 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 }  // namespace
 
 void SetSkippedStepParts(uint32_t mask) { g_skipped_step_parts = mask; }
+bool SetSidePriority(int mode) {
+  if (mode < 0 || mode > 2) return false;
+  g_side_priority = mode;
+  return true;
+}
 bool SetAdamWSchedule(int schedule) {
   if (schedule < 0 || schedule >= kNumAdamWPoints) return false;
   g_adamw_schedule = schedule;

@@ -92,14 +92,19 @@ enum CudaStepPart : uint32_t {
 void SetSkippedStepParts(uint32_t mask);
 // For benchmarks (step_bench --side_schedule=N): where the backward issues
 // each block's weight-gradient products on the side stream (cuda_backend.cc
-// kSideSchedules; 0, the default, issues each as soon as its input is
-// ready). Same results for every schedule. False if N is not a schedule.
+// kSideSchedules; 0 issues each as soon as its input is ready; the default,
+// 2, the down, gate|up and output dW after the attention's D kernel). Same
+// results for every schedule. False if N is not a schedule.
 bool SetSideSchedule(int schedule);
 // For benchmarks (step_bench --adamw_schedule=N): where block l's AdamW
-// update is issued (cuda_backend.cc AdamWPoint): 0 (default) at the end of
-// its backward, 1 / 2 / 3 after block l-1's D kernel / SwiGLU backward /
-// gate|up dX. Same results. False if N is not a schedule.
+// update is issued (cuda_backend.cc AdamWPoint): 0 at the end of its
+// backward, 1 / 2 / 3 (the default) after block l-1's D kernel / SwiGLU
+// backward / gate|up dX. Same results. False if N is not a schedule.
 bool SetAdamWSchedule(int schedule);
+// For benchmarks (step_bench --side_priority=N), before the backend is
+// created: the side stream's priority, 0 (default) one below the main
+// stream's, 1 the least, 2 the main stream's. False if N is not one of them.
+bool SetSidePriority(int mode);
 uint32_t SkippedStepParts();
 
 }  // namespace coppelius
