@@ -480,6 +480,11 @@ int Main(int argc, char** argv) {
       SetProgrammaticDependentLaunch(a.substr(6) != "0");
     } else if (a.rfind("--adamw_blocks=", 0) == 0) {
       SetAdamWOverlapBlocks(std::stoi(a.substr(15)));
+    } else if (a.rfind("--adamw_priority=", 0) == 0) {
+      if (!SetAdamWPriority(std::stoi(a.substr(17)))) {
+        std::fprintf(stderr, "step_bench: no AdamW priority %s\n", a.c_str() + 17);
+        return 2;
+      }
     } else if (a.rfind("--side_priority=", 0) == 0) {
       if (!SetSidePriority(std::stoi(a.substr(16)))) {
         std::fprintf(stderr, "step_bench: no side priority %s\n", a.c_str() + 16);
@@ -513,7 +518,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: step_bench [--config=NAME] [--steps=N] "
                    "[--kernels=0|1] [--pdl=0|1] [--adamw_blocks=N] "
-                   "[--side_schedule=N] [--adamw_schedule=N] [--side_priority=N] [--skip=PART,...]\n  PART (ablation: left out of the "
+                   "[--side_schedule=N] [--adamw_schedule=N] [--side_priority=N] [--adamw_priority=N] [--skip=PART,...]\n  PART (ablation: left out of the "
                    "step graph, results wrong): dw normreduce adamw attnbwd "
                    "attnfwd swiglu rope normfwd normrows dx fwdproducts ce "
                    "logits\n");
