@@ -82,7 +82,9 @@ fi
 # 3b. end-to-end: `train` on the tiny config with the cuda backend
 if [ -x stage/bin/train ]; then
   e2e=/tmp/coppelius_e2e
-  mkdir -p "$e2e"
+  # Fresh each time: on a machine kept warm between calls, the last call's
+  # checkpoint is there and train rightly refuses to replace it.
+  rm -rf "$e2e" && mkdir -p "$e2e"
   python3 - "$e2e/tokens.cache" <<'PY'
 import random, struct, sys
 random.seed(5)
