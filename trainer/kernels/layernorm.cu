@@ -240,10 +240,22 @@ __global__ void LayerNormParamReduceKernel(const float* __restrict__ partials,
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= 2 * C) return;
   float total = 0.0f;
-  // Unrolled so the loads are issued ahead; the sum stays in block order.
-#pragma unroll 8
-  for (int b = 0; b < blocks; ++b) {
-    total += partials[static_cast<int64_t>(b) * 2 * C + i];
+  // The loads of kBatch partials are issued together (one L2 round trip
+  // per batch instead of one per few partials), then added in block order:
+  // the sum is the same as one partial at a time.
+  constexpr int kBatch = 32;
+  for (int b0 = 0; b0 < blocks; b0 += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      v[k] = b0 + k < blocks
+                 ? partials[static_cast<int64_t>(b0 + k) * 2 * C + i]
+                 : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (b0 + k < blocks) total += v[k];
+    }
   }
   if (i < C) {
     dweight[i] = total;
@@ -333,7 +345,8 @@ cudaError_t LayerNormBackwardReduce(const float* scratch, int T, int C,
                                     float* dweight, float* dbias,
                                     cudaStream_t stream) {
   const int blocks = (T + kLayerNormBackwardRows - 1) / kLayerNormBackwardRows;
-  const int threads = 256;
+  // Small blocks: the 2·C columns spread over more SMs (16 at C = 512).
+  const int threads = 64;
   return LaunchKernel(LayerNormParamReduceKernel,
                       (2 * C + threads - 1) / threads, threads, 0, stream,
                       scratch, blocks, C, dweight, dbias);
