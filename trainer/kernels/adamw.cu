@@ -8,27 +8,7 @@ namespace coppelius {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 2;
-
-// One element's update (adamw.h): *p, *m, *v in, updated values out; every
-// operation an explicitly rounded single IEEE operation (no contraction).
-__device__ __forceinline__ void AdamWElement(const AdamWDeviceScalars& s,
-                                             bool decayed, float g, float* p,
-                                             float* m, float* v) {
-  float pi = *p;
-  if (decayed) pi = __fmul_rn(pi, s.decay_factor);
-  const float mi =
-      __fadd_rn(__fmul_rn(s.beta1, *m), __fmul_rn(s.one_minus_beta1, g));
-  const float gg = __fmul_rn(g, g);
-  const float vi =
-      __fadd_rn(__fmul_rn(s.beta2, *v), __fmul_rn(s.one_minus_beta2, gg));
-  const float denom = __fadd_rn(
-      __fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt), s.epsilon);
-  const float ratio = __fdiv_rn(mi, denom);
-  *p = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
-  *m = mi;
-  *v = vi;
-}
+constexpr int kUnroll = 4;
 
 __global__ void __launch_bounds__(kThreads)
     AdamWKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
@@ -39,55 +19,11 @@ __global__ void __launch_bounds__(kThreads)
                 __nv_bfloat16* __restrict__ p_bf16) {
   GridDependencyWait();
   const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
-  // Chunks c = blockIdx.x, + gridDim.x, …; within a chunk kUnroll groups
-  // of 4 consecutive elements per thread at a time (16-byte loads when the
-  // chunk is 4-aligned, as every chunk of the coppelius plane is), all
-  // loads issued before the arithmetic.
+  // Chunks c = blockIdx.x, + gridDim.x, …; within a chunk kUnroll elements
+  // per thread at a time, all loads issued before the arithmetic (more
+  // bytes in flight per thread, so fewer blocks reach full bandwidth).
   for (int c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     const AdamWChunk chunk = chunks[c];
-    if (((chunk.begin | chunk.count) & 3) == 0) {
-      const int groups = chunk.count / 4;
-      for (int base = 0; base < groups; base += kThreads * kUnroll) {
-        float4 pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int j = base + u * kThreads + threadIdx.x;
-          if (j < groups) {
-            const int64_t k = chunk.begin + 4 * static_cast<int64_t>(j);
-            pv[u] = *reinterpret_cast<const float4*>(p + k);
-            mv[u] = *reinterpret_cast<const float4*>(m + k);
-            vv[u] = *reinterpret_cast<const float4*>(v + k);
-            gv[u] = *reinterpret_cast<const float4*>(g + k);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int j = base + u * kThreads + threadIdx.x;
-          if (j >= groups) continue;
-          const int64_t k = chunk.begin + 4 * static_cast<int64_t>(j);
-          float* pe = &pv[u].x;
-          float* me = &mv[u].x;
-          float* ve = &vv[u].x;
-          const float* ge = &gv[u].x;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            AdamWElement(s, chunk.decayed != 0, ge[e], &pe[e], &me[e], &ve[e]);
-          }
-          *reinterpret_cast<float4*>(p + k) = pv[u];
-          *reinterpret_cast<float4*>(m + k) = mv[u];
-          *reinterpret_cast<float4*>(v + k) = vv[u];
-          if (chunk.decayed) {
-            __nv_bfloat162 lo = __floats2bfloat162_rn(pv[u].x, pv[u].y);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(pv[u].z, pv[u].w);
-            uint2 packed;
-            packed.x = *reinterpret_cast<uint32_t*>(&lo);
-            packed.y = *reinterpret_cast<uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(p_bf16 + k) = packed;
-          }
-        }
-      }
-      continue;
-    }
     for (int base = 0; base < chunk.count; base += kThreads * kUnroll) {
       float pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
 #pragma unroll
@@ -106,11 +42,23 @@ __global__ void __launch_bounds__(kThreads)
         const int i = base + u * kThreads + threadIdx.x;
         if (i >= chunk.count) continue;
         const int64_t k = chunk.begin + i;
-        AdamWElement(s, chunk.decayed != 0, gv[u], &pv[u], &mv[u], &vv[u]);
-        p[k] = pv[u];
-        m[k] = mv[u];
-        v[k] = vv[u];
-        if (chunk.decayed) p_bf16[k] = __float2bfloat16_rn(pv[u]);
+        float pi = pv[u];
+        const float gi = gv[u];
+        if (chunk.decayed) pi = __fmul_rn(pi, s.decay_factor);
+        const float mi = __fadd_rn(__fmul_rn(s.beta1, mv[u]),
+                                   __fmul_rn(s.one_minus_beta1, gi));
+        const float gg = __fmul_rn(gi, gi);
+        const float vi = __fadd_rn(__fmul_rn(s.beta2, vv[u]),
+                                   __fmul_rn(s.one_minus_beta2, gg));
+        const float denom =
+            __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt),
+                      s.epsilon);
+        const float ratio = __fdiv_rn(mi, denom);
+        pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
+        p[k] = pi;
+        m[k] = mi;
+        v[k] = vi;
+        if (chunk.decayed) p_bf16[k] = __float2bfloat16_rn(pi);
       }
     }
   }
