@@ -446,11 +446,15 @@ absl::Status CudaBackend::Init() {
 
   CUDA_RETURN_IF_ERROR(cudaSetDevice(0), "cudaSetDevice(0)");
   // Priorities: the forward/backward dX chain (main and attention streams)
-  // is the step's critical path; the weight-gradient work of the side
-  // stream one level below it (it only has to finish before its block's
-  // AdamW); the per-block AdamW (memory-bound, overlapped) yields SMs to
-  // both. Captured kernel nodes keep their stream's priority
-  // (the graph is instantiated with cudaGraphInstantiateFlagUseNodePriority).
+  // is the step's critical path. The side stream's weight-gradient work
+  // runs at the same priority by default: one level below measured slower
+  // on the H200 (2.822 against 2.785 ms/step, docs/PERFORMANCE.md run 8),
+  // since its products are issued at chosen points of the chain
+  // (kSideSchedules) and a lower priority only lets them straggle into
+  // later, busier ones. The per-block AdamW (memory-bound, overlapped)
+  // yields SMs to both (the main stream's priority measured slower).
+  // Captured kernel nodes keep their stream's priority (the graph is
+  // instantiated with cudaGraphInstantiateFlagUseNodePriority).
   int least_priority = 0, greatest_priority = 0;
   CUDA_RETURN_IF_ERROR(
       cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority),
