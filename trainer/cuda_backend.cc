@@ -49,6 +49,13 @@
 namespace coppelius {
 namespace {
 
+// Benchmark knobs (cuda_backend.h: SetSideSchedule, SetAdamWSchedule,
+// SetSidePriority, SetAdamWPriority, SetSkippedStepParts), read when the
+// backend is created (priorities) or the step graph captured (the rest).
+// None of them changes the numbers a step computes, except the ablation
+// mask. The defaults are the fastest combination measured on the H200
+// (docs/PERFORMANCE.md run 8).
+
 // Where a block's weight-gradient products are issued in its backward (see
 // BackwardPass): after the main stream has enqueued ...
 enum DwPoint {
@@ -58,11 +65,12 @@ enum DwPoint {
   kDwAfterDelta,         // ... the attention's D kernel (before dq, dk/dv)
   kDwAfterQkvDx,         // ... the qkv dX product
 };
-// Per schedule: the points of the down, gate|up, output and qkv dW.
+// The products a schedule places, in the order of kSideSchedules' columns.
+enum DwProduct { kDownDwSlot = 0, kGateUpDwSlot, kOutputDwSlot, kQkvDwSlot };
 constexpr DwPoint kSideSchedules[][4] = {
-    {kDwNow, kDwNow, kDwNow, kDwNow},
+    {kDwNow, kDwNow, kDwNow, kDwNow},  // 0: run 7 and before
     {kDwAfterSwiglu, kDwAfterGateUpDx, kDwNow, kDwNow},
-    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwNow},
+    {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwNow},  // 2: default
     {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwAfterQkvDx},
     {kDwAfterDelta, kDwAfterDelta, kDwAfterDelta, kDwAfterQkvDx},
     {kDwAfterSwiglu, kDwAfterGateUpDx, kDwAfterDelta, kDwNow},
@@ -70,26 +78,36 @@ constexpr DwPoint kSideSchedules[][4] = {
 constexpr int kNumSideSchedules =
     static_cast<int>(sizeof(kSideSchedules) / sizeof(kSideSchedules[0]));
 int g_side_schedule = 2;
-int SideSchedule() { return g_side_schedule; }
+
 // Where block l's update is issued: at the end of its backward, or at a
-// point of block l-1's (the main stream's work up to there done first).
+// point of block l-1's (after the main stream's work up to there).
 enum AdamWPoint {
-  kAdamWAtBlockEnd = 0,
+  kAdamWAtBlockEnd = 0,  // run 7 and before
   kAdamWAfterDelta,
   kAdamWAfterSwiglu,
-  kAdamWAfterGateUpDx,
+  kAdamWAfterGateUpDx,   // default
   kNumAdamWPoints,
 };
 int g_adamw_schedule = kAdamWAfterGateUpDx;
-// The side stream's priority (SetSidePriority): 0 one below the main
-// stream's, 1 the least, 2 the main stream's (default: measured fastest).
-int g_side_priority = 2;
-// The AdamW stream's (SetAdamWPriority): 0 the least (default), 1 one below
-// the main stream's, 2 the main stream's.
-int g_adamw_priority = 0;
-int AdamWSchedule() { return g_adamw_schedule; }
 
-// Benchmark ablation mask (SetSkippedStepParts, cuda_backend.h).
+// Stream priorities (SetSidePriority, SetAdamWPriority), relative to the
+// main stream's, which is the greatest (Init).
+enum PriorityMode { kBelowMain = 0, kLeast = 1, kSameAsMain = 2 };
+int g_side_priority = kSameAsMain;
+int g_adamw_priority = kLeast;
+int StreamPriority(int mode, int greatest, int least) {
+  // Priorities count down: `greatest` is the smallest number.
+  switch (mode) {
+    case kLeast:
+      return least;
+    case kSameAsMain:
+      return greatest;
+    default:
+      return std::min(greatest + 1, least);
+  }
+}
+
+// Ablation mask (benchmarks only).
 uint32_t g_skipped_step_parts = 0;
 bool Skip(uint32_t part) { return (g_skipped_step_parts & part) != 0; }
 
@@ -466,11 +484,8 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags(snapshot)");
-  // Priorities count down: greatest_priority is the smallest number.
   const int side_priority =
-      g_side_priority == 1   ? least_priority
-      : g_side_priority == 2 ? greatest_priority
-                             : std::min(greatest_priority + 1, least_priority);
+      StreamPriority(g_side_priority, greatest_priority, least_priority);
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking,
                                    side_priority),
@@ -493,10 +508,7 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithPriority(
           &adam_stream_, cudaStreamNonBlocking,
-          g_adamw_priority == 2   ? greatest_priority
-          : g_adamw_priority == 1 ? std::min(greatest_priority + 1,
-                                             least_priority)
-                                  : least_priority),
+          StreamPriority(g_adamw_priority, greatest_priority, least_priority)),
       "cudaStreamCreateWithPriority(adamw)");
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&adam_fork_event_, cudaEventDisableTiming),
@@ -857,11 +869,11 @@ absl::Status CudaBackend::BackwardPass() {
     return SideReadDone(&ln_scratch_ring_, ln_index);
   };
   // A block's weight-gradient products (side stream) are issued at points
-  // of the main stream's chain (kSideSchedules[SideSchedule()]): each waits
+  // of the main stream's chain (kSideSchedules[g_side_schedule]): each waits
   // for everything the main stream enqueued before its point, so a later
   // point moves the product's run next to later kernels of the chain. The
   // results do not depend on it (each product writes its own buffer).
-  const DwPoint* schedule = kSideSchedules[SideSchedule()];
+  const DwPoint* schedule = kSideSchedules[g_side_schedule];
   struct DwItem {
     CudaProduct product;
     const bf16* a;
@@ -888,7 +900,7 @@ absl::Status CudaBackend::BackwardPass() {
                       adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0);
   };
   auto reach_update = [&](AdamWPoint point) -> absl::Status {
-    if (pending_update < 0 || AdamWSchedule() != point) {
+    if (pending_update < 0 || g_adamw_schedule != point) {
       return absl::OkStatus();
     }
     const int l = pending_update;
@@ -914,7 +926,7 @@ absl::Status CudaBackend::BackwardPass() {
     }
     return absl::OkStatus();
   };
-  auto weight_gradient = [&](int slot, CudaProduct product, const bf16* a,
+  auto weight_gradient = [&](DwProduct slot, CudaProduct product, const bf16* a,
                              const bf16* b, float* d, SideRing* ring,
                              int index) -> absl::Status {
     queued.push_back({product, a, b, d, ring, index, schedule[slot]});
@@ -941,7 +953,7 @@ absl::Status CudaBackend::BackwardPass() {
   for (int l = L_ - 1; l >= 0; --l) {
     const BlockOffsets& o = offsets_.blocks[l];
     // MLP: x_next = xmid + down(a).
-    RETURN_IF_ERROR(weight_gradient(0, kDownDw, dresid16, a16_[l], G + o.down,
+    RETURN_IF_ERROR(weight_gradient(kDownDwSlot, kDownDw, dresid16, a16_[l], G + o.down,
                                     &dresid16_ring_, dresid16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(Mm(kDownDx, dresid16, p16_ + o.down, nullptr, da32_));
@@ -954,7 +966,7 @@ absl::Status CudaBackend::BackwardPass() {
     }
     RETURN_IF_ERROR(reach(kDwAfterSwiglu));
     RETURN_IF_ERROR(reach_update(kAdamWAfterSwiglu));
-    RETURN_IF_ERROR(weight_gradient(1, kGateUpDw, dgu16, h2_[l], G + o.gate,
+    RETURN_IF_ERROR(weight_gradient(kGateUpDwSlot, kGateUpDw, dgu16, h2_[l], G + o.gate,
                                     &dgu16_ring_, dgu16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(Mm(kGateUpDx, dgu16, p16_ + o.gate, nullptr, dh32_));
@@ -966,7 +978,7 @@ absl::Status CudaBackend::BackwardPass() {
                                   /*accumulate=*/true, &dresid16_index,
                                   &dresid16));
     // Attention: xmid = x + y · Woᵀ.
-    RETURN_IF_ERROR(weight_gradient(2, kOutputDw, dresid16, y16_[l],
+    RETURN_IF_ERROR(weight_gradient(kOutputDwSlot, kOutputDw, dresid16, y16_[l],
                                     G + o.output, &dresid16_ring_,
                                     dresid16_index));
     if (!Skip(kPartInputGradients)) {
@@ -999,7 +1011,7 @@ absl::Status CudaBackend::BackwardPass() {
           "AttentionBackwardQuery");
     }
     RETURN_IF_ERROR(JoinAttention());
-    RETURN_IF_ERROR(weight_gradient(3, kQkvDw, dqkv16, h1_[l], G + o.qkv,
+    RETURN_IF_ERROR(weight_gradient(kQkvDwSlot, kQkvDw, dqkv16, h1_[l], G + o.qkv,
                                     &dqkv16_ring_, dqkv16_index));
     if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(Mm(kQkvDx, dqkv16, p16_ + o.qkv, nullptr, dh32_));
@@ -1013,10 +1025,10 @@ absl::Status CudaBackend::BackwardPass() {
     // stream) and its weights are not read again this step: it is updated
     // on the AdamW stream once both streams are done with it, overlapping
     // the backward of the blocks below (at the point of block l-1's chain
-    // that AdamWSchedule() names; block 0's update is part of the tail).
+    // that g_adamw_schedule names; block 0's update is part of the tail).
     CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
                          "cudaEventRecord(side done)");
-    if (l == 0 || AdamWSchedule() == kAdamWAtBlockEnd) {
+    if (l == 0 || g_adamw_schedule == kAdamWAtBlockEnd) {
       RETURN_IF_ERROR(update_block(l));
     } else {
       pending_update = l;

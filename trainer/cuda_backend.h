@@ -101,12 +101,12 @@ bool SetSideSchedule(int schedule);
 // backward, 1 / 2 / 3 (the default) after block l-1's D kernel / SwiGLU
 // backward / gate|up dX. Same results. False if N is not a schedule.
 bool SetAdamWSchedule(int schedule);
-// For benchmarks (step_bench --side_priority=N), before the backend is
-// created: the side stream's priority, 0 one below the main stream's, 1 the
-// least, 2 (default) the main stream's. False if N is not one of them.
+// For benchmarks (step_bench --side_priority=N / --adamw_priority=N),
+// before the backend is created: the side / AdamW stream's priority, 0 one
+// level below the main stream's, 1 the least, 2 the main stream's (defaults:
+// 2 for the side stream, 1 for the AdamW stream). False if N is not one of
+// them.
 bool SetSidePriority(int mode);
-// The same for the AdamW stream (--adamw_priority=N): 0 (default) the
-// least, 1 one below the main stream's, 2 the main stream's.
 bool SetAdamWPriority(int mode);
 uint32_t SkippedStepParts();
 
