@@ -10,7 +10,7 @@
 //      --steps graph launches (after 20 warm-up steps), by host wall clock
 //      from the first enqueue to the last poll, and the median device time
 //      per step (device timestamps at the graph's first and last node).
-// Usage: step_bench [--config=coppelius] [--steps=300] [--kernels=1]
+// Usage: step_bench --help (flags below).
 // Inputs are random (never zeros); output is a table on stdout.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,8 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "trainer/backend.h"
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_products.h"
@@ -43,6 +44,23 @@
 #include "trainer/kernels/rope.h"
 #include "trainer/kernels/swiglu.h"
 #include "trainer/model_config.h"
+
+ABSL_FLAG(std::string, config, "coppelius", "model config of the backend run");
+ABSL_FLAG(int, steps, 300, "timed steps of the backend run (after 20 warm-up)");
+ABSL_FLAG(bool, kernels, true, "time each kernel and product first");
+ABSL_FLAG(bool, pdl, false, "programmatic dependent launch");
+ABSL_FLAG(int, adamw_blocks, 0,
+          "grid cap of the overlapped AdamW updates (0: one block per chunk)");
+ABSL_FLAG(int, side_schedule, -1,
+          "where the backward issues the dW products (-1: the default)");
+ABSL_FLAG(int, adamw_schedule, -1,
+          "where the backward issues the block updates (-1: the default)");
+ABSL_FLAG(int, side_priority, -1,
+          "side stream priority: 0 below main, 1 least, 2 main's (-1: default)");
+ABSL_FLAG(int, adamw_priority, -1,
+          "AdamW stream priority: 0 below main, 1 least, 2 main's (-1: default)");
+ABSL_FLAG(std::vector<std::string>, skip, {},
+          "ablation: parts left out of the step graph (results wrong)");
 
 namespace coppelius {
 namespace {
@@ -468,63 +486,62 @@ constexpr StepPartName kStepParts[] = {
 };
 
 int Main(int argc, char** argv) {
-  std::string config = "coppelius";
-  int steps = 300;
-  bool kernels = true;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--config=", 0) == 0) config = a.substr(9);
-    else if (a.rfind("--steps=", 0) == 0) steps = std::stoi(a.substr(8));
-    else if (a.rfind("--kernels=", 0) == 0) kernels = a.substr(10) != "0";
-    else if (a.rfind("--pdl=", 0) == 0) {
-      SetProgrammaticDependentLaunch(a.substr(6) != "0");
-    } else if (a.rfind("--adamw_blocks=", 0) == 0) {
-      SetAdamWOverlapBlocks(std::stoi(a.substr(15)));
-    } else if (a.rfind("--adamw_priority=", 0) == 0) {
-      if (!SetAdamWPriority(std::stoi(a.substr(17)))) {
-        std::fprintf(stderr, "step_bench: no AdamW priority %s\n", a.c_str() + 17);
-        return 2;
-      }
-    } else if (a.rfind("--side_priority=", 0) == 0) {
-      if (!SetSidePriority(std::stoi(a.substr(16)))) {
-        std::fprintf(stderr, "step_bench: no side priority %s\n", a.c_str() + 16);
-        return 2;
-      }
-    } else if (a.rfind("--adamw_schedule=", 0) == 0) {
-      if (!SetAdamWSchedule(std::stoi(a.substr(17)))) {
-        std::fprintf(stderr, "step_bench: no AdamW schedule %s\n", a.c_str() + 17);
-        return 2;
-      }
-    } else if (a.rfind("--side_schedule=", 0) == 0) {
-      if (!SetSideSchedule(std::stoi(a.substr(16)))) {
-        std::fprintf(stderr, "step_bench: no side schedule %s\n", a.c_str() + 16);
-        return 2;
-      }
-    } else if (a.rfind("--skip=", 0) == 0) {
-      uint32_t mask = 0;
-      for (absl::string_view name : absl::StrSplit(a.substr(7), ',')) {
-        const auto it = std::find_if(
-            std::begin(kStepParts), std::end(kStepParts),
-            [&](const StepPartName& p) { return name == p.name; });
-        if (it == std::end(kStepParts)) {
-          std::fprintf(stderr, "step_bench: --skip: unknown part '%s'\n",
-                       std::string(name).c_str());
-          return 2;
-        }
-        mask |= it->part;
-      }
-      SetSkippedStepParts(mask);
-    } else {
-      std::fprintf(stderr,
-                   "usage: step_bench [--config=NAME] [--steps=N] "
-                   "[--kernels=0|1] [--pdl=0|1] [--adamw_blocks=N] "
-                   "[--side_schedule=N] [--adamw_schedule=N] [--side_priority=N] [--adamw_priority=N] [--skip=PART,...]\n  PART (ablation: left out of the "
-                   "step graph, results wrong): dw normreduce adamw attnbwd "
-                   "attnfwd swiglu rope normfwd normrows dx fwdproducts ce "
-                   "logits\n");
+  absl::SetProgramUsageMessage(
+      "step_bench [--config=coppelius] [--steps=300] [--kernels=true] "
+      "[--pdl=false] [--adamw_blocks=N] [--side_schedule=N] "
+      "[--adamw_schedule=N] [--side_priority=N] [--adamw_priority=N] "
+      "[--skip=PART,...]\nKernel timings at the coppelius shapes, then "
+      "ms/step of the CUDA backend. --skip (ablation: the parts are left "
+      "out of the step graph, the results are wrong): dw normreduce adamw "
+      "attnbwd attnfwd swiglu rope normfwd normrows dx fwdproducts ce "
+      "logits.");
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "step_bench: unexpected argument %s\n", rest[1]);
+    return 2;
+  }
+  const std::string config = absl::GetFlag(FLAGS_config);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  const bool kernels = absl::GetFlag(FLAGS_kernels);
+  if (steps <= 0) {
+    std::fprintf(stderr, "step_bench: --steps must be positive\n");
+    return 2;
+  }
+  SetProgrammaticDependentLaunch(absl::GetFlag(FLAGS_pdl));
+  SetAdamWOverlapBlocks(absl::GetFlag(FLAGS_adamw_blocks));
+  struct Knob {
+    const char* flag;
+    int value;
+    bool (*set)(int);
+  };
+  const Knob knobs[] = {
+      {"--side_schedule", absl::GetFlag(FLAGS_side_schedule), SetSideSchedule},
+      {"--adamw_schedule", absl::GetFlag(FLAGS_adamw_schedule),
+       SetAdamWSchedule},
+      {"--side_priority", absl::GetFlag(FLAGS_side_priority), SetSidePriority},
+      {"--adamw_priority", absl::GetFlag(FLAGS_adamw_priority),
+       SetAdamWPriority},
+  };
+  for (const Knob& k : knobs) {
+    if (k.value >= 0 && !k.set(k.value)) {
+      std::fprintf(stderr, "step_bench: %s=%d is not one of the choices\n",
+                   k.flag, k.value);
       return 2;
     }
   }
+  uint32_t mask = 0;
+  for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
+    const auto it =
+        std::find_if(std::begin(kStepParts), std::end(kStepParts),
+                     [&](const StepPartName& p) { return name == p.name; });
+    if (it == std::end(kStepParts)) {
+      std::fprintf(stderr, "step_bench: --skip: unknown part '%s'\n",
+                   name.c_str());
+      return 2;
+    }
+    mask |= it->part;
+  }
+  SetSkippedStepParts(mask);
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
