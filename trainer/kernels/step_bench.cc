@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -95,9 +96,24 @@ struct Row {
 std::vector<Row> g_rows;
 std::vector<std::string> g_candidates;  // per product: us of each algo_index
 
-void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
+// Every device buffer of the kernel benchmarks, freed before the backend
+// benchmark runs (so that it finds the device as `train` does).
+std::vector<void*> g_allocations;
+
+void* DevAlloc(size_t bytes) {
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {  // a benchmark binary: nothing to recover
+    std::fprintf(stderr, "step_bench: cudaMalloc(%zu bytes): %s\n", bytes,
+                 cudaGetErrorString(e));
+    std::exit(1);
+  }
+  g_allocations.push_back(p);
+  return p;
+}
+
+void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
+  void* p = DevAlloc(bytes);
   std::normal_distribution<float> d(0.0f, 1.0f);
   if (bf16) {
     std::vector<__nv_bfloat16> h(bytes / 2);
@@ -173,7 +189,7 @@ int KernelBench() {
   if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return 1;
   const size_t ws_bytes = 32u << 20;
   void* ws = nullptr;
-  CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+  ws = DevAlloc(ws_bytes);
   // The backend's products (cuda_products.h), each with its pinned
   // candidate; C (the residual) and a bf16 D where the backend has them.
   for (const MatmulShape& s : CudaProductShapes(config)) {
@@ -214,11 +230,6 @@ int KernelBench() {
     g_candidates.push_back(s.name + " | pinned " + std::to_string(s.algo_index) +
                            ", best index " + std::to_string(best) + " (" +
                            std::to_string(best_ms * 1000).substr(0, 5) + " us) |" + line);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(c);
-    cudaFree(d);
-    cudaFree(d16);
   }
   {
     float* x = F(T * C);
@@ -259,7 +270,7 @@ int KernelBench() {
     cudaMemcpy(rope, rope_h.data(), rope_h.size() * 4, cudaMemcpyHostToDevice);
     void* scratch = nullptr;
     const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS);
-    CHECK_CUDA(cudaMalloc(&scratch, scratch_bytes));
+    scratch = static_cast<decltype(scratch)>(DevAlloc(scratch_bytes));
     CHECK_CUDA(cudaMemset(scratch, 0, scratch_bytes));
     const double causal_product = 2.0 * NH * T * (T + 1) / 2.0 * HS;
     g_rows.push_back({"attention fwd (fused, 1 kernel)", TimeIt([&] {
@@ -320,7 +331,7 @@ int KernelBench() {
     std::vector<uint32_t> tg(T);
     for (auto& t : tg) t = rng() % V;
     uint32_t* targets = nullptr;
-    CHECK_CUDA(cudaMalloc(&targets, T * 4));
+    targets = static_cast<decltype(targets)>(DevAlloc(T * 4));
     cudaMemcpy(targets, tg.data(), T * 4, cudaMemcpyHostToDevice);
     g_rows.push_back({"cross-entropy fwd+bwd", TimeIt([&] {
                         return CrossEntropyForwardBackward(logits, targets, T, V,
@@ -348,12 +359,12 @@ int KernelBench() {
       chunks.push_back({b, static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, N - b)), 1});
     }
     AdamWChunk* dchunks = nullptr;
-    CHECK_CUDA(cudaMalloc(&dchunks, chunks.size() * sizeof(AdamWChunk)));
+    dchunks = static_cast<decltype(dchunks)>(DevAlloc(chunks.size() * sizeof(AdamWChunk)));
     cudaMemcpy(dchunks, chunks.data(), chunks.size() * sizeof(AdamWChunk),
                cudaMemcpyHostToDevice);
     AdamWDeviceScalars s = {0.99997f, 0.9f, 0.1f, 0.95f, 0.05f, 3e-4f, 0.2f, 1e-8f};
     AdamWDeviceScalars* ds = nullptr;
-    CHECK_CUDA(cudaMalloc(&ds, sizeof(s)));
+    ds = static_cast<decltype(ds)>(DevAlloc(sizeof(s)));
     cudaMemcpy(ds, &s, sizeof(s), cudaMemcpyHostToDevice);
     g_rows.push_back({"adamw (57.7M params)", TimeIt([&] {
                         return AdamWUpdateChunks(dchunks, static_cast<int>(chunks.size()),
@@ -365,6 +376,8 @@ int KernelBench() {
   CHECK_CUDA(cudaDeviceSynchronize());
   cublasLtDestroy(lt);
   CHECK_CUDA(cudaStreamDestroy(g_stream));
+  for (void* p : g_allocations) CHECK_CUDA(cudaFree(p));
+  g_allocations.clear();
   return 0;
 }
 
