@@ -125,7 +125,8 @@ if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
   # AB_FLAGS="NAME=--flag=value[,--flag=value] ...": this build again with
   # those step_bench flags (e.g. blocks132=--adamw_blocks=132; a value may
   # hold commas: --skip=dw,adamw).
-  for spec in ${AB_FLAGS:-}; do variants+=("flags:$spec"); done
+  read -ra ab_specs <<< "${AB_FLAGS:-}"
+  for spec in "${ab_specs[@]}"; do variants+=("flags:$spec"); done
   for round in 1 2; do
     for variant in "${variants[@]}"; do
       case $variant in

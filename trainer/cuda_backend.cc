@@ -1034,6 +1034,13 @@ absl::Status CudaBackend::BackwardPass() {
       pending_update = l;
     }
   }
+  // Every schedule point lies inside a block (kSideSchedules, AdamWPoint),
+  // so each block's products and update were issued before its end.
+  if (!queued.empty() || pending_update >= 0) {
+    return absl::InternalError(
+        "cuda backend: a weight-gradient product or block update was left "
+        "unissued by the backward's schedule");
+  }
   // The embedding backward adds the gathered rows into dE, which the side
   // stream's tied product wrote at the start: wait for that product only
   // (the side stream's last block is joined after, see EnqueueStepBody).

@@ -72,8 +72,10 @@ bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]);
 
 // For benchmarks only (step_bench --skip=...): kinds of work that the step
 // graph leaves out when it is captured, to measure what each costs inside
-// the whole step (the ms/step saved). The numbers the backend then computes
-// are wrong; no other caller may set it. A bit mask of CudaStepPart.
+// the whole step (the ms/step saved). The forward of ForwardRecord / Final
+// leaves them out too; the final norm is never left out. The numbers the
+// backend then computes are wrong; no other caller may set it. A bit mask
+// of CudaStepPart.
 enum CudaStepPart : uint32_t {
   kPartWeightGradients = 1u << 0,   // side-stream dW products (incl. tied dE)
   kPartNormReduce = 1u << 1,        // LayerNorm weight/bias reductions
