@@ -49,12 +49,8 @@
 namespace coppelius {
 namespace {
 
-// Benchmark knobs (cuda_backend.h: SetSideSchedule, SetAdamWSchedule,
-// SetSidePriority, SetAdamWPriority, SetSkippedStepParts), read when the
-// backend is created (priorities) or the step graph captured (the rest).
-// None of them changes the numbers a step computes, except the ablation
-// mask. The defaults are the fastest combination measured on the H200
-// (docs/PERFORMANCE.md run 8).
+// The benchmark tuning (cuda_backend.h CudaStepTuning, SetCudaStepTuning).
+CudaStepTuning g_tuning;
 
 // Where a block's weight-gradient products are issued in its backward (see
 // BackwardPass): after the main stream has enqueued ...
@@ -77,7 +73,6 @@ constexpr DwPoint kSideSchedules[][4] = {
 };
 constexpr int kNumSideSchedules =
     static_cast<int>(sizeof(kSideSchedules) / sizeof(kSideSchedules[0]));
-int g_side_schedule = 2;
 
 // Where block l's update is issued: at the end of its backward, or at a
 // point of block l-1's (after the main stream's work up to there).
@@ -88,13 +83,16 @@ enum AdamWPoint {
   kAdamWAfterGateUpDx,   // default
   kNumAdamWPoints,
 };
-int g_adamw_schedule = kAdamWAfterGateUpDx;
 
-// Stream priorities (SetSidePriority, SetAdamWPriority), relative to the
-// main stream's, which is the greatest (Init).
+static_assert(CudaStepTuning().adamw_schedule == kAdamWAfterGateUpDx,
+              "cuda_backend.h documents this default");
+
+// Stream priorities (CudaStepTuning), relative to the main stream's, which
+// is the greatest (Init).
 enum PriorityMode { kBelowMain = 0, kLeast = 1, kSameAsMain = 2 };
-int g_side_priority = kSameAsMain;
-int g_adamw_priority = kLeast;
+static_assert(CudaStepTuning().side_priority == kSameAsMain &&
+                  CudaStepTuning().adamw_priority == kLeast,
+              "cuda_backend.h documents these defaults");
 int StreamPriority(int mode, int greatest, int least) {
   // Priorities count down: `greatest` is the smallest number.
   switch (mode) {
@@ -107,9 +105,8 @@ int StreamPriority(int mode, int greatest, int least) {
   }
 }
 
-// Ablation mask (benchmarks only).
-uint32_t g_skipped_step_parts = 0;
-bool Skip(uint32_t part) { return (g_skipped_step_parts & part) != 0; }
+// Ablation (benchmarks only).
+bool Skip(uint32_t part) { return (g_tuning.skipped_parts & part) != 0; }
 
 using bf16 = __nv_bfloat16;
 
@@ -485,7 +482,7 @@ absl::Status CudaBackend::Init() {
       cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags(snapshot)");
   const int side_priority =
-      StreamPriority(g_side_priority, greatest_priority, least_priority);
+      StreamPriority(g_tuning.side_priority, greatest_priority, least_priority);
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking,
                                    side_priority),
@@ -508,7 +505,7 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithPriority(
           &adam_stream_, cudaStreamNonBlocking,
-          StreamPriority(g_adamw_priority, greatest_priority, least_priority)),
+          StreamPriority(g_tuning.adamw_priority, greatest_priority, least_priority)),
       "cudaStreamCreateWithPriority(adamw)");
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&adam_fork_event_, cudaEventDisableTiming),
@@ -869,11 +866,11 @@ absl::Status CudaBackend::BackwardPass() {
     return SideReadDone(&ln_scratch_ring_, ln_index);
   };
   // A block's weight-gradient products (side stream) are issued at points
-  // of the main stream's chain (kSideSchedules[g_side_schedule]): each waits
+  // of the main stream's chain (kSideSchedules[side_schedule]): each waits
   // for everything the main stream enqueued before its point, so a later
   // point moves the product's run next to later kernels of the chain. The
   // results do not depend on it (each product writes its own buffer).
-  const DwPoint* schedule = kSideSchedules[g_side_schedule];
+  const DwPoint* schedule = kSideSchedules[g_tuning.side_schedule];
   struct DwItem {
     CudaProduct product;
     const bf16* a;
@@ -900,7 +897,7 @@ absl::Status CudaBackend::BackwardPass() {
                       adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0);
   };
   auto reach_update = [&](AdamWPoint point) -> absl::Status {
-    if (pending_update < 0 || g_adamw_schedule != point) {
+    if (pending_update < 0 || g_tuning.adamw_schedule != point) {
       return absl::OkStatus();
     }
     const int l = pending_update;
@@ -1025,10 +1022,10 @@ absl::Status CudaBackend::BackwardPass() {
     // stream) and its weights are not read again this step: it is updated
     // on the AdamW stream once both streams are done with it, overlapping
     // the backward of the blocks below (at the point of block l-1's chain
-    // that g_adamw_schedule names; block 0's update is part of the tail).
+    // that CudaStepTuning::adamw_schedule names; block 0's update is part of the tail).
     CUDA_RETURN_IF_ERROR(cudaEventRecord(side_done_event_, side_stream_),
                          "cudaEventRecord(side done)");
-    if (l == 0 || g_adamw_schedule == kAdamWAtBlockEnd) {
+    if (l == 0 || g_tuning.adamw_schedule == kAdamWAtBlockEnd) {
       RETURN_IF_ERROR(update_block(l));
     } else {
       pending_update = l;
@@ -1377,28 +1374,23 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 
 }  // namespace
 
-void SetSkippedStepParts(uint32_t mask) { g_skipped_step_parts = mask; }
-bool SetAdamWPriority(int mode) {
-  if (mode < 0 || mode > 2) return false;
-  g_adamw_priority = mode;
-  return true;
+absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
+  auto check = [](const char* field, int value, int choices) {
+    return value >= 0 && value < choices
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(
+                     absl::StrCat("CudaStepTuning.", field, " = ", value,
+                                  ": not in 0..", choices - 1));
+  };
+  RETURN_IF_ERROR(
+      check("side_schedule", tuning.side_schedule, kNumSideSchedules));
+  RETURN_IF_ERROR(
+      check("adamw_schedule", tuning.adamw_schedule, kNumAdamWPoints));
+  RETURN_IF_ERROR(check("side_priority", tuning.side_priority, 3));
+  RETURN_IF_ERROR(check("adamw_priority", tuning.adamw_priority, 3));
+  g_tuning = tuning;
+  return absl::OkStatus();
 }
-bool SetSidePriority(int mode) {
-  if (mode < 0 || mode > 2) return false;
-  g_side_priority = mode;
-  return true;
-}
-bool SetAdamWSchedule(int schedule) {
-  if (schedule < 0 || schedule >= kNumAdamWPoints) return false;
-  g_adamw_schedule = schedule;
-  return true;
-}
-bool SetSideSchedule(int schedule) {
-  if (schedule < 0 || schedule >= kNumSideSchedules) return false;
-  g_side_schedule = schedule;
-  return true;
-}
-uint32_t SkippedStepParts() { return g_skipped_step_parts; }
 
 bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]) {
   auto* cuda = dynamic_cast<CudaBackend*>(backend);

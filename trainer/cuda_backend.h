@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainer/backend.h"
 #include "trainer/model_config.h"
@@ -91,26 +92,32 @@ enum CudaStepPart : uint32_t {
   kPartCrossEntropy = 1u << 11,
   kPartLogitsProducts = 1u << 12,   // logits forward and dX
 };
-void SetSkippedStepParts(uint32_t mask);
-// For benchmarks (step_bench --side_schedule=N): where the backward issues
-// each block's weight-gradient products on the side stream (cuda_backend.cc
-// kSideSchedules; 0 issues each as soon as its input is ready; the default,
-// 2, the down, gate|up and output dW after the attention's D kernel). Same
-// results for every schedule. False if N is not a schedule.
-bool SetSideSchedule(int schedule);
-// For benchmarks (step_bench --adamw_schedule=N): where block l's AdamW
-// update is issued (cuda_backend.cc AdamWPoint): 0 at the end of its
-// backward, 1 / 2 / 3 (the default) after block l-1's D kernel / SwiGLU
-// backward / gate|up dX. Same results. False if N is not a schedule.
-bool SetAdamWSchedule(int schedule);
-// For benchmarks (step_bench --side_priority=N / --adamw_priority=N),
-// before the backend is created: the side / AdamW stream's priority, 0 one
-// level below the main stream's, 1 the least, 2 the main stream's (defaults:
-// 2 for the side stream, 1 for the AdamW stream). False if N is not one of
-// them.
-bool SetSidePriority(int mode);
-bool SetAdamWPriority(int mode);
-uint32_t SkippedStepParts();
+
+// For benchmarks only (step_bench's flags): how the step graph is built.
+// Priorities are read when the backend is created, the rest when the step
+// graph is captured. Only `skipped_parts` changes the numbers a step
+// computes. The defaults are the fastest combination measured on the H200
+// (docs/PERFORMANCE.md run 8).
+struct CudaStepTuning {
+  // Where the backward issues each block's weight-gradient products on the
+  // side stream (cuda_backend.cc kSideSchedules, 0..5): 0 each as soon as
+  // its input is ready; 2 the down, gate|up and output dW after the
+  // attention's D kernel.
+  int side_schedule = 2;
+  // Where block l's AdamW update is issued (cuda_backend.cc AdamWPoint):
+  // 0 at the end of its backward; 1 / 2 / 3 after block l-1's D kernel /
+  // SwiGLU backward / gate|up dX.
+  int adamw_schedule = 3;
+  // The side / AdamW stream's priority: 0 one level below the main
+  // stream's, 1 the least, 2 the main stream's.
+  int side_priority = 2;
+  int adamw_priority = 1;
+  // Ablation: a CudaStepPart mask.
+  uint32_t skipped_parts = 0;
+};
+// InvalidArgument naming the field when a value is not one of its choices
+// (nothing is changed then).
+absl::Status SetCudaStepTuning(const CudaStepTuning& tuning);
 
 }  // namespace coppelius
 

@@ -52,14 +52,14 @@ ABSL_FLAG(bool, kernels, true, "time each kernel and product first");
 ABSL_FLAG(bool, pdl, false, "programmatic dependent launch");
 ABSL_FLAG(int, adamw_blocks, 0,
           "grid cap of the overlapped AdamW updates (0: one block per chunk)");
-ABSL_FLAG(int, side_schedule, -1,
-          "where the backward issues the dW products (-1: the default)");
-ABSL_FLAG(int, adamw_schedule, -1,
-          "where the backward issues the block updates (-1: the default)");
-ABSL_FLAG(int, side_priority, -1,
-          "side stream priority: 0 below main, 1 least, 2 main's (-1: default)");
-ABSL_FLAG(int, adamw_priority, -1,
-          "AdamW stream priority: 0 below main, 1 least, 2 main's (-1: default)");
+ABSL_FLAG(int, side_schedule, coppelius::CudaStepTuning().side_schedule,
+          "where the backward issues the dW products (cuda_backend.h)");
+ABSL_FLAG(int, adamw_schedule, coppelius::CudaStepTuning().adamw_schedule,
+          "where the backward issues the block updates (cuda_backend.h)");
+ABSL_FLAG(int, side_priority, coppelius::CudaStepTuning().side_priority,
+          "side stream priority: 0 below main, 1 least, 2 main's");
+ABSL_FLAG(int, adamw_priority, coppelius::CudaStepTuning().adamw_priority,
+          "AdamW stream priority: 0 below main, 1 least, 2 main's");
 ABSL_FLAG(std::vector<std::string>, skip, {},
           "ablation: parts left out of the step graph (results wrong)");
 
@@ -522,27 +522,11 @@ int Main(int argc, char** argv) {
   }
   SetProgrammaticDependentLaunch(absl::GetFlag(FLAGS_pdl));
   SetAdamWOverlapBlocks(absl::GetFlag(FLAGS_adamw_blocks));
-  struct Knob {
-    const char* flag;
-    int value;
-    bool (*set)(int);
-  };
-  const Knob knobs[] = {
-      {"--side_schedule", absl::GetFlag(FLAGS_side_schedule), SetSideSchedule},
-      {"--adamw_schedule", absl::GetFlag(FLAGS_adamw_schedule),
-       SetAdamWSchedule},
-      {"--side_priority", absl::GetFlag(FLAGS_side_priority), SetSidePriority},
-      {"--adamw_priority", absl::GetFlag(FLAGS_adamw_priority),
-       SetAdamWPriority},
-  };
-  for (const Knob& k : knobs) {
-    if (k.value >= 0 && !k.set(k.value)) {
-      std::fprintf(stderr, "step_bench: %s=%d is not one of the choices\n",
-                   k.flag, k.value);
-      return 2;
-    }
-  }
-  uint32_t mask = 0;
+  CudaStepTuning tuning;
+  tuning.side_schedule = absl::GetFlag(FLAGS_side_schedule);
+  tuning.adamw_schedule = absl::GetFlag(FLAGS_adamw_schedule);
+  tuning.side_priority = absl::GetFlag(FLAGS_side_priority);
+  tuning.adamw_priority = absl::GetFlag(FLAGS_adamw_priority);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),
@@ -552,9 +536,12 @@ int Main(int argc, char** argv) {
                    name.c_str());
       return 2;
     }
-    mask |= it->part;
+    tuning.skipped_parts |= it->part;
   }
-  SetSkippedStepParts(mask);
+  if (const absl::Status s = SetCudaStepTuning(tuning); !s.ok()) {
+    std::fprintf(stderr, "step_bench: %s\n", s.ToString().c_str());
+    return 2;
+  }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
@@ -563,11 +550,11 @@ int Main(int argc, char** argv) {
       prop.name, prop.multiProcessorCount,
       ProgrammaticDependentLaunchEnabled() ? "on" : "off",
       AdamWOverlapBlocks());
-  if (SkippedStepParts() != 0) {
+  if (tuning.skipped_parts != 0) {
     std::printf(
         "ABLATION: step parts 0x%x left out of the step graph; the backend's "
         "numbers below are not a valid training run\n",
-        SkippedStepParts());
+        tuning.skipped_parts);
   }
   if (kernels) {
     if (KernelBench() != 0) return 1;
