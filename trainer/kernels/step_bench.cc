@@ -60,6 +60,9 @@ ABSL_FLAG(int, side_priority, coppelius::CudaStepTuning().side_priority,
           "side stream priority: 0 below main, 1 least, 2 main's");
 ABSL_FLAG(int, adamw_priority, coppelius::CudaStepTuning().adamw_priority,
           "AdamW stream priority: 0 below main, 1 least, 2 main's");
+ABSL_FLAG(int, context, 0,
+          "benchmark-only: run the backend with this context length T instead "
+          "of the config's (0: the config's)");
 ABSL_FLAG(std::vector<std::string>, skip, {},
           "ablation: parts left out of the step graph (results wrong)");
 
@@ -384,6 +387,10 @@ int KernelBench() {
 int BackendBench(const std::string& config_name, int steps) {
   auto config = ModelConfigByName(config_name);
   CHECK_OK(config.status());
+  if (const int context = absl::GetFlag(FLAGS_context); context > 0) {
+    config->T = context;
+    std::printf("context overridden: T = %d (not the config's)\n", context);
+  }
   const int64_t n = NumParameters(*config);
   std::vector<float> pmv(3 * n);
   CHECK_OK(InitializeImage(*config, 16, pmv.data()));
