@@ -112,6 +112,13 @@ struct CudaStepTuning {
   // stream's, 1 the least, 2 the main stream's.
   int side_priority = 2;
   int adamw_priority = 1;
+  // The forward's row-wise work (LayerNorm, the block products, RoPE,
+  // SwiGLU: everything between two attentions) on 1 (whole context) or 2
+  // row halves on two concurrent streams, joined before each attention.
+  // The halves' products are planned for T/2 rows and may use other
+  // cuBLASLt algorithms (other last bits; deterministic either way).
+  // 2 needs an even T (else 1 is used).
+  int row_split = 1;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };
