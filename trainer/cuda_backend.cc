@@ -711,16 +711,22 @@ absl::Status CudaBackend::Init() {
                        "cudaMallocHost(logit rows)");
 
   // Matmul plans.
-  const std::vector<MatmulShape> shapes = CudaProductShapes(config_);
+  std::vector<MatmulShape> shapes = CudaProductShapes(config_);
+  if (g_tuning.side_sms > 0) {
+    for (CudaProduct p : {kLogitsDw, kDownDw, kGateUpDw, kOutputDw, kQkvDw}) {
+      shapes[p].sm_count_target = g_tuning.side_sms;
+    }
+  }
   for (int p = 0; p < kNumCudaProducts; ++p) {
     RETURN_IF_ERROR(Plan(&plans_[p], shapes[p]));
   }
   if (T_ % 2 == 0) {
     ModelConfig half = config_;
     half.T = T_ / 2;
-    const std::vector<MatmulShape> half_shapes = CudaProductShapes(half);
+    std::vector<MatmulShape> half_shapes = CudaProductShapes(half);
     for (CudaProduct p :
          {kQkvForward, kOutputForward, kGateUpForward, kDownForward}) {
+      half_shapes[p].sm_count_target = g_tuning.row_split_sms;
       RETURN_IF_ERROR(Plan(&half_plans_[p], half_shapes[p]));
     }
   }
@@ -1474,6 +1480,10 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       check("adamw_schedule", tuning.adamw_schedule, kNumAdamWPoints));
   RETURN_IF_ERROR(check("side_priority", tuning.side_priority, 3));
   RETURN_IF_ERROR(check("adamw_priority", tuning.adamw_priority, 3));
+  if (tuning.row_split_sms < 0 || tuning.side_sms < 0) {
+    return absl::InvalidArgumentError(
+        "CudaStepTuning.row_split_sms / side_sms: negative");
+  }
   if (tuning.row_split != 1 && tuning.row_split != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaStepTuning.row_split = ", tuning.row_split, ": not 1 or 2"));

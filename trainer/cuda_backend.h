@@ -119,6 +119,12 @@ struct CudaStepTuning {
   // cuBLASLt algorithms (other last bits; deterministic either way).
   // 2 needs an even T (else 1 is used).
   int row_split = 1;
+  // > 0: cuBLASLt plans the halves' products (row_split 2) / the side
+  // stream's dW products for this many SMs (SM_COUNT_TARGET), as they run
+  // beside other streams' kernels; 0: for the whole device. Read when the
+  // backend is created.
+  int row_split_sms = 0;
+  int side_sms = 0;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

@@ -96,6 +96,14 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
       cublasLtMatmulDescSetAttribute(plan->op_desc_, CUBLASLT_MATMUL_DESC_TRANSB,
                                      &op_b, sizeof(op_b)),
       absl::StrCat(what, ": cublasLtMatmulDescSetAttribute(TRANSB)"));
+  if (s.sm_count_target > 0) {
+    const int32_t sms = s.sm_count_target;
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->op_desc_,
+                                       CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                       &sms, sizeof(sms)),
+        absl::StrCat(what, ": cublasLtMatmulDescSetAttribute(SM_COUNT_TARGET)"));
+  }
 
   // Column-major shapes of the stored matrices.
   // Our B stored row-major: [K, N] (plain) or [N, K] (trans_b), i.e.

@@ -61,6 +61,10 @@ struct MatmulShape {
   // candidates at start-up would not). InvalidArgument if the heuristic
   // returns fewer candidates.
   int algo_index = 0;
+  // > 0: cuBLASLt's heuristic plans for this many SMs
+  // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), for a product that runs beside
+  // work on other streams; 0: the whole device.
+  int sm_count_target = 0;
 };
 
 class MatmulPlan {
