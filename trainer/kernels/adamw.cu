@@ -10,24 +10,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 
-// kStreaming: P, M, V and G are loaded and P, M, V stored with the
-// evict-first cache hint (ld/st.global.cs): the update streams 1.7 GB per
-// step through the 50 MB L2 while the backward's kernels beside it reuse
-// their producers' outputs from L2. The bf16 copy is stored normally.
-template <bool kStreaming>
-__device__ __forceinline__ float Load(const float* x) {
-  return kStreaming ? __ldcs(x) : *x;
-}
-template <bool kStreaming>
-__device__ __forceinline__ void Store(float* x, float value) {
-  if (kStreaming) {
-    __stcs(x, value);
-  } else {
-    *x = value;
-  }
-}
-
-template <bool kStreaming>
 __global__ void __launch_bounds__(kThreads)
     AdamWKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
                 const AdamWDeviceScalars* __restrict__ table,
@@ -49,10 +31,10 @@ __global__ void __launch_bounds__(kThreads)
         const int i = base + u * kThreads + threadIdx.x;
         if (i < chunk.count) {
           const int64_t k = chunk.begin + i;
-          pv[u] = Load<kStreaming>(p + k);
-          mv[u] = Load<kStreaming>(m + k);
-          vv[u] = Load<kStreaming>(v + k);
-          gv[u] = Load<kStreaming>(g + k);
+          pv[u] = p[k];
+          mv[u] = m[k];
+          vv[u] = v[k];
+          gv[u] = g[k];
         }
       }
 #pragma unroll
@@ -73,9 +55,9 @@ __global__ void __launch_bounds__(kThreads)
                       s.epsilon);
         const float ratio = __fdiv_rn(mi, denom);
         pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
-        Store<kStreaming>(p + k, pi);
-        Store<kStreaming>(m + k, mi);
-        Store<kStreaming>(v + k, vi);
+        p[k] = pi;
+        m[k] = mi;
+        v[k] = vi;
         if (chunk.decayed) p_bf16[k] = __float2bfloat16_rn(pi);
       }
     }
@@ -104,25 +86,15 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
   const int blocks = max_blocks > 0 ? std::min(num_chunks, max_blocks)
                                     : num_chunks;
   if (blocks <= 0) return cudaSuccess;
-  if (AdamWCacheHints()) {
-    AdamWKernel<true><<<blocks, kThreads, 0, stream>>>(
-        chunks, num_chunks, scalars_table, step, fixed_step, p, m, v, g,
-        p_bf16);
-  } else {
-    AdamWKernel<false><<<blocks, kThreads, 0, stream>>>(
-        chunks, num_chunks, scalars_table, step, fixed_step, p, m, v, g,
-        p_bf16);
-  }
+  AdamWKernel<<<blocks, kThreads, 0, stream>>>(chunks, num_chunks,
+                                               scalars_table, step, fixed_step,
+                                               p, m, v, g, p_bf16);
   return cudaGetLastError();
 }
 
 namespace {
 int g_adamw_overlap_blocks = 0;
-bool g_adamw_cache_hints = false;
 }  // namespace
-
-bool AdamWCacheHints() { return g_adamw_cache_hints; }
-void SetAdamWCacheHints(bool evict_first) { g_adamw_cache_hints = evict_first; }
 
 int AdamWOverlapBlocks() { return g_adamw_overlap_blocks; }
 void SetAdamWOverlapBlocks(int max_blocks) {

@@ -66,10 +66,6 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
 // step graph is captured.
 int AdamWOverlapBlocks();
 void SetAdamWOverlapBlocks(int max_blocks);
-// For benchmarks: AdamWUpdateChunks with the evict-first cache hint on the
-// P/M/V/G traffic (default off). Same results.
-bool AdamWCacheHints();
-void SetAdamWCacheHints(bool evict_first);
 
 // out[i] = bf16(in[i]) for i < n.
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,

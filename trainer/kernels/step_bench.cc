@@ -66,8 +66,6 @@ ABSL_FLAG(int, row_split_sms, coppelius::CudaStepTuning().row_split_sms,
           "SM count target of the row halves' products (0: whole device)");
 ABSL_FLAG(int, side_sms, coppelius::CudaStepTuning().side_sms,
           "SM count target of the side stream's dW products (0: whole device)");
-ABSL_FLAG(bool, adamw_cache_hints, false,
-          "AdamW's P/M/V/G traffic with the evict-first cache hint");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -537,7 +535,6 @@ int Main(int argc, char** argv) {
   }
   SetProgrammaticDependentLaunch(absl::GetFlag(FLAGS_pdl));
   SetAdamWOverlapBlocks(absl::GetFlag(FLAGS_adamw_blocks));
-  SetAdamWCacheHints(absl::GetFlag(FLAGS_adamw_cache_hints));
   CudaStepTuning tuning;
   tuning.side_schedule = absl::GetFlag(FLAGS_side_schedule);
   tuning.adamw_schedule = absl::GetFlag(FLAGS_adamw_schedule);
