@@ -323,12 +323,6 @@ class CudaBackend final : public Backend {
   cudaStream_t attention_stream_ = nullptr;
   cudaEvent_t attention_fork_event_ = nullptr;
   cudaEvent_t attention_join_event_ = nullptr;
-  // The second row half's stream (CudaStepTuning::row_split), its cuBLASLt
-  // workspace and the forks/joins with the main stream.
-  cudaStream_t row_stream_ = nullptr;
-  cudaEvent_t row_fork_event_ = nullptr;
-  cudaEvent_t row_join_event_ = nullptr;
-  void* row_workspace_ = nullptr;
   float* rope_table_ = nullptr;
   uint64_t update_count_ = 0;
   bool loaded_ = false;
@@ -365,9 +359,6 @@ class CudaBackend final : public Backend {
   // Plans of the step's products (cuda_products.h; shapes only, pointers
   // are given per run), indexed by CudaProduct.
   std::unique_ptr<MatmulPlan> plans_[kNumCudaProducts];
-  // The row-wise products planned for T/2 rows (row_split 2; the others
-  // stay null).
-  std::unique_ptr<MatmulPlan> half_plans_[kNumCudaProducts];
 
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
@@ -416,9 +407,6 @@ CudaBackend::~CudaBackend() {
   if (attention_stream_ != nullptr) cudaStreamSynchronize(attention_stream_);
   if (attention_fork_event_ != nullptr) cudaEventDestroy(attention_fork_event_);
   if (attention_join_event_ != nullptr) cudaEventDestroy(attention_join_event_);
-  if (row_stream_ != nullptr) cudaStreamSynchronize(row_stream_);
-  if (row_fork_event_ != nullptr) cudaEventDestroy(row_fork_event_);
-  if (row_join_event_ != nullptr) cudaEventDestroy(row_join_event_);
   for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
                       &ln_scratch_ring_}) {
     for (cudaEvent_t e : r->read_done) cudaEventDestroy(e);
@@ -433,7 +421,6 @@ CudaBackend::~CudaBackend() {
   if (snapshot_done_ != nullptr) cudaEventDestroy(snapshot_done_);
   // Plans hold cuBLASLt descriptors: destroy them before the handle.
   for (std::unique_ptr<MatmulPlan>& p : plans_) p.reset();
-  for (std::unique_ptr<MatmulPlan>& p : half_plans_) p.reset();
   if (lt_ != nullptr) cublasLtDestroy(lt_);
   for (void* p : allocations_) cudaFree(p);
   if (snapshot_host_ != nullptr) cudaFreeHost(snapshot_host_);
@@ -444,7 +431,6 @@ CudaBackend::~CudaBackend() {
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (adam_stream_ != nullptr) cudaStreamDestroy(adam_stream_);
   if (attention_stream_ != nullptr) cudaStreamDestroy(attention_stream_);
-  if (row_stream_ != nullptr) cudaStreamDestroy(row_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -505,13 +491,8 @@ absl::Status CudaBackend::Init() {
       cudaStreamCreateWithPriority(&attention_stream_, cudaStreamNonBlocking,
                                    greatest_priority),
       "cudaStreamCreateWithPriority(attention)");
-  CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithPriority(&row_stream_, cudaStreamNonBlocking,
-                                   greatest_priority),
-      "cudaStreamCreateWithPriority(rows)");
   for (cudaEvent_t* e : {&attention_fork_event_, &attention_join_event_,
-                         &demb_done_event_, &row_fork_event_,
-                         &row_join_event_}) {
+                         &demb_done_event_}) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming),
                          "cudaEventCreateWithFlags(backward)");
   }
@@ -553,8 +534,6 @@ absl::Status CudaBackend::Init() {
     workspace_ = ws;
     RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt side workspace"));
     side_workspace_ = ws;
-    RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt rows workspace"));
-    row_workspace_ = ws;
   }
   RETURN_IF_ERROR(Alloc(&pmv_, 3 * N_, "P/M/V"));
   RETURN_IF_ERROR(Alloc(&grad_, N_, "gradients"));
@@ -720,16 +699,6 @@ absl::Status CudaBackend::Init() {
   for (int p = 0; p < kNumCudaProducts; ++p) {
     RETURN_IF_ERROR(Plan(&plans_[p], shapes[p]));
   }
-  if (T_ % 2 == 0) {
-    ModelConfig half = config_;
-    half.T = T_ / 2;
-    std::vector<MatmulShape> half_shapes = CudaProductShapes(half);
-    for (CudaProduct p :
-         {kQkvForward, kOutputForward, kGateUpForward, kDownForward}) {
-      half_shapes[p].sm_count_target = g_tuning.row_split_sms;
-      RETURN_IF_ERROR(Plan(&half_plans_[p], half_shapes[p]));
-    }
-  }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
                        "cudaStreamSynchronize(init)");
   NotePeakMemory();
@@ -803,107 +772,51 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
   CUDA_RETURN_IF_ERROR(
       EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
       "EmbeddingForward");
-  // The row-wise work between two attentions runs on row lanes: the whole
-  // context on the main stream, or (row_split 2) rows [0, T/2) on the main
-  // stream and [T/2, T) on row_stream_, each with its own cuBLASLt
-  // workspace, forked after an attention and joined before the next.
-  struct Lane {
-    int r0, n;
-    cudaStream_t stream;
-    void* workspace;
-    std::unique_ptr<MatmulPlan>* plans;
-  };
-  std::vector<Lane> lanes;
-  if (g_tuning.row_split == 2 && T % 2 == 0) {
-    lanes.push_back({0, T / 2, stream_, workspace_, half_plans_});
-    lanes.push_back({T / 2, T / 2, row_stream_, row_workspace_, half_plans_});
-  } else {
-    lanes.push_back({0, T, stream_, workspace_, plans_});
-  }
-  auto fork_lanes = [&]() -> absl::Status {
-    if (lanes.size() < 2) return absl::OkStatus();
-    return StreamWait(row_stream_, stream_, row_fork_event_, "rows fork");
-  };
-  auto join_lanes = [&]() -> absl::Status {
-    if (lanes.size() < 2) return absl::OkStatus();
-    return StreamWait(stream_, row_stream_, row_join_event_, "rows join");
-  };
-  auto mm = [&](const Lane& lane, CudaProduct p, const bf16* a, const bf16* b,
-                const float* c, float* d) -> absl::Status {
-    return lane.plans[p]->Run(a, b, c, d, lane.workspace, lane.stream);
-  };
-  // Block l up to its attention: LayerNorm, qkv product, RoPE.
-  auto before_attention = [&](int l, const Lane& lane) -> absl::Status {
+  for (int l = 0; l < L_; ++l) {
     const BlockOffsets& o = offsets_.blocks[l];
-    const int64_t r = lane.r0;
     if (!Skip(kPartNormForward)) {
       CUDA_RETURN_IF_ERROR(
-          LayerNormForward(x_[l] + r * C, P + o.attention_norm_weight,
-                           P + o.attention_norm_bias, lane.n, C, eps,
-                           h1_[l] + r * C, nullptr, mean1_[l] + r,
-                           rstd1_[l] + r, lane.stream),
+          LayerNormForward(x_[l], P + o.attention_norm_weight,
+                           P + o.attention_norm_bias, T, C, eps, h1_[l], nullptr,
+                           mean1_[l], rstd1_[l], stream_),
           "LayerNormForward(attention_norm)");
     }
     if (!Skip(kPartForwardProducts)) {
-      RETURN_IF_ERROR(mm(lane, kQkvForward, h1_[l] + r * C, p16_ + o.qkv,
-                         nullptr, qkv32_ + r * 3 * C));
+      RETURN_IF_ERROR(Mm(kQkvForward, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
     }
     if (!Skip(kPartRope)) {
       CUDA_RETURN_IF_ERROR(
-          RopeForwardRows(qkv32_, rope_table_, T, lane.r0, lane.n, NH, HS,
-                          qkv16_[l], lane.stream),
+          RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
           "RopeForward");
     }
-    return absl::OkStatus();
-  };
-  // Block l after its attention: output product (+ residual), LayerNorm,
-  // gate|up product, SwiGLU, down product (+ residual).
-  auto after_attention = [&](int l, const Lane& lane) -> absl::Status {
-    const BlockOffsets& o = offsets_.blocks[l];
-    const int64_t r = lane.r0;
-    if (!Skip(kPartForwardProducts)) {
-      RETURN_IF_ERROR(mm(lane, kOutputForward, y16_[l] + r * C,
-                         p16_ + o.output, x_[l] + r * C, xmid_[l] + r * C));
-    }
-    if (!Skip(kPartNormForward)) {
-      CUDA_RETURN_IF_ERROR(
-          LayerNormForward(xmid_[l] + r * C, P + o.mlp_norm_weight,
-                           P + o.mlp_norm_bias, lane.n, C, eps,
-                           h2_[l] + r * C, nullptr, mean2_[l] + r,
-                           rstd2_[l] + r, lane.stream),
-          "LayerNormForward(mlp_norm)");
-    }
-    if (!Skip(kPartForwardProducts)) {
-      RETURN_IF_ERROR(mm(lane, kGateUpForward, h2_[l] + r * C, p16_ + o.gate,
-                         nullptr, gu_[l] + r * 2 * H));
-    }
-    if (!Skip(kPartSwiglu)) {
-      CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l] + r * 2 * H, lane.n, H,
-                                         a16_[l] + r * H, lane.stream),
-                           "SwigluForward");
-    }
-    if (!Skip(kPartForwardProducts)) {
-      RETURN_IF_ERROR(mm(lane, kDownForward, a16_[l] + r * H, p16_ + o.down,
-                         xmid_[l] + r * C, x_[l + 1] + r * C));
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(fork_lanes());
-  for (const Lane& lane : lanes) RETURN_IF_ERROR(before_attention(0, lane));
-  RETURN_IF_ERROR(join_lanes());
-  for (int l = 0; l < L_; ++l) {
     if (!Skip(kPartAttentionForward)) {
       CUDA_RETURN_IF_ERROR(AttentionForward(qkv16_[l], T, NH, HS, y16_[l],
                                             stats_[l], attention_scratch_,
                                             stream_),
                            "AttentionForward");
     }
-    RETURN_IF_ERROR(fork_lanes());
-    for (const Lane& lane : lanes) {
-      RETURN_IF_ERROR(after_attention(l, lane));
-      if (l + 1 < L_) RETURN_IF_ERROR(before_attention(l + 1, lane));
+    if (!Skip(kPartForwardProducts)) {
+      RETURN_IF_ERROR(
+          Mm(kOutputForward, y16_[l], p16_ + o.output, x_[l], xmid_[l]));
     }
-    RETURN_IF_ERROR(join_lanes());
+    if (!Skip(kPartNormForward)) {
+      CUDA_RETURN_IF_ERROR(
+          LayerNormForward(xmid_[l], P + o.mlp_norm_weight, P + o.mlp_norm_bias,
+                           T, C, eps, h2_[l], nullptr, mean2_[l], rstd2_[l],
+                           stream_),
+          "LayerNormForward(mlp_norm)");
+    }
+    if (!Skip(kPartForwardProducts)) {
+      RETURN_IF_ERROR(Mm(kGateUpForward, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
+    }
+    if (!Skip(kPartSwiglu)) {
+      CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l], T, H, a16_[l], stream_),
+                           "SwigluForward");
+    }
+    if (!Skip(kPartForwardProducts)) {
+      RETURN_IF_ERROR(
+          Mm(kDownForward, a16_[l], p16_ + o.down, xmid_[l], x_[l + 1]));
+    }
   }
   CUDA_RETURN_IF_ERROR(
       LayerNormForward(x_[L_], P + offsets_.final_norm_weight,
@@ -1480,13 +1393,9 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       check("adamw_schedule", tuning.adamw_schedule, kNumAdamWPoints));
   RETURN_IF_ERROR(check("side_priority", tuning.side_priority, 3));
   RETURN_IF_ERROR(check("adamw_priority", tuning.adamw_priority, 3));
-  if (tuning.row_split_sms < 0 || tuning.side_sms < 0) {
-    return absl::InvalidArgumentError(
-        "CudaStepTuning.row_split_sms / side_sms: negative");
-  }
-  if (tuning.row_split != 1 && tuning.row_split != 2) {
+  if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CudaStepTuning.row_split = ", tuning.row_split, ": not 1 or 2"));
+        "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));
   }
   g_tuning = tuning;
   return absl::OkStatus();

@@ -112,18 +112,10 @@ struct CudaStepTuning {
   // stream's, 1 the least, 2 the main stream's.
   int side_priority = 2;
   int adamw_priority = 1;
-  // The forward's row-wise work (LayerNorm, the block products, RoPE,
-  // SwiGLU: everything between two attentions) on 1 (whole context) or 2
-  // row halves on two concurrent streams, joined before each attention.
-  // The halves' products are planned for T/2 rows and may use other
-  // cuBLASLt algorithms (other last bits; deterministic either way).
-  // 2 needs an even T (else 1 is used).
-  int row_split = 1;
-  // > 0: cuBLASLt plans the halves' products (row_split 2) / the side
-  // stream's dW products for this many SMs (SM_COUNT_TARGET), as they run
-  // beside other streams' kernels; 0: for the whole device. Read when the
-  // backend is created.
-  int row_split_sms = 0;
+  // > 0: cuBLASLt plans the side stream's dW products for this many SMs
+  // (SM_COUNT_TARGET), as they run beside the main stream's chain; 0: for
+  // the whole device. Read when the backend is created. Same results (the
+  // chosen algorithms do not split K).
   int side_sms = 0;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;

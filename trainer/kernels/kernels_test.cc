@@ -374,38 +374,6 @@ TEST(RopeTest, ForwardAgainstDouble) {
   EXPECT_EQ(RopeForward(nullptr, nullptr, 4, 2, 12, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
-// Rows in two parts (the backend's row split) give RopeForward's bits, and
-// a part writes only its own rows (the rest keep their poison).
-TEST(RopeTest, RowRangesMatchWholeContext) {
-  SKIP_WITHOUT_GPU();
-  const int T = 29, NH = 8, HS = 64, C = NH * HS, split = 13;
-  const auto in = RandomNormal(static_cast<size_t>(T) * 3 * C, 1.0f, &Rng());
-  const auto table = RopeTable(T, HS, 10000.0);
-  DeviceBuffer<float> din(in.size()), dtable(table.size());
-  din.Upload(in);
-  dtable.Upload(table);
-  Bf16Buffer whole(in.size()), parts(in.size());
-  ASSERT_EQ(RopeForward(din.get(), dtable.get(), T, NH, HS, AsBf16(whole),
-                        nullptr),
-            cudaSuccess);
-  const std::vector<uint16_t> poison(in.size(), 0x7fc1);  // a NaN
-  parts.Upload(poison);
-  ASSERT_EQ(RopeForwardRows(din.get(), dtable.get(), T, split, T - split, NH,
-                            HS, AsBf16(parts), nullptr),
-            cudaSuccess);
-  const auto upper = parts.Download();
-  for (size_t i = 0; i < static_cast<size_t>(split) * 3 * C; ++i) {
-    ASSERT_EQ(upper[i], 0x7fc1) << "row " << i / (3 * C) << " written";
-  }
-  ASSERT_EQ(RopeForwardRows(din.get(), dtable.get(), T, 0, split, NH, HS,
-                            AsBf16(parts), nullptr),
-            cudaSuccess);
-  EXPECT_EQ(parts.Download(), whole.Download());
-  EXPECT_EQ(RopeForwardRows(din.get(), dtable.get(), T, 20, 10, NH, HS,
-                            AsBf16(parts), nullptr),
-            cudaErrorInvalidValue);  // beyond T
-}
-
 // ------------------------------------------------------------- attention
 
 // Fused attention against the unfused formulation in double on the same bf16

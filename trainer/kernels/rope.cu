@@ -31,14 +31,14 @@ namespace {
 // multiple of 4) or 4 v columns — of row t = blockIdx.y, with 16-byte
 // loads. 32-bit index arithmetic.
 __global__ void RopeForwardKernel(const float* __restrict__ in,
-                           const float* __restrict__ table, int T, int row0,
-                           int NH, int HS, __nv_bfloat16* __restrict__ out) {
+                           const float* __restrict__ table, int T, int NH,
+                           int HS, __nv_bfloat16* __restrict__ out) {
   GridDependencyWait();
   const int C = NH * HS, half = HS / 2;
   const int qk_items = 2 * NH * (half / 4);
   const int item = blockIdx.x * blockDim.x + threadIdx.x;
   if (item >= qk_items + C / 4) return;
-  const int t = row0 + blockIdx.y;
+  const int t = blockIdx.y;
   const float* row = in + static_cast<int64_t>(t) * 3 * C;
   __nv_bfloat16* orow = out + static_cast<int64_t>(t) * 3 * C;
   if (item >= qk_items) {  // v: rounded only
@@ -67,22 +67,14 @@ __global__ void RopeForwardKernel(const float* __restrict__ in,
 
 }  // namespace
 
-cudaError_t RopeForwardRows(const float* qkv, const float* table, int T,
-                            int row0, int rows, int NH, int HS,
-                            __nv_bfloat16* out, cudaStream_t stream) {
-  if (HS % 8 != 0 || row0 < 0 || rows <= 0 || row0 + rows > T) {
-    return cudaErrorInvalidValue;
-  }
-  const int items = 2 * NH * (HS / 8) + NH * HS / 4;
-  const int threads = 128;
-  const dim3 grid((items + threads - 1) / threads, rows);
-  return LaunchKernel(RopeForwardKernel, grid, threads, 0, stream, qkv, table,
-                      T, row0, NH, HS, out);
-}
-
 cudaError_t RopeForward(const float* qkv, const float* table, int T, int NH,
                         int HS, __nv_bfloat16* out, cudaStream_t stream) {
-  return RopeForwardRows(qkv, table, T, 0, T, NH, HS, out, stream);
+  if (HS % 8 != 0) return cudaErrorInvalidValue;
+  const int items = 2 * NH * (HS / 8) + NH * HS / 4;
+  const int threads = 128;
+  const dim3 grid((items + threads - 1) / threads, T);
+  return LaunchKernel(RopeForwardKernel, grid, threads, 0, stream, qkv, table,
+                      T, NH, HS, out);
 }
 
 }  // namespace coppelius

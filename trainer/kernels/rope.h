@@ -36,14 +36,6 @@ std::vector<float> RopeTable(int T, int HS, double base);
 cudaError_t RopeForward(const float* qkv, const float* table, int T, int NH,
                         int HS, __nv_bfloat16* out, cudaStream_t stream);
 
-// The same for rows [row0, row0 + rows) only (positions row0.., the rows
-// of the same full [T, 3C] `qkv` and `out`), so that a context's rows can
-// be processed in parts on concurrent streams. cudaErrorInvalidValue
-// unless 0 <= row0 and 0 < rows and row0 + rows <= T.
-cudaError_t RopeForwardRows(const float* qkv, const float* table, int T,
-                            int row0, int rows, int NH, int HS,
-                            __nv_bfloat16* out, cudaStream_t stream);
-
 }  // namespace coppelius
 
 #endif  // COPPELIUS_TRAINER_KERNELS_ROPE_H_

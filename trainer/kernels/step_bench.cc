@@ -60,10 +60,6 @@ ABSL_FLAG(int, side_priority, coppelius::CudaStepTuning().side_priority,
           "side stream priority: 0 below main, 1 least, 2 main's");
 ABSL_FLAG(int, adamw_priority, coppelius::CudaStepTuning().adamw_priority,
           "AdamW stream priority: 0 below main, 1 least, 2 main's");
-ABSL_FLAG(int, row_split, coppelius::CudaStepTuning().row_split,
-          "forward row-wise work on 1 or 2 row halves (concurrent streams)");
-ABSL_FLAG(int, row_split_sms, coppelius::CudaStepTuning().row_split_sms,
-          "SM count target of the row halves' products (0: whole device)");
 ABSL_FLAG(int, side_sms, coppelius::CudaStepTuning().side_sms,
           "SM count target of the side stream's dW products (0: whole device)");
 ABSL_FLAG(int, context, 0,
@@ -540,8 +536,6 @@ int Main(int argc, char** argv) {
   tuning.adamw_schedule = absl::GetFlag(FLAGS_adamw_schedule);
   tuning.side_priority = absl::GetFlag(FLAGS_side_priority);
   tuning.adamw_priority = absl::GetFlag(FLAGS_adamw_priority);
-  tuning.row_split = absl::GetFlag(FLAGS_row_split);
-  tuning.row_split_sms = absl::GetFlag(FLAGS_row_split_sms);
   tuning.side_sms = absl::GetFlag(FLAGS_side_sms);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
