@@ -696,11 +696,6 @@ absl::Status CudaBackend::Init() {
       shapes[p].sm_count_target = g_tuning.side_sms;
     }
   }
-  if (g_tuning.dx_sms > 0) {
-    for (CudaProduct p : {kLogitsDx, kDownDx, kGateUpDx, kOutputDx, kQkvDx}) {
-      shapes[p].sm_count_target = g_tuning.dx_sms;
-    }
-  }
   for (int p = 0; p < kNumCudaProducts; ++p) {
     RETURN_IF_ERROR(Plan(&plans_[p], shapes[p]));
   }
@@ -1398,10 +1393,9 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       check("adamw_schedule", tuning.adamw_schedule, kNumAdamWPoints));
   RETURN_IF_ERROR(check("side_priority", tuning.side_priority, 3));
   RETURN_IF_ERROR(check("adamw_priority", tuning.adamw_priority, 3));
-  if (tuning.side_sms < 0 || tuning.dx_sms < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaStepTuning.side_sms = ", tuning.side_sms,
-                     ", dx_sms = ", tuning.dx_sms, ": negative"));
+  if (tuning.side_sms < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));
   }
   g_tuning = tuning;
   return absl::OkStatus();

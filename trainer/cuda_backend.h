@@ -117,9 +117,6 @@ struct CudaStepTuning {
   // the whole device. Read when the backend is created. Same results (the
   // chosen algorithms do not split K).
   int side_sms = 0;
-  // The same for the backward's dX products (main stream), which run
-  // beside the side stream's products and the AdamW updates.
-  int dx_sms = 0;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };
