@@ -691,6 +691,8 @@ absl::Status CudaBackend::Init() {
 
   // Matmul plans.
   std::vector<MatmulShape> shapes = CudaProductShapes(config_);
+  // The side stream's products, planned for part of the device
+  // (CudaStepTuning::side_sms): they run beside the dX chain.
   if (g_tuning.side_sms > 0) {
     for (CudaProduct p : {kLogitsDw, kDownDw, kGateUpDw, kOutputDw, kQkvDw}) {
       shapes[p].sm_count_target = g_tuning.side_sms;

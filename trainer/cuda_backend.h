@@ -112,11 +112,14 @@ struct CudaStepTuning {
   // stream's, 1 the least, 2 the main stream's.
   int side_priority = 2;
   int adamw_priority = 1;
-  // > 0: cuBLASLt plans the side stream's dW products for this many SMs
-  // (SM_COUNT_TARGET), as they run beside the main stream's chain; 0: for
-  // the whole device. Read when the backend is created. Same results (the
-  // chosen algorithms do not split K).
-  int side_sms = 0;
+  // > 0: cuBLASLt plans the side stream's dW products (and the tied dE
+  // product) for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), as
+  // they run beside the main stream's chain; 0: for the whole device. Read
+  // when the backend is created. The P/M/V digest was the same for every
+  // value measured (0, 22, 33, 44, 56, 66, 100). 44 (a third of the H200's 132 SMs) measured fastest:
+  // 2.735 against 2.771 ms/step for 0, 2.764 for 33, 2.750 for 56, 3.19
+  // for 22 (docs/PERFORMANCE.md run 9).
+  int side_sms = 44;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };
