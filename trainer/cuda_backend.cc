@@ -694,12 +694,10 @@ absl::Status CudaBackend::Init() {
   // The side stream's products, planned for part of the device
   // (CudaStepTuning::side_sms): they run beside the dX chain.
   if (g_tuning.side_sms > 0) {
-    for (CudaProduct p : {kDownDw, kGateUpDw, kOutputDw, kQkvDw}) {
+    for (CudaProduct p : {kLogitsDw, kDownDw, kGateUpDw, kOutputDw, kQkvDw}) {
       shapes[p].sm_count_target = g_tuning.side_sms;
     }
   }
-  shapes[kLogitsDw].sm_count_target =
-      g_tuning.tied_dw_sms >= 0 ? g_tuning.tied_dw_sms : g_tuning.side_sms;
   for (int p = 0; p < kNumCudaProducts; ++p) {
     RETURN_IF_ERROR(Plan(&plans_[p], shapes[p]));
   }
@@ -1397,10 +1395,9 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       check("adamw_schedule", tuning.adamw_schedule, kNumAdamWPoints));
   RETURN_IF_ERROR(check("side_priority", tuning.side_priority, 3));
   RETURN_IF_ERROR(check("adamw_priority", tuning.adamw_priority, 3));
-  if (tuning.side_sms < 0 || tuning.tied_dw_sms < -1) {
+  if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "CudaStepTuning.side_sms = ", tuning.side_sms, ", tied_dw_sms = ",
-        tuning.tied_dw_sms, ": out of range"));
+        "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));
   }
   g_tuning = tuning;
   return absl::OkStatus();

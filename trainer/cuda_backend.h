@@ -120,9 +120,6 @@ struct CudaStepTuning {
   // 2.735 against 2.771 ms/step for 0, 2.764 for 33, 2.750 for 56, 3.19
   // for 22 (docs/PERFORMANCE.md run 9).
   int side_sms = 44;
-  // The same for the tied dE product (logits dW, at the start of the
-  // backward); -1: side_sms.
-  int tied_dw_sms = -1;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

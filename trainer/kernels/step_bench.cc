@@ -62,8 +62,6 @@ ABSL_FLAG(int, adamw_priority, coppelius::CudaStepTuning().adamw_priority,
           "AdamW stream priority: 0 below main, 1 least, 2 main's");
 ABSL_FLAG(int, side_sms, coppelius::CudaStepTuning().side_sms,
           "SM count target of the side stream's dW products (0: whole device)");
-ABSL_FLAG(int, tied_dw_sms, coppelius::CudaStepTuning().tied_dw_sms,
-          "SM count target of the tied dE product (-1: --side_sms)");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -539,7 +537,6 @@ int Main(int argc, char** argv) {
   tuning.side_priority = absl::GetFlag(FLAGS_side_priority);
   tuning.adamw_priority = absl::GetFlag(FLAGS_adamw_priority);
   tuning.side_sms = absl::GetFlag(FLAGS_side_sms);
-  tuning.tied_dw_sms = absl::GetFlag(FLAGS_tied_dw_sms);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),
