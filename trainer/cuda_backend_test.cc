@@ -186,6 +186,32 @@ TEST(CudaBackendNoDeviceTest, FailedPreconditionWithoutDevice) {
       << backend.status();
 }
 
+// Runs everywhere (no device needed): SetCudaStepTuning validates every
+// field and names the bad one, leaving the tuning as it was.
+TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
+  const CudaStepTuning defaults;
+  struct Case {
+    const char* field;
+    CudaStepTuning tuning;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"side_schedule", defaults});
+  cases.back().tuning.side_schedule = 99;
+  cases.push_back({"adamw_priority", defaults});
+  cases.back().tuning.adamw_priority = -1;
+  cases.push_back({"side_sms", defaults});
+  cases.back().tuning.side_sms = -1;
+  for (const Case& c : cases) {
+    const absl::Status s = SetCudaStepTuning(c.tuning);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(s.message().find(c.field), absl::string_view::npos) << s;
+  }
+  CudaStepTuning fine = defaults;
+  fine.side_sms = 0;  // the whole device: allowed
+  EXPECT_TRUE(SetCudaStepTuning(fine).ok());
+  EXPECT_TRUE(SetCudaStepTuning(defaults).ok());
+}
+
 TEST(CudaBackendTest, TinyMatchesReferenceBackend) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
   CompareWithReference(*ModelConfigByName("tiny"));

@@ -60,6 +60,7 @@ struct MatmulCase {
   int batch;
   float alpha, beta;
   int algo_index = 0;  // MatmulShape::algo_index
+  int sm_count_target = 0;  // MatmulShape::sm_count_target
 };
 
 void RunMatmulCase(const MatmulCase& c) {
@@ -101,6 +102,7 @@ void RunMatmulCase(const MatmulCase& c) {
   s.alpha = c.alpha;
   s.beta = c.beta;
   s.algo_index = c.algo_index;
+  s.sm_count_target = c.sm_count_target;
   const size_t ws_bytes = 32u << 20;
   DeviceBuffer<char> ws(ws_bytes);
   auto plan = MatmulPlan::Create(lt, s, ws_bytes);
@@ -241,6 +243,18 @@ TEST(MatmulTest, NonDefaultCandidatesAgainstDoubleReference) {
     SCOPED_TRACE(testing::Message() << "algo_index=" << index);
     RunMatmulCase({false, true, 1024, 1000, 64, 1, 1.0f, 0.0f, index});
     RunMatmulCase({true, false, 1000, 128, 256, 1, 1.0f, 0.0f, index});
+  }
+}
+
+// The backend plans the side stream's dW products for part of the device
+// (CudaStepTuning::side_sms): the algorithms chosen for a smaller SM count
+// must compute the same product. The dW shapes (Aᵀ · B, K = the context).
+TEST(MatmulTest, SmCountTargetAgainstDoubleReference) {
+  SKIP_WITHOUT_GPU();
+  for (int sms : {44, 22, 1}) {
+    SCOPED_TRACE(testing::Message() << "sm_count_target=" << sms);
+    RunMatmulCase({true, false, 512, 384, 1024, 1, 1.0f, 0.0f, 0, sms});
+    RunMatmulCase({true, false, 200, 136, 72, 1, 1.0f, 0.0f, 0, sms});
   }
 }
 
