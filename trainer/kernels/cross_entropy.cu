@@ -1,5 +1,8 @@
 // File: trainer/kernels/cross_entropy.cu (see cross_entropy.h for the math).
 #include "trainer/kernels/cross_entropy.h"
+
+#include <cstdint>
+
 #include "trainer/kernels/launch.cuh"
 #include "trainer/kernels/reduce.cuh"
 
@@ -10,7 +13,15 @@ using kernels::BlockMax;
 using kernels::BlockSum;
 
 constexpr int kThreads = 512;
+constexpr int kSumUnroll = 8;
 
+// One block per row. The max (exact, any order) and the elementwise
+// gradient pass read the row 16 bytes per thread when kVec4 (V a multiple
+// of 4: rows 16-byte aligned); the sum of exponentials keeps one order —
+// thread i adds elements i, i + 512, i + 1024, … in turn, then BlockSum —
+// with its loads issued kSumUnroll at a time, so the loss and gradient
+// bits do not depend on kVec4.
+template <bool kVec4>
 __global__ void __launch_bounds__(kThreads)
     CrossEntropyKernel(const float* __restrict__ logits,
                        const uint32_t* __restrict__ targets, int V,
@@ -21,21 +32,53 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row = blockIdx.x;
   const float* l = logits + row * V;
   float m = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += kThreads) m = fmaxf(m, l[v]);
+  if (kVec4) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int v = threadIdx.x; v < V / 4; v += kThreads) {
+      const float4 x = l4[v];
+      m = fmaxf(fmaxf(m, fmaxf(x.x, x.y)), fmaxf(x.z, x.w));
+    }
+  } else {
+    for (int v = threadIdx.x; v < V; v += kThreads) m = fmaxf(m, l[v]);
+  }
   m = BlockMax(m, scratch);
   float sum = 0.0f;
-  for (int v = threadIdx.x; v < V; v += kThreads) sum += expf(l[v] - m);
+  int v = threadIdx.x;
+  for (; v + (kSumUnroll - 1) * kThreads < V; v += kSumUnroll * kThreads) {
+    float x[kSumUnroll];
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) x[u] = l[v + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) sum += expf(x[u] - m);
+  }
+  for (; v < V; v += kThreads) sum += expf(l[v] - m);
   sum = BlockSum(sum, scratch);
   const float lse = m + logf(sum);
   const uint32_t target = targets[row];
   if (threadIdx.x == 0) losses[row] = lse - l[target];
   if (dlogits == nullptr) return;
   __nv_bfloat16* d = dlogits + row * V;
-  for (int v = threadIdx.x; v < V; v += kThreads) {
-    const float p = expf(l[v] - lse);
-    const float g = (p - (static_cast<uint32_t>(v) == target ? 1.0f : 0.0f)) *
-                    grad_scale;
-    d[v] = __float2bfloat16_rn(g);
+  auto grad = [&](int i, float x) {
+    const float p = expf(x - lse);
+    return __float2bfloat16_rn(
+        (p - (static_cast<uint32_t>(i) == target ? 1.0f : 0.0f)) * grad_scale);
+  };
+  if (kVec4) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int i = threadIdx.x; i < V / 4; i += kThreads) {
+      const float4 x = l4[i];
+      __nv_bfloat162 lo, hi;
+      lo.x = grad(4 * i, x.x);
+      lo.y = grad(4 * i + 1, x.y);
+      hi.x = grad(4 * i + 2, x.z);
+      hi.y = grad(4 * i + 3, x.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(d + 4 * i) = packed;
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += kThreads) d[i] = grad(i, l[i]);
   }
 }
 
@@ -46,8 +89,16 @@ cudaError_t CrossEntropyForwardBackward(const float* logits,
                                         float grad_scale, float* losses,
                                         __nv_bfloat16* dlogits,
                                         cudaStream_t stream) {
-  return LaunchKernel(CrossEntropyKernel, T, kThreads, 0, stream, logits,
-                      targets, V, grad_scale, losses, dlogits);
+  const bool vec4 = V % 4 == 0 &&
+                    (reinterpret_cast<uintptr_t>(logits) & 15u) == 0 &&
+                    (dlogits == nullptr ||
+                     (reinterpret_cast<uintptr_t>(dlogits) & 7u) == 0);
+  if (vec4) {
+    return LaunchKernel(CrossEntropyKernel<true>, T, kThreads, 0, stream,
+                        logits, targets, V, grad_scale, losses, dlogits);
+  }
+  return LaunchKernel(CrossEntropyKernel<false>, T, kThreads, 0, stream,
+                      logits, targets, V, grad_scale, losses, dlogits);
 }
 
 }  // namespace coppelius
