@@ -2,17 +2,20 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -148,6 +151,34 @@ bool IsTemporaryName(absl::string_view basename, absl::string_view target) {
   return true;
 }
 
+namespace {
+
+// Whether temporary `name` ("….tmp.<pid>.<hex>", IsTemporaryName) belongs
+// to another process that is still running (or may be: kill(2) says
+// anything but "no such process"): its publication is in progress, so the
+// file is not stale. A temporary of this process is.
+bool HeldByAnotherLiveProcess(absl::string_view name) {
+  const size_t tmp = name.rfind(".tmp.");
+  if (tmp == absl::string_view::npos) return false;
+  absl::string_view rest = name.substr(tmp + 5);
+  const size_t dot = rest.find('.');
+  uint64_t pid = 0;
+  if (dot == absl::string_view::npos ||
+      !absl::SimpleAtoi(rest.substr(0, dot), &pid)) {
+    return false;
+  }
+  if (pid == static_cast<uint64_t>(getpid())) return false;
+  if (pid == 0 || pid > static_cast<uint64_t>(INT32_MAX)) return false;
+  // Called between readdir() calls, whose errors the caller reads from
+  // errno: leave it as it was.
+  const int saved_errno = errno;
+  const bool alive = kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+  errno = saved_errno;
+  return alive;
+}
+
+}  // namespace
+
 absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
                                           const std::string& history_dir,
                                           const FileOps* file_ops) {
@@ -157,7 +188,10 @@ absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
       int removed,
       CleanDirectory(
           DirName(path),
-          [&](absl::string_view name) { return IsTemporaryName(name, target); },
+          [&](absl::string_view name) {
+            return IsTemporaryName(name, target) &&
+                   !HeldByAnotherLiveProcess(name);
+          },
           ops));
   if (!history_dir.empty()) {
     ASSIGN_OR_RETURN(
@@ -168,7 +202,8 @@ absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
               const size_t pos = name.find(".ckpt.tmp.");
               if (pos == absl::string_view::npos) return false;
               absl::string_view target = name.substr(0, pos + 5);
-              return IsHistoryName(target) && IsTemporaryName(name, target);
+              return IsHistoryName(target) && IsTemporaryName(name, target) &&
+                     !HeldByAnotherLiveProcess(name);
             },
             ops));
     removed += history_removed;

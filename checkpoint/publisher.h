@@ -123,7 +123,10 @@ absl::Status PublishCheckpoint(const std::string& path,
 // Removes the temporaries of `path` ("<basename>.tmp.<digits>.<16 hex>" in
 // its directory) and, given `history_dir`, the temporary history links there
 // ("update-<digits>.ckpt.tmp.<digits>.<16 hex>"); returns how many were
-// removed. Called by PublishCheckpoint first; call it at the start of a run.
+// removed. The digits are the writer's pid: a temporary of another process
+// that is still running (kill(pid, 0) does not fail with ESRCH) is kept,
+// since its publication may be in progress. Called by PublishCheckpoint
+// first; call it at the start of a run.
 // A missing directory is NotFound.
 absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
                                           const std::string& history_dir = "",

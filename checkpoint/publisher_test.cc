@@ -178,25 +178,36 @@ TEST(IsTemporaryName, Pattern) {
 TEST_F(PublisherTest, CleanStaleTemporariesRemovesOnlyOurPattern) {
   const std::string history = dir_ + "/h";
   ASSERT_EQ(mkdir(history.c_str(), 0755), 0);
+  // The pid in a temporary's name: a process that has exited (stale), this
+  // process (stale), or a running process (in progress: kept).
+  const pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) _exit(0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string dead_pid = absl::StrCat(dead);
+  const std::string self_pid = absl::StrCat(getpid());
+  const std::string live_pid = absl::StrCat(getppid());
   const std::vector<std::string> stale = {
-      "model.ckpt.tmp.1.0123456789abcdef", "model.ckpt.tmp.99999.fedcba9876543210"};
-  const std::vector<std::string> keep = {"model.ckpt.tmp.x.0123456789abcdef",
-                                         "model.ckpt.tmp.1.0123",
-                                         "other.ckpt.tmp.1.0123456789abcdef",
-                                         "model.ckpt.bak"};
+      "model.ckpt.tmp." + dead_pid + ".0123456789abcdef",
+      "model.ckpt.tmp." + self_pid + ".fedcba9876543210"};
+  const std::vector<std::string> keep = {
+      "model.ckpt.tmp.x.0123456789abcdef", "model.ckpt.tmp.1.0123",
+      "other.ckpt.tmp.1.0123456789abcdef", "model.ckpt.bak",
+      "model.ckpt.tmp." + live_pid + ".00112233aabbccdd"};
   for (const std::string& n : stale) WriteBytes(dir_ + "/" + n, "junk");
   for (const std::string& n : keep) WriteBytes(dir_ + "/" + n, "keep");
-  WriteBytes(history + "/update-00000005.ckpt.tmp.3.0123456789abcdef", "j");
+  WriteBytes(history + "/update-00000005.ckpt.tmp." + dead_pid +
+                 ".0123456789abcdef",
+             "j");
   WriteBytes(history + "/update-00000005.ckpt", "keep");
   WriteBytes(history + "/notes.tmp.3.0123456789abcdef", "keep");
   absl::StatusOr<int> removed = CleanStaleTemporaries(path_, history);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(*removed, 3);
-  EXPECT_THAT(ListDir(dir_),
-              ElementsAre("h", "model.ckpt", "model.ckpt.bak",
-                          "model.ckpt.tmp.1.0123",
-                          "model.ckpt.tmp.x.0123456789abcdef",
-                          "other.ckpt.tmp.1.0123456789abcdef"));
+  std::vector<std::string> expected = {"h", "model.ckpt"};
+  expected.insert(expected.end(), keep.begin(), keep.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(ListDir(dir_), expected);
   EXPECT_THAT(ListDir(history), ElementsAre("notes.tmp.3.0123456789abcdef",
                                             "update-00000005.ckpt"));
   EXPECT_EQ(CleanStaleTemporaries(dir_ + "/nodir/x.ckpt").status().code(),

@@ -57,7 +57,24 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   if (path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " is required"));
   }
+  if (path == "-") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--%s=-: the run's outputs are files (published by rename, rewritten "
+        "in place); standard output cannot hold them",
+        flag));
+  }
   RETURN_IF_ERROR(CheckRegularFileOrAbsent(path, absl::StrCat("--", flag)));
+  // Checked now rather than at the first publication, many steps later.
+  const std::string dir = DirName(path);
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    const int err = errno;
+    const std::string message =
+        absl::StrFormat("--%s=%s: cannot create files in directory %s (%s)",
+                        flag, path, dir, std::strerror(err));
+    return err == ENOENT || err == ENOTDIR
+               ? absl::NotFoundError(message)
+               : absl::PermissionDeniedError(message);
+  }
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return absl::OkStatus();
   if (st.st_size == 0 || overwrite) return absl::OkStatus();
@@ -311,12 +328,20 @@ absl::Status RunTrain(const TrainOptions& options,
     RETURN_IF_ERROR(input.CheckIdentity(identity));
     c0 = input.update_count();
   }
-  RETURN_IF_ERROR(CheckHistory(options, config, c0));
 
   // --- The token stream: c0 + steps contexts, every used id < V.
   ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(options.tokens_path));
+  // c0 comes from a file: compare without forming c0 + steps, which a
+  // hostile update count (up to 2^64 − 1) would wrap.
+  const uint64_t contexts = cache.NumContexts(T);
+  if (c0 > contexts) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: holds %d contexts of %d tokens; the run would start at context "
+        "c0 = %d (update_count of %s), beyond the end",
+        options.tokens_path, contexts, T, c0, options.checkpoint_in));
+  }
   const uint64_t needed = c0 + static_cast<uint64_t>(steps);
-  if (cache.NumContexts(T) < needed) {
+  if (contexts - c0 < static_cast<uint64_t>(steps)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: holds %d tokens = %d contexts of %d; the run needs contexts "
         "%d..%d (c0 = %d from %s plus %d steps), i.e. at least %d tokens",
@@ -335,6 +360,9 @@ absl::Status RunTrain(const TrainOptions& options,
           options.tokens_path, index, 16 + 4 * index, ids[i], V, config.name));
     }
   }
+  // (After the token check: history names c0 + s are formed only for a
+  // c0 the cache holds.)
+  RETURN_IF_ERROR(CheckHistory(options, config, c0));
 
   // --- The backend: never chosen implicitly, no host fallback.
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,

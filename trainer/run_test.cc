@@ -1,0 +1,130 @@
+// Tests of RunTrain's refusals that need crafted inputs (trainer/run.h).
+#include "trainer/run.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "checkpoint/publisher.h"
+#include "checkpoint/test_util.h"
+#include "gtest/gtest.h"
+#include "tokencache/token_cache.h"
+#include "trainer/model_config.h"
+#include "trainer/run_identity.h"
+
+namespace coppelius {
+namespace {
+
+using checkpoint_testing::NewTempDir;
+using checkpoint_testing::WriteBytes;
+
+// A backend factory that must not be reached: the refusals come first.
+absl::StatusOr<std::unique_ptr<Backend>> NoBackend(const std::string&,
+                                                   const ModelConfig&) {
+  return absl::InternalError("backend requested");
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+class RunTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = NewTempDir();
+    config_ = *ModelConfigByName("tiny");
+    // Three contexts of T tokens (+ 1), ids < V.
+    auto writer =
+        TokenCacheWriter::Create(dir_ + "/t.tok", SourceStat{1, 1});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::vector<uint32_t> ids(3 * config_.T + 1);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
+    ASSERT_TRUE(writer->Append(ids).ok());
+    ASSERT_TRUE(writer->Commit().ok());
+    options_.config = "tiny";
+    options_.backend = "reference";
+    options_.tokens_path = dir_ + "/t.tok";
+    options_.checkpoint_out = dir_ + "/out.ckpt";
+    options_.result_path = dir_ + "/out.res";
+    options_.progress = false;
+  }
+  // A checkpoint of config tiny with a valid envelope and this update count.
+  std::string CheckpointWithUpdateCount(uint64_t update_count) {
+    const CheckpointIdentity identity = RunCheckpointIdentity(config_);
+    std::vector<char> payload(identity.payload_bytes, 0);
+    const std::string path = absl::StrCat(dir_, "/in-", update_count, ".ckpt");
+    const absl::Status s = PublishCheckpoint(path, identity, update_count,
+                                             payload.data(), payload.size(), {});
+    EXPECT_TRUE(s.ok()) << s;
+    return path;
+  }
+
+  std::string dir_;
+  ModelConfig config_;
+  TrainOptions options_;
+};
+
+// update_count comes from the file: c0 + steps must not wrap around (it
+// did, and the token range check passed: a segfault).
+TEST_F(RunTrainTest, UpdateCountBeyondTheCacheIsRefused) {
+  for (uint64_t c0 : {std::numeric_limits<uint64_t>::max(),
+                      std::numeric_limits<uint64_t>::max() - 7,
+                      uint64_t{1} << 63, uint64_t{4}}) {
+    SCOPED_TRACE(c0);
+    options_.checkpoint_in = CheckpointWithUpdateCount(c0);
+    std::ostringstream progress;
+    const absl::Status s = RunTrain(options_, NoBackend, progress);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("beyond the end"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("t.tok"), std::string::npos) << s;
+    EXPECT_FALSE(Exists(options_.checkpoint_out));
+    EXPECT_FALSE(Exists(options_.result_path));
+  }
+  // Inside the cache but too close to its end for the run's steps.
+  options_.checkpoint_in = CheckpointWithUpdateCount(2);
+  std::ostringstream progress;
+  const absl::Status s = RunTrain(options_, NoBackend, progress);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("needs contexts 2.."), std::string::npos) << s;
+}
+
+TEST_F(RunTrainTest, OutputsThatCannotBeWrittenAreRefusedUpFront) {
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  std::ostringstream progress;
+  TrainOptions o = options_;
+  o.checkpoint_out = "-";
+  absl::Status s = RunTrain(o, NoBackend, progress);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("--checkpoint-out=-"), std::string::npos) << s;
+  o = options_;
+  o.result_path = dir_ + "/missing/out.res";
+  s = RunTrain(o, NoBackend, progress);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
+  // A read-only directory (root may write anyway: then nothing to check).
+  const std::string ro = dir_ + "/ro";
+  ASSERT_EQ(mkdir(ro.c_str(), 0555), 0);
+  if (access(ro.c_str(), W_OK) != 0) {
+    o = options_;
+    o.checkpoint_out = ro + "/out.ckpt";
+    s = RunTrain(o, NoBackend, progress);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_NE(s.message().find("cannot create files in directory"),
+              std::string::npos)
+        << s;
+    EXPECT_FALSE(Exists(options_.result_path));
+  }
+}
+
+}  // namespace
+}  // namespace coppelius
