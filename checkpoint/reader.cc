@@ -65,7 +65,9 @@ uint64_t CheckpointReader::num_chunks() const {
 
 absl::StatusOr<CheckpointReader> CheckpointReader::Open(
     const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO with no writer would block open(); it is refused
+  // below as not a regular file (reads of regular files ignore the flag).
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "opening checkpoint", path);
   FdCloser closer{fd};
   struct stat st;

@@ -111,6 +111,15 @@ TEST_F(ReaderTest, RoundTrip) {
   EXPECT_TRUE(moved.VerifyPayload(2).ok());
 }
 
+// A FIFO (no writer) is refused at once: open() must not block on it.
+TEST_F(ReaderTest, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = dir_ + "/fifo.ckpt";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(fifo);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos);
+}
+
 TEST_F(ReaderTest, ZeroByteFileIsFresh) {
   const std::string p = Variant("");
   absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(p);

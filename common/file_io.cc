@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cerrno>
 #include <cstring>
@@ -36,7 +37,32 @@ absl::Status ErrnoStatus(int errno_value, absl::string_view what,
   }
 }
 
+namespace {
+// Set by ProtectStandardStreams for streams found closed.
+std::atomic<bool> g_stdin_closed{false};
+std::atomic<bool> g_stdout_closed{false};
+}  // namespace
+
+void ProtectStandardStreams() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    // open() returns the lowest free number: fd itself, since the lower
+    // ones are open (or were reopened by an earlier iteration).
+    const int null_fd = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (null_fd >= 0 && null_fd != fd) {
+      dup2(null_fd, fd);
+      close(null_fd);
+    }
+    if (fd == 0) g_stdin_closed = true;
+    if (fd == 1) g_stdout_closed = true;
+  }
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  if (path == "-" && g_stdin_closed) {
+    return absl::FailedPreconditionError(
+        "-: standard input is closed; expected data on it or a file path");
+  }
   int fd = path == "-" ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "opening", path);
   std::string out;
@@ -65,6 +91,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 absl::Status WriteAll(int fd, const void* data, size_t size,
                       absl::string_view path) {
+  if (fd == STDOUT_FILENO && g_stdout_closed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": standard output is closed; expected somewhere to write"));
+  }
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     ssize_t n = write(fd, p, size);

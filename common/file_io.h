@@ -26,6 +26,15 @@ namespace coppelius {
 absl::Status ErrnoStatus(int errno_value, absl::string_view what,
                          absl::string_view path);
 
+// For every binary's main(), before it opens any file: a standard stream
+// (fd 0, 1 or 2) that the caller closed (`prog <&-`) is reopened on
+// /dev/null, so that no file opened later takes its number and is read or
+// written as if it were that stream; ReadFile("-") then fails
+// (FailedPrecondition "standard input is closed") and so do WriteAll and
+// WriteFileAtomically("-") to fd 1, instead of reading nothing or writing
+// nowhere.
+void ProtectStandardStreams();
+
 // Reads the whole file (or stdin for "-") into a string.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 

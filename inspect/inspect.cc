@@ -45,7 +45,7 @@ struct FileProbe {
 };
 
 absl::StatusOr<FileProbe> Probe(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "opening", path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -69,7 +69,7 @@ absl::StatusOr<FileProbe> Probe(const std::string& path) {
 
 absl::StatusOr<std::string> PreadString(const std::string& path,
                                         uint64_t offset, size_t n) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "opening", path);
   std::string s(n, '\0');
   absl::Status st = PreadAll(fd, s.data(), n, offset, path);

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/command_line.h"
+#include "common/file_io.h"
 #include "inspect/inspect.h"
 
 ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
@@ -68,6 +69,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  coppelius::ProtectStandardStreams();
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   std::vector<char*> args =

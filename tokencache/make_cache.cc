@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "tokencache/token_cache.h"
@@ -48,6 +51,50 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
   absl::FPrintF(stderr, "\rmake-cache [%s%s] %6.1f/%.1f MB %5.1f MB/s ETA %3.0f s",
                 std::string(filled, '#'), std::string(width - filled, '.'), mb,
                 total / 1e6, rate, eta);
+}
+
+// Whether an openable cache's header could have been written for its ids:
+// a source modification time not after tomorrow (0 for stdin) and at least
+// one source byte per token. Text, checkpoints and result files fail it
+// (their first 8 bytes read as a time centuries ahead).
+bool LooksLikeTokenCache(const TokenCache& cache) {
+  const uint64_t tomorrow_ns =
+      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now() + absl::Hours(24)));
+  return cache.header().mtime_ns <= tomorrow_ns &&
+         cache.num_tokens() <= cache.header().size_bytes;
+}
+
+// Why a cache whose header matches its source must still be rebuilt ("" if
+// it need not): the vocabulary file changed after the cache was written, a
+// non-empty source with no tokens (a cache cut short), or an id the
+// vocabulary does not have.
+std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
+                        const Encoder& encoder, const std::string& vocab_path,
+                        const SourceStat& source) {
+  struct stat vocab_st;
+  if (stat(vocab_path.c_str(), &vocab_st) == 0) {
+    const auto ns = [](const struct timespec& t) {
+      return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+    };
+    if (ns(vocab_st.st_mtim) > ns(cache_st.st_mtim)) {
+      return absl::StrCat("the vocabulary ", vocab_path,
+                          " is newer than the cache");
+    }
+  }
+  if (source.size_bytes > 0 && cache.num_tokens() == 0) {
+    return absl::StrCat("it holds no tokens for ", source.size_bytes,
+                        " source bytes");
+  }
+  const uint32_t* ids = cache.tokens();
+  for (uint64_t i = 0; i < cache.num_tokens(); ++i) {
+    if (ids[i] >= encoder.vocab_size()) {
+      return absl::StrFormat("token %d (byte offset %d) is id %d, beyond the "
+                             "vocabulary's %d",
+                             i, kTokenCacheHeaderBytes + kTokenBytes * i,
+                             ids[i], encoder.vocab_size());
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -88,11 +135,39 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
     absl::StatusOr<SourceStat> stat = StatSource(options.source_path);
     if (!stat.ok()) return Annotate(stat.status(), "source");
     source_stat = *stat;
-    if (!to_stdout && !options.force &&
-        access(options.output_path.c_str(), F_OK) == 0) {
-      absl::StatusOr<TokenCache> existing =
-          TokenCache::Open(options.output_path);
-      if (existing.ok() && existing->header() == source_stat) {
+  }
+  // The vocabulary is loaded (and so checked) even when the cache turns out
+  // fresh: a cache is fresh only for a usable vocabulary.
+  absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
+  if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
+  const Encoder encoder(*std::move(vocabulary));
+
+  // An existing output: a cache of this source that is still fresh is kept;
+  // a file that is not a token cache is never replaced without --force.
+  struct stat out_st;
+  if (!to_stdout && !options.force &&
+      stat(options.output_path.c_str(), &out_st) == 0 && out_st.st_size > 0) {
+    absl::StatusOr<TokenCache> existing = TokenCache::Open(options.output_path);
+    std::string not_a_cache;
+    if (!existing.ok()) {
+      not_a_cache = std::string(existing.status().message());
+    } else if (!LooksLikeTokenCache(*existing)) {
+      not_a_cache = absl::StrFormat(
+          "its header (mtime %d ns, %d source bytes) cannot be a source's "
+          "with %d tokens",
+          existing->header().mtime_ns, existing->header().size_bytes,
+          existing->num_tokens());
+    }
+    if (!not_a_cache.empty()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "-o %s: exists and is not a token cache (%s); refusing to replace "
+          "it (--force replaces it)",
+          options.output_path, not_a_cache));
+    }
+    if (!from_stdin && existing->header() == source_stat) {
+      const std::string stale = StaleReason(*existing, out_st, encoder,
+                                            options.vocab_path, source_stat);
+      if (stale.empty()) {
         report->was_fresh = true;
         report->num_tokens = existing->num_tokens();
         report->source_bytes = source_stat.size_bytes;
@@ -107,12 +182,13 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
         }
         return absl::OkStatus();
       }
+      if (options.summary) {
+        absl::FPrintF(stderr, "make-cache: %s matches the source but %s; "
+                              "rebuilding\n",
+                      options.output_path, stale);
+      }
     }
   }
-
-  absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
-  if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
-  const Encoder encoder(*std::move(vocabulary));
 
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.source_path));
   if (from_stdin) {

@@ -144,6 +144,64 @@ def main():
             fail("the source was modified")
     print(f"ok: {len(cases)} bad inputs refused with one-line errors")
 
+    # 5. An existing output that is not a token cache is never replaced
+    #    without --force (text here; checkpoints and results alike).
+    victim = os.path.join(work, "victim.ckpt")
+    precious = b"CPPCKPT1 not a token cache, 32 bytes!!"[:32]
+    with open(victim, "wb") as f:
+        f.write(precious)
+    r = run(binary, [f"--vocab={vocab}", source, "-o", victim])
+    err = r.stderr.decode()
+    if r.returncode == 0 or "not a token cache" not in err or err.count("\n") != 1:
+        fail(f"a non-cache output should be refused in one line: {err!r}")
+    if open(victim, "rb").read() != precious:
+        fail("the refused output was modified")
+    r = run(binary, [f"--vocab={vocab}", source, "-o", victim, "--force"])
+    if r.returncode != 0 or parse_cache(open(victim, "rb").read())[2] != expected_ids:
+        fail(f"--force should replace it: {r.stderr.decode()}")
+    print("ok: a non-cache output is kept unless --force")
+
+    # 6. "Fresh" needs more than a matching header: a cache cut to its
+    #    header, an id beyond the vocabulary, or a vocabulary newer than the
+    #    cache all rebuild it.
+    def rebuilt(why):
+        r = run(binary, [f"--vocab={vocab}", source, "-o", out])
+        err = r.stderr.decode()
+        if r.returncode != 0 or "is fresh" in err:
+            fail(f"{why}: expected a rebuild, got {err!r}")
+        if parse_cache(open(out, "rb").read())[2] != expected_ids:
+            fail(f"{why}: the rebuilt ids differ")
+    st = os.stat(source)
+    good = open(out, "rb").read()
+    with open(out, "wb") as f:
+        f.write(good[:16])
+    os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    rebuilt("a cache cut to its header")
+    with open(out, "wb") as f:
+        f.write(good[:16 + 4 * 7] + (100000).to_bytes(4, "little") + good[16 + 4 * 8:])
+    rebuilt("an id beyond the vocabulary")
+    vocab_st = os.stat(vocab)
+    later = os.stat(out).st_mtime_ns + 10**9
+    os.utime(vocab, ns=(later, later))
+    rebuilt("a vocabulary newer than the cache")
+    # (The rebuilt cache may still be older than that future time: put the
+    # vocabulary's time back.)
+    os.utime(vocab, ns=(vocab_st.st_atime_ns, vocab_st.st_mtime_ns))
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out])
+    if r.returncode != 0 or "is fresh" not in r.stderr.decode():
+        fail(f"an untouched rebuilt cache should be fresh: {r.stderr.decode()}")
+    print("ok: truncated / out-of-range / older-than-vocabulary caches rebuilt")
+
+    # 7. A closed standard input is an error, not an empty cache.
+    r = subprocess.run([binary, f"--vocab={vocab}", "-", "-o", f"{work}/y.tok"],
+                       capture_output=True, preexec_fn=lambda: os.close(0))
+    err = r.stderr.decode()
+    if r.returncode == 0 or "standard input is closed" not in err:
+        fail(f"closed stdin: expected an error, got rc {r.returncode} {err!r}")
+    if os.path.exists(f"{work}/y.tok"):
+        fail("closed stdin left an output")
+    print("ok: closed stdin refused")
+
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
+#include "common/file_io.h"
 #include "tokencache/make_cache.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
@@ -32,6 +33,7 @@ constexpr char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
+  coppelius::ProtectStandardStreams();
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   std::vector<char*> args =

@@ -169,11 +169,22 @@ TEST(RunMakeCache, StaleCacheIsRebuilt) {
   EXPECT_EQ(ReadBytes(o.output_path), ExpectedCache("world", 1000000000005ULL, 5));
 }
 
-TEST(RunMakeCache, CorruptExistingCacheIsReplaced) {
+// A file that is not a token cache may be anything (a checkpoint, a
+// result): kept unless --force.
+TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {
   const std::string source = TestDir() + "/corrupt.txt";
   WriteFile(source, "ab");
   MakeCacheOptions o = Options(source, TestDir() + "/corrupt.tok");
-  WriteFile(o.output_path, "garbage!!");  // 9 bytes: not a cache
+  for (const std::string& bytes :
+       {std::string("garbage!!"),  // 9 bytes: not 16 + 4·N
+        std::string("this text is 24 bytes!!\n")}) {  // opens; a header from the future
+    WriteFile(o.output_path, bytes);
+    const absl::Status s = RunMakeCache(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("not a token cache"), std::string::npos) << s;
+    EXPECT_EQ(ReadBytes(o.output_path), bytes);
+  }
+  o.force = true;
   ASSERT_TRUE(RunMakeCache(o).ok());
   auto st = StatSource(source);
   EXPECT_EQ(ReadBytes(o.output_path), ExpectedCache("ab", st->mtime_ns, 2));

@@ -65,7 +65,9 @@ uint64_t NumContexts(uint64_t num_tokens, uint64_t context_tokens) {
 // TokenCache
 
 absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO with no writer would block open(); it is refused
+  // below as not a regular file (reads of regular files ignore the flag).
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "opening token cache", path);
   struct stat st;
   if (fstat(fd, &st) != 0) {

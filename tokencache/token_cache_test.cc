@@ -95,6 +95,15 @@ TEST(TokenCache, HeaderOnlyIsEmptyStream) {
   EXPECT_TRUE(cache->CheckIdRange(1).ok());
 }
 
+// A FIFO (no writer) is refused at once: open() must not block on it.
+TEST(TokenCache, FifoIsRefusedWithoutBlocking) {
+  const std::string path = absl::StrCat(TestDir(), "/fifo.tok");
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  absl::StatusOr<TokenCache> c = TokenCache::Open(path);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("not a regular file"), std::string::npos);
+}
+
 TEST(TokenCache, EmptyFileIsDataLoss) {
   std::string path = WriteTestFile("empty.tok", "");
   auto cache = TokenCache::Open(path);

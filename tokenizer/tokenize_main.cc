@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
+#include "common/file_io.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenize.h"
 
@@ -96,6 +97,7 @@ absl::Status Run(const std::vector<char*>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  coppelius::ProtectStandardStreams();
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   std::vector<char*> args =

@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/command_line.h"
+#include "common/file_io.h"
 #include "trainer/backends.h"
 #include "trainer/run.h"
 
@@ -33,6 +34,7 @@ ABSL_FLAG(int, crash_after_publications, 0,
           "testing only: SIGKILL the process after the Nth publication");
 
 int main(int argc, char** argv) {
+  coppelius::ProtectStandardStreams();
   absl::SetProgramUsageMessage(
       "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
       "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference] "
