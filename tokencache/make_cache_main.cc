@@ -11,7 +11,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
@@ -19,7 +21,9 @@
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
 ABSL_FLAG(std::string, o, "", "output token cache; - = stdout (required)");
-ABSL_FLAG(bool, force, false, "rebuild even when the cache is fresh");
+ABSL_FLAG(bool, force, false,
+          "rebuild even when the cache is fresh; replace an output that is "
+          "not a token cache");
 ABSL_FLAG(int, threads, 0, "encoder threads; 0 = all cores");
 
 namespace {
@@ -35,6 +39,15 @@ constexpr char kUsage[] =
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
   absl::SetProgramUsageMessage(kUsage);
+  // --help lists the flags of files whose name matches the program's; the
+  // binary is "make-cache" (also "make_cache"), its flags are in
+  // make_cache_main.cc.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "make_cache_main");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
