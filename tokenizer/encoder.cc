@@ -50,6 +50,36 @@ inline uint64_t Mix(uint64_t h) {
   return h;
 }
 
+// For each of `strings` (distinct), the index of the longest other string
+// that is a proper prefix of it, or Vocabulary::kNoRank. In sorted order the
+// strings that are prefixes of a string are prefixes of the one before it
+// too; a stack keeps those of the previous string, so besides the sort this
+// costs the common prefixes of neighbours (at most the total length).
+std::vector<uint32_t> LongestProperPrefixes(
+    const std::vector<absl::string_view>& strings) {
+  std::vector<uint32_t> order(strings.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return strings[a] < strings[b];
+  });
+  std::vector<uint32_t> longest(strings.size(), Vocabulary::kNoRank);
+  std::vector<uint32_t> stack;  // prefixes of `previous`, shortest first
+  absl::string_view previous;
+  for (uint32_t i : order) {
+    const absl::string_view s = strings[i];
+    const size_t limit = std::min(previous.size(), s.size());
+    size_t common = 0;
+    while (common < limit && previous[common] == s[common]) ++common;
+    while (!stack.empty() && strings[stack.back()].size() > common) {
+      stack.pop_back();
+    }
+    if (!stack.empty()) longest[i] = stack.back();
+    stack.push_back(i);
+    previous = s;
+  }
+  return longest;
+}
+
 }  // namespace
 
 // Key words: for n <= 16 the words read every byte (overlapping loads), so
@@ -112,15 +142,43 @@ Encoder::Encoder(Vocabulary vocabulary) : vocabulary_(std::move(vocabulary)) {
     token_slots_[i] = {key.w0, key.w1, static_cast<uint32_t>(t.size()), rank};
   }
   token_offsets_.push_back(static_cast<uint32_t>(token_bytes_.size()));
+  // Every split of a token into two tokens, without a lookup per prefix
+  // (that hashes the prefix: quadratic in the token's length, and tokens may
+  // be megabytes long). The prefixes of token t that are tokens are the
+  // chain longest_prefix[t], longest_prefix[longest_prefix[t]], ...; its
+  // suffixes that are tokens the same chain over the reversed tokens. A split
+  // pairs a prefix and a suffix whose lengths add up to |t|.
+  const std::string reversed_bytes(token_bytes_.rbegin(), token_bytes_.rend());
+  std::vector<absl::string_view> forward(n), backward(n);
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    forward[rank] = vocabulary_.token(rank);
+    backward[rank] = absl::string_view(reversed_bytes).substr(
+        reversed_bytes.size() - token_offsets_[rank + 1],
+        forward[rank].size());
+  }
+  const std::vector<uint32_t> longest_prefix = LongestProperPrefixes(forward);
+  const std::vector<uint32_t> longest_suffix = LongestProperPrefixes(backward);
   std::vector<PairSlot> pairs;
+  std::vector<uint32_t> suffixes;  // longest first
   for (uint32_t rank = 256; rank < n; ++rank) {
-    absl::string_view t = vocabulary_.token(rank);
-    for (size_t k = 1; k < t.size(); ++k) {
-      const uint32_t left = vocabulary_.Rank(t.substr(0, k));
-      if (left == kNoRank) continue;
-      const uint32_t right = vocabulary_.Rank(t.substr(k));
-      if (right == kNoRank) continue;
-      pairs.push_back({PairKey(left, right), rank});
+    const size_t length = forward[rank].size();
+    suffixes.clear();
+    for (uint32_t s = longest_suffix[rank]; s != kNoRank;
+         s = longest_suffix[s]) {
+      suffixes.push_back(s);
+    }
+    // Prefixes longest first need suffixes shortest first.
+    auto right = suffixes.rbegin();
+    for (uint32_t left = longest_prefix[rank];
+         left != kNoRank && right != suffixes.rend();
+         left = longest_prefix[left]) {
+      const size_t want = length - forward[left].size();
+      while (right != suffixes.rend() && forward[*right].size() < want) {
+        ++right;
+      }
+      if (right != suffixes.rend() && forward[*right].size() == want) {
+        pairs.push_back({PairKey(left, *right), rank});
+      }
     }
   }
   size_t pair_slots = 16;

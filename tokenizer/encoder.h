@@ -19,7 +19,8 @@
 //
 // Speed (docs/PERFORMANCE.md "Tokenizer"): token and pair lookups are
 // open-addressing tables; BPE results of non-token pieces are memoized in a
-// per-thread PieceCache.
+// per-thread PieceCache. Construction sorts the tokens and is otherwise
+// linear in their total length, whatever the length of each token.
 //
 // Thread safety: an Encoder is immutable after construction; all methods are
 // const and may be called concurrently.

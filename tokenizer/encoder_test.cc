@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -206,6 +207,62 @@ TEST(Encoder, LongRunsAreNotQuadratic) {
         << "char " << int(c) << ": 256 KiB " << t_small << " s, 1 MiB "
         << t_large << " s";
   }
+}
+
+// Many tokens split several ways (every prefix and suffix chain of tokens
+// over {a, b}): the (left, right) -> rank table must give what tiktoken's
+// lookup of the concatenated bytes gives.
+TEST(Encoder, MatchesReferenceWithNestedTokens) {
+  std::mt19937 rng(11);
+  std::vector<std::string> merged;
+  absl::flat_hash_set<std::string> seen;
+  while (merged.size() < 400) {
+    std::string t;
+    const size_t n = 2 + rng() % 11;
+    for (size_t i = 0; i < n; ++i) t += "ab"[rng() % 2];
+    if (seen.insert(t).second) merged.push_back(t);
+  }
+  Vocabulary v = MakeVocabulary(merged);
+  Encoder e(v);
+  for (int iter = 0; iter < 2000; ++iter) {
+    const size_t n = 1 + rng() % (iter % 10 == 0 ? 400 : 60);
+    std::string piece;
+    for (size_t i = 0; i < n; ++i) piece += "ab"[rng() % 2];
+    ASSERT_EQ(EncodePiece(e, piece), ReferenceBpe(v, piece)) << piece;
+  }
+}
+
+double SecondsToBuild(const Vocabulary& v) {
+  double best = 1e9;
+  for (int rep = 0; rep < 2; ++rep) {
+    Vocabulary copy = v;
+    auto t0 = std::chrono::steady_clock::now();
+    Encoder e(std::move(copy));
+    auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
+// A valid vocabulary may hold a token of megabytes: building the encoder
+// must not look up every prefix of it (a 1 MB token took 20 s). 4x the
+// token may take at most ~8x the time (linear: 4x, quadratic: 16x).
+TEST(Encoder, LongTokenBuildIsNotQuadratic) {
+  std::vector<std::string> merged;
+  for (int len = 2; len <= 64; len *= 2) merged.push_back(std::string(len, 'a'));
+  std::vector<std::string> small = merged, large = merged;
+  small.push_back(std::string(1 << 18, 'a'));
+  large.push_back(std::string(1 << 20, 'a'));
+  Vocabulary v_small = MakeVocabulary(small);
+  Vocabulary v_large = MakeVocabulary(large);
+  const double t_small = SecondsToBuild(v_small);
+  const double t_large = SecondsToBuild(v_large);
+  EXPECT_LT(t_large, 8 * t_small + 0.05)
+      << "256 KiB token " << t_small << " s, 1 MiB token " << t_large << " s";
+  Encoder e(v_large);
+  EXPECT_THAT(EncodePiece(e, large.back()), ElementsAre(256 + 6));
+  // "aaaa" = "aa" + "aa" merges (rank 257), never the long token.
+  EXPECT_THAT(EncodePiece(e, "aaaaa"), ElementsAre(257, 'a'));
 }
 
 }  // namespace
