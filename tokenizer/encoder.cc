@@ -455,20 +455,7 @@ void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
 
 absl::Status Encoder::Decode(absl::Span<const uint32_t> ids,
                              std::string* bytes) const {
-  const uint32_t n = vocabulary_.num_ranks();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const uint32_t id = ids[i];
-    if (id < n) {
-      bytes->append(vocabulary_.token(id).data(), vocabulary_.token(id).size());
-    } else if (id == n) {
-      bytes->append(Vocabulary::kEndOfText.data(),
-                    Vocabulary::kEndOfText.size());
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "id ", id, " at position ", i, " is out of range [0, ", n + 1, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return vocabulary_.Decode(ids, bytes);
 }
 
 }  // namespace coppelius

@@ -90,6 +90,7 @@ class Encoder {
   // Appends the bytes of `ids` to `bytes`; the special id decodes to
   // "<|endoftext|>". InvalidArgument "id X at position I is out of range
   // [0, V)" for an id >= V. Decode(Encode(b)) == b for every byte string b.
+  // Same as vocabulary().Decode.
   absl::Status Decode(absl::Span<const uint32_t> ids, std::string* bytes) const;
 
  private:

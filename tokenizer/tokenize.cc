@@ -154,13 +154,14 @@ absl::Status RunDecode(const DecodeOptions& options) {
   RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.output_path,
                                           options.input_path,
                                           options.vocab_path));
+  // Decoding only concatenates token bytes: no Encoder (BPE tables) needed.
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
-  Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
   ASSIGN_OR_RETURN(std::vector<uint32_t> ids,
                    ParseIds(data, options.format, options.input_path));
   std::string bytes;
-  RETURN_IF_ERROR(Annotate(encoder.Decode(ids, &bytes), options.input_path));
+  RETURN_IF_ERROR(
+      Annotate(vocabulary.Decode(ids, &bytes), options.input_path));
   return Annotate(WriteFileAtomically(options.output_path, bytes),
                   absl::StrCat("writing bytes to ", options.output_path));
 }

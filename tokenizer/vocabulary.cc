@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 
@@ -259,6 +260,23 @@ absl::StatusOr<Vocabulary> Vocabulary::Load(const std::string& path,
                                             int expected_vocab_size) {
   ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
   return Parse(contents, path, expected_vocab_size);
+}
+
+absl::Status Vocabulary::Decode(absl::Span<const uint32_t> ids,
+                                std::string* bytes) const {
+  const uint32_t n = num_ranks();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t id = ids[i];
+    if (id < n) {
+      bytes->append(tokens_[id]);
+    } else if (id == n) {
+      bytes->append(kEndOfText.data(), kEndOfText.size());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "id ", id, " at position ", i, " is out of range [0, ", n + 1, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string Vocabulary::Serialize() const {

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace coppelius {
 
@@ -69,6 +70,11 @@ class Vocabulary {
   // Bytes of rank `rank` (precondition: rank < N).
   absl::string_view token(uint32_t rank) const { return tokens_[rank]; }
   const std::vector<std::string>& tokens() const { return tokens_; }
+
+  // Appends the bytes of `ids` to `bytes`; id N decodes to "<|endoftext|>".
+  // InvalidArgument "id X at position I is out of range [0, V)" for an
+  // id >= V. (Decoding needs no Encoder.)
+  absl::Status Decode(absl::Span<const uint32_t> ids, std::string* bytes) const;
 
   // Rank of the token with exactly these bytes, or kNoRank.
   uint32_t Rank(absl::string_view bytes) const {

@@ -166,6 +166,21 @@ TEST(Vocabulary, MutatedFilesFailCleanly) {
   EXPECT_LT(accepted, 300);
 }
 
+TEST(Vocabulary, DecodeKnownBytesAndOutOfRangeId) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+  tokens.push_back(" the");  // 256; <|endoftext|> is 257
+  auto v = Vocabulary::FromTokens(tokens);
+  ASSERT_TRUE(v.ok()) << v.status();
+  std::string out;
+  ASSERT_TRUE(v->Decode({'a', 256, 257, 0}, &out).ok());
+  EXPECT_EQ(out, std::string("a the<|endoftext|>\0", 19));
+  absl::Status s = v->Decode({1, 258}, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("id 258 at position 1 is out of range [0, 258)"));
+}
+
 TEST(Vocabulary, LoadMissingFile) {
   auto v = Vocabulary::Load("/nonexistent/v.tiktoken");
   EXPECT_EQ(v.status().code(), absl::StatusCode::kNotFound);
