@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <queue>
+#include <system_error>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -309,8 +310,13 @@ absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
                                            int vocab_size, int threads,
                                            bool progress) {
   RETURN_IF_ERROR(CheckVocabSize(vocab_size));
+  if (threads > kMaxThreadCount) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "threads %d: expected at most %d (0 = all cores)", threads,
+        kMaxThreadCount));
+  }
   const Clock::time_point start = Clock::now();
-  threads = ResolveThreadCount(threads);
+  threads = std::min(ResolveThreadCount(threads), kMaxThreadCount);
 
   // Work items: (segment, begin, stop), cut at safe piece boundaries.
   struct Chunk {
@@ -351,9 +357,21 @@ absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
   };
   {
     std::vector<std::thread> workers;
-    for (int t = 1; t < threads; ++t) workers.emplace_back(count_worker, t);
-    count_worker(0);
+    absl::Status started = absl::OkStatus();
+    for (int t = 1; t < threads; ++t) {
+      try {
+        workers.emplace_back(count_worker, t);
+      } catch (const std::system_error& e) {
+        started = absl::ResourceExhaustedError(absl::StrFormat(
+            "could not start counting thread %d of %d: %s; use fewer threads",
+            t + 1, threads, e.what()));
+        next_chunk = chunks.size();  // the started workers stop
+        break;
+      }
+    }
+    if (started.ok()) count_worker(0);
     for (std::thread& w : workers) w.join();
+    RETURN_IF_ERROR(started);
   }
   CountMap& total = maps[0];
   for (int t = 1; t < threads; ++t) {

@@ -47,9 +47,11 @@
 //      could never be emitted.
 //   Id V-1 is reserved for "<|endoftext|>" and is not in the output.
 //
-// Errors: InvalidArgument for vocab_size < 257 or a corpus too small to fill
-// the vocabulary (no pair left: the message gives how many merges were
-// possible); NotFound/DataLoss/Internal from reading and writing files.
+// Errors: InvalidArgument for vocab_size < 257, threads > kMaxThreadCount
+// (common/threads.h) or a corpus too small to fill the vocabulary (no pair
+// left: the message gives how many merges were possible); ResourceExhausted
+// if the system refuses to start a counting thread; NotFound/DataLoss/Internal
+// from reading and writing files.
 #ifndef COPPELIUS_TOKENIZER_BPE_TRAINER_H_
 #define COPPELIUS_TOKENIZER_BPE_TRAINER_H_
 
@@ -69,6 +71,7 @@ struct TrainVocabularyOptions {
   std::string output_path;  // .tiktoken rank file; "-" = stdout
   int vocab_size = 12288;   // V, counting <|endoftext|> (id V-1, not saved)
   int threads = 0;          // counting threads; <= 0: hardware concurrency
+                            // (at most kMaxThreadCount, common/threads.h)
   bool progress = true;     // progress lines on stderr
 };
 
@@ -88,8 +91,11 @@ struct BpeTrainingResult {
 };
 
 // Trains on `corpus` (arbitrary bytes; "<|endoftext|>" separates
-// documents). `threads` <= 0 means hardware concurrency; the result does not
-// depend on it. `progress` prints a line every few seconds to stderr.
+// documents). `threads` <= 0 means hardware concurrency (capped at
+// kMaxThreadCount); the result does not depend on it. `progress` prints a
+// line every few seconds to stderr. InvalidArgument for threads >
+// kMaxThreadCount (common/threads.h); ResourceExhausted if the system
+// refuses to start a thread.
 absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
                                            int vocab_size, int threads,
                                            bool progress = false);

@@ -1,5 +1,7 @@
 #include "tokenizer/bpe_trainer.h"
 
+#include <pthread.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -336,6 +338,51 @@ TEST(TrainBpe, IdenticalForAnyThreadCount) {
       1000);
   ASSERT_TRUE(from_counts.ok());
   EXPECT_EQ(from_counts->tokens, one->tokens);
+}
+
+// While alive, every new thread asks for a stack larger than the address
+// space, so the system refuses it (std::thread throws std::system_error).
+class RefuseNewThreads {
+ public:
+  RefuseNewThreads() {
+    EXPECT_EQ(pthread_getattr_default_np(&saved_), 0);
+    pthread_attr_t huge;
+    pthread_attr_init(&huge);
+    EXPECT_EQ(pthread_attr_setstacksize(&huge, size_t{1} << 50), 0);
+    EXPECT_EQ(pthread_setattr_default_np(&huge), 0);
+    pthread_attr_destroy(&huge);
+  }
+  ~RefuseNewThreads() {
+    pthread_setattr_default_np(&saved_);
+    pthread_attr_destroy(&saved_);
+  }
+
+ private:
+  pthread_attr_t saved_;
+};
+
+TEST(TrainBpe, ThreadsAboveMaximumAreInvalidArgument) {
+  auto r = TrainBpe("ab ab ab", 259, 1025);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("threads 1025: expected at most 1024"));
+}
+
+TEST(TrainBpe, RefusedThreadIsResourceExhaustedNotAnAbort) {
+  absl::StatusOr<BpeTrainingResult> r;
+  {
+    RefuseNewThreads refuse;
+    r = TrainBpe("ab ab ab", 259, 4);
+  }
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted)
+      << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("could not start counting thread 2 of 4"));
+  // Threads allowed again: the same call trains ("ab" = 256, " ab" = 257).
+  r = TrainBpe("ab ab ab", 259, 4);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens[256], "ab");
+  EXPECT_EQ(r->tokens[257], " ab");
 }
 
 TEST(TrainBpe, EveryTokenEncodesToItself) {

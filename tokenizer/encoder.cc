@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <queue>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -368,7 +369,7 @@ void Encoder::Encode(absl::string_view text, bool allow_special,
 
 void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
                              int threads, std::vector<uint32_t>* ids) const {
-  threads = ResolveThreadCount(threads);
+  threads = std::min(ResolveThreadCount(threads), kMaxThreadCount);
   if (threads == 1 || text.size() < (1u << 20)) {
     Encode(text, allow_special, ids);
     return;
@@ -444,7 +445,15 @@ void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
   const int n_threads =
       static_cast<int>(std::min<size_t>(threads, items.size()));
   std::vector<std::thread> pool;
-  for (int t = 1; t < n_threads; ++t) pool.emplace_back(worker);
+  for (int t = 1; t < n_threads; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {
+      // The system refuses more threads: those started and this one take
+      // every item (the output does not depend on the thread count).
+      break;
+    }
+  }
   worker();
   for (std::thread& t : pool) t.join();
   size_t total = 0;

@@ -76,10 +76,11 @@ class Encoder {
   void Encode(absl::string_view text, bool allow_special,
               std::vector<uint32_t>* ids, PieceCache* cache = nullptr) const;
 
-  // As Encode, using up to `threads` threads (<= 0: hardware concurrency).
-  // The output is identical to Encode's for every thread count: the text is
-  // cut only at special tokens and at positions that are piece boundaries
-  // whatever precedes them (NextSafeCut in pretokenizer.h).
+  // As Encode, using up to `threads` threads (<= 0: hardware concurrency;
+  // at most kMaxThreadCount, common/threads.h; fewer if the system refuses
+  // to start more). The output is identical to Encode's for every thread
+  // count: the text is cut only at special tokens and at positions that are
+  // piece boundaries whatever precedes them (NextSafeCut in pretokenizer.h).
   void EncodeParallel(absl::string_view text, bool allow_special, int threads,
                       std::vector<uint32_t>* ids) const;
 

@@ -1,5 +1,7 @@
 #include "tokenizer/encoder.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -175,6 +177,43 @@ TEST(Encoder, ParallelOutputIndependentOfThreadCount) {
     }
   }
   }
+}
+
+// While alive, every new thread asks for a stack larger than the address
+// space, so the system refuses it (std::thread throws std::system_error).
+class RefuseNewThreads {
+ public:
+  RefuseNewThreads() {
+    EXPECT_EQ(pthread_getattr_default_np(&saved_), 0);
+    pthread_attr_t huge;
+    pthread_attr_init(&huge);
+    EXPECT_EQ(pthread_attr_setstacksize(&huge, size_t{1} << 50), 0);
+    EXPECT_EQ(pthread_setattr_default_np(&huge), 0);
+    pthread_attr_destroy(&huge);
+  }
+  ~RefuseNewThreads() {
+    pthread_setattr_default_np(&saved_);
+    pthread_attr_destroy(&saved_);
+  }
+
+ private:
+  pthread_attr_t saved_;
+};
+
+TEST(Encoder, ParallelCopesWithRefusedThreads) {
+  Encoder e(MakeVocabulary({"th", "the", " the", "e ", "ca", "cat"}));
+  std::mt19937 rng(13);
+  const char* words[] = {"the", " cat", "\n", "<|endoftext|>", " 42"};
+  std::string text;
+  while (text.size() < (3u << 20)) text += words[rng() % 5];
+  std::vector<uint32_t> serial;
+  e.Encode(text, true, &serial);
+  std::vector<uint32_t> parallel;
+  {
+    RefuseNewThreads refuse;
+    e.EncodeParallel(text, true, 8, &parallel);
+  }
+  EXPECT_EQ(parallel, serial);
 }
 
 double SecondsToEncode(const Encoder& e, const std::string& text) {

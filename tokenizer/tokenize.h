@@ -44,7 +44,7 @@ struct EncodeOptions {
   std::string output_path;  // ids; "-" = stdout
   bool allow_special = false;  // "<|endoftext|>" -> id V - 1
   IdFormat format = IdFormat::kU32;
-  int threads = 0;  // <= 0: all hardware threads
+  int threads = 0;  // <= 0: all hardware threads; at most kMaxThreadCount
 };
 
 // Encodes input_path to output_path. Errors from loading the vocabulary and

@@ -53,6 +53,14 @@ printf '1 2 300 4\n' > "$tmp/bad.txt"
 "$bin" decode --vocab="$tmp/v.tiktoken" --format=text "$tmp/bad.txt" -o "$tmp/never" 2> "$tmp/err"
 check "out-of-range id" one_line_error "$tmp/err" "bad.txt: id 300 at position 2 is out of range \[0, 300)"
 check "no partial output" test ! -e "$tmp/never"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/never" --vocab-size=300 --threads=99999 2> "$tmp/err"; rc=$?
+check "train --threads=99999: exit 1, one line" test $rc -eq 1
+check "train --threads=99999 message" one_line_error "$tmp/err" "INVALID_ARGUMENT.*--threads=99999: expected 0..1024"
+"$bin" encode --vocab="$tmp/v.tiktoken" --threads=99999 "$tmp/in.txt" -o "$tmp/never" 2> "$tmp/err"
+check "encode --threads=99999" one_line_error "$tmp/err" "--threads=99999: expected 0..1024"
+check "no output for refused --threads" test ! -e "$tmp/never"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/v2.tiktoken" --vocab-size=300 --threads=3 --progress=false
+check "train --threads=3 trains the same" cmp -s "$tmp/v.tiktoken" "$tmp/v2.tiktoken"
 printf 'abc' > "$tmp/odd.u32"
 "$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/odd.u32" -o "$tmp/never" 2> "$tmp/err"
 check "truncated u32" one_line_error "$tmp/err" "DATA_LOSS.*odd.u32: size 3 bytes"

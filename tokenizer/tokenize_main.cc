@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
+#include "common/threads.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenize.h"
 
@@ -23,7 +24,9 @@ ABSL_FLAG(bool, allow_special, false,
           "encode: <|endoftext|> becomes the special id V-1 (also "
           "--allow-special)");
 ABSL_FLAG(std::string, format, "u32", "ids: u32 (little-endian) or text");
-ABSL_FLAG(int, threads, 0, "worker threads; 0 = all cores");
+ABSL_FLAG(int, threads, 0,
+          "worker threads (encode, train); 0 = all cores; at most 1024");
+static_assert(coppelius::kMaxThreadCount == 1024, "update --threads help");
 ABSL_FLAG(std::string, o, "", "output path; - = stdout");
 ABSL_FLAG(int, vocab_size, 12288,
           "train: ids including <|endoftext|> (also --vocab-size)");
@@ -49,10 +52,11 @@ absl::Status Run(const std::vector<char*>& args) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown subcommand \"", command, "\"; expected encode, decode or train"));
   }
-  if (absl::GetFlag(FLAGS_threads) < 0) {
+  if (absl::GetFlag(FLAGS_threads) < 0 ||
+      absl::GetFlag(FLAGS_threads) > coppelius::kMaxThreadCount) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--threads=", absl::GetFlag(FLAGS_threads),
-        ": expected >= 0 (0 = all cores)"));
+        "--threads=", absl::GetFlag(FLAGS_threads), ": expected 0..",
+        coppelius::kMaxThreadCount, " (0 = all cores)"));
   }
   const std::string output = absl::GetFlag(FLAGS_o);
   if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
