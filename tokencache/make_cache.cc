@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/vocabulary.h"
@@ -113,6 +114,11 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
   }
   if (options.output_path.empty()) {
     return absl::InvalidArgumentError("-o OUTPUT is required");
+  }
+  if (options.threads < 0 || options.threads > kMaxThreadCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads=", options.threads, ": expected 0..", kMaxThreadCount,
+        " (0 = all cores)"));
   }
   const bool from_stdin = options.source_path == "-";
   const bool to_stdout = options.output_path == "-";

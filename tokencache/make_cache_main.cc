@@ -24,7 +24,7 @@ ABSL_FLAG(std::string, o, "", "output token cache; - = stdout (required)");
 ABSL_FLAG(bool, force, false,
           "rebuild even when the cache is fresh; replace an output that is "
           "not a token cache");
-ABSL_FLAG(int, threads, 0, "encoder threads; 0 = all cores");
+ABSL_FLAG(int, threads, 0, "encoder threads; 0 = all cores; at most 1024");
 
 namespace {
 

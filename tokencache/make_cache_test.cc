@@ -212,6 +212,13 @@ TEST(RunMakeCache, BadInputs) {
   WriteFile(source, "hello");
   MakeCacheOptions o = Options(source, TestDir() + "/bad.tok");
 
+  for (int threads : {-1, 1025, 99999}) {
+    MakeCacheOptions many = o;
+    many.threads = threads;
+    EXPECT_EQ(RunMakeCache(many).code(), absl::StatusCode::kInvalidArgument)
+        << threads;
+  }
+
   MakeCacheOptions missing_vocab = o;
   missing_vocab.vocab_path = TestDir() + "/nope.tiktoken";
   EXPECT_EQ(RunMakeCache(missing_vocab).code(), absl::StatusCode::kNotFound);

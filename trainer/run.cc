@@ -306,6 +306,11 @@ absl::Status RunTrain(const TrainOptions& options,
     return absl::InvalidArgumentError(
         "--tokens and --checkpoint-in are required");
   }
+  if (options.threads < 0 || options.threads > kMaxThreadCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads=", options.threads, ": expected 0..", kMaxThreadCount,
+        " (0 = all cores)"));
+  }
   const int threads = HostThreads(options.threads);
   const int64_t steps = config.run_steps;
   const int64_t T = config.T;

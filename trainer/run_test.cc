@@ -97,6 +97,19 @@ TEST_F(RunTrainTest, UpdateCountBeyondTheCacheIsRefused) {
   EXPECT_NE(s.message().find("needs contexts 2.."), std::string::npos) << s;
 }
 
+TEST_F(RunTrainTest, ThreadCountOutOfRangeIsInvalidArgument) {
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  for (int threads : {-1, 1025, 99999}) {
+    TrainOptions o = options_;
+    o.threads = threads;
+    std::ostringstream progress;
+    const absl::Status s = RunTrain(o, NoBackend, progress);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("--threads="), std::string::npos) << s;
+  }
+}
+
 TEST_F(RunTrainTest, OutputsThatCannotBeWrittenAreRefusedUpFront) {
   options_.checkpoint_in = dir_ + "/fresh.ckpt";
   WriteBytes(options_.checkpoint_in, "");

@@ -29,7 +29,7 @@ ABSL_FLAG(bool, overwrite, false,
           "allow replacing an existing non-empty checkpoint-out/result that "
           "is not the input");
 ABSL_FLAG(bool, progress, true, "progress lines on stderr");
-ABSL_FLAG(int, threads, 0, "host threads for initialization and digests (0 = all)");
+ABSL_FLAG(int, threads, 0, "host threads for initialization and digests (0 = all cores, at most 1024)");
 ABSL_FLAG(int, crash_after_publications, 0,
           "testing only: SIGKILL the process after the Nth publication");
 
