@@ -1515,13 +1515,34 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
     if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   }
   if (!std::isfinite(lo)) lo = 0, hi = 1;
-  if (hi - lo < 1e-9) lo -= 0.5, hi += 0.5;
-  const double ystep = NiceStep(hi - lo, 6);
-  lo = std::floor(lo / ystep) * ystep;
-  hi = std::ceil(hi / ystep) * ystep;
+  // A flat series, or one flatter than its magnitude can resolve (1e17 + 0.5
+  // rounds to 1e17): widen the axis around it by 0.5, or by 1% of the value
+  // where that is more. Halves (hi / 2 - lo / 2) keep every span finite up to
+  // +-DBL_MAX.
+  const double magnitude = std::max(std::fabs(lo), std::fabs(hi));
+  if (hi - lo < std::max(1e-9, 1e-12 * magnitude)) {
+    const double mid = lo / 2 + hi / 2;
+    const double pad = std::max(0.5, 0.01 * std::fabs(mid));
+    lo = std::max(mid - pad, -std::numeric_limits<double>::max());
+    hi = std::min(mid + pad, std::numeric_limits<double>::max());
+  }
+  const double ystep = NiceStep(hi / 2 - lo / 2, 3);  // NiceStep(hi - lo, 6)
+  // Outward to a multiple of the step, unless that overflows.
+  if (std::isfinite(std::floor(lo / ystep) * ystep)) {
+    lo = std::floor(lo / ystep) * ystep;
+  }
+  if (std::isfinite(std::ceil(hi / ystep) * ystep)) {
+    hi = std::ceil(hi / ystep) * ystep;
+  }
+  // Gridlines counted, not stepped: lo + k * ystep for k = 0 .. yticks
+  // (at most 1,000, so the loop ends whatever the values).
+  const double yticks =
+      std::min(1000.0, std::round((hi / 2 - lo / 2) / ystep * 2));
   const double n = static_cast<double>(std::max<size_t>(per_step.size(), 2) - 1);
   auto X = [&](double s) { return left + pw * s / n; };
-  auto Y = [&](double v) { return top + ph * (hi - v) / (hi - lo); };
+  auto Y = [&](double v) {
+    return top + ph * ((hi / 2 - v / 2) / (hi / 2 - lo / 2));
+  };
 
   std::string svg = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
@@ -1536,7 +1557,9 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
   absl::StrAppend(&svg, absl::StrFormat(
       "<path d=\"M%.1f %.1f V%.1f H%.1f\" stroke=\"black\" fill=\"none\"/>\n",
       left, top, top + ph, left + pw));
-  for (double v = lo; v <= hi + ystep / 2; v += ystep) {
+  for (int k = 0; k <= yticks; ++k) {
+    const double v = lo + k * ystep;
+    if (!std::isfinite(v)) break;
     absl::StrAppend(&svg, absl::StrFormat(
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",

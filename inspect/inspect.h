@@ -173,7 +173,9 @@ absl::Status RunPlot(const PlotOptions& options, std::ostream& out);
 
 // Renders the SVG text for per-step mean losses (pure; used by RunPlot).
 // `run_starts` are the steps where a later run's file begins (dashed
-// vertical lines; empty for one run).
+// vertical lines; empty for one run). Any values render: non-finite ones are
+// left out of the curves, a flat series gets an axis around its value, and
+// coordinates stay finite up to +-DBL_MAX.
 std::string RenderLossSvg(const std::vector<double>& per_step,
                           const std::vector<double>& smoothed,
                           const std::vector<size_t>& run_starts,

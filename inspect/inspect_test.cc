@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -804,6 +805,69 @@ TEST(SmoothedCurve, TrailingMean) {
   EXPECT_TRUE(std::isnan(with_nan[1]));
   EXPECT_TRUE(std::isnan(with_nan[2]));
   EXPECT_EQ(with_nan[3], 4);
+}
+
+int CountSubstrings(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos;
+       at = s.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// The points of the polyline `id` in `svg`.
+std::string PolylinePoints(const std::string& svg, const std::string& id) {
+  const size_t at = svg.find(absl::StrCat("id=\"", id, "\""));
+  if (at == std::string::npos) return "(no " + id + ")";
+  const size_t pts = svg.find("points=\"", at) + 8;
+  return svg.substr(pts, svg.find('"', pts) - pts);
+}
+
+TEST(RenderLossSvg, FlatHugeAndNonFiniteSeriesEnd) {
+  // The plot area is x 70..780, y 40..430 (800 x 480 less the margins): a
+  // flat series lies at mid-height, y = 40 + 390 / 2 = 235, whatever its
+  // value; three steps at x = 70, 425, 780.
+  for (double v : {5.0, 1e17, 1e20, 3.4e38, -1e17}) {
+    const std::vector<double> flat(3, v);
+    const std::string svg = RenderLossSvg(flat, flat, {}, "flat");
+    EXPECT_EQ(PolylinePoints(svg, "per-step"),
+              "70.00,235.00 425.00,235.00 780.00,235.00 ")
+        << v;
+    EXPECT_EQ(svg.find("nan"), std::string::npos) << v;
+    EXPECT_EQ(svg.find("inf"), std::string::npos) << v;
+  }
+  // 1e17 widened by 1% to [9.9e16, 1.01e17], ticks 2e14 apart: 11 gridlines
+  // labelled in 4 significant digits.
+  const std::vector<double> e17(3, 1e17);
+  const std::string svg = RenderLossSvg(e17, e17, {}, "1e17");
+  EXPECT_EQ(CountSubstrings(svg, "stroke=\"#ddd\""), 11);
+  EXPECT_THAT(svg, HasSubstr(">9.9e+16</text>"));
+  EXPECT_THAT(svg, HasSubstr(">1e+17</text>"));
+  EXPECT_THAT(svg, HasSubstr(">1.01e+17</text>"));
+  // The extremes of double: the axis spans exactly [-DBL_MAX, DBL_MAX]
+  // (rounding it outward would overflow), so they sit at the bottom and top.
+  const double big = std::numeric_limits<double>::max();
+  const std::string wide = RenderLossSvg({-big, big}, {-big, big}, {}, "max");
+  EXPECT_EQ(PolylinePoints(wide, "per-step"), "70.00,430.00 780.00,40.00 ");
+  EXPECT_EQ(wide.find("nan"), std::string::npos);
+  // Values a step below their ulp apart, and non-finite values mixed in
+  // (skipped): each render ends.
+  const std::vector<std::vector<double>> hostile = {
+      {1e17, 1e17 + 16, 1e17},
+      {NAN, INFINITY, 1e20, -INFINITY, 5},
+      {NAN, INFINITY},
+      {big, big, NAN},
+      {-big, -big},
+      {1e300, 1e300},
+      {5e-324, 0},
+      {},
+  };
+  for (const std::vector<double>& series : hostile) {
+    const std::string s = RenderLossSvg(series, series, {1}, "hostile");
+    EXPECT_THAT(s, HasSubstr("</svg>"));
+    EXPECT_EQ(s.find("nan"), std::string::npos);
+  }
 }
 
 }  // namespace
