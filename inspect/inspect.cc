@@ -139,6 +139,7 @@ struct CacheReport {
   uint32_t min_id = 0, max_id = 0;
   uint64_t ids_out_of_range = 0;  // ids >= V
   uint64_t first_out_of_range = 0;
+  uint32_t first_out_of_range_id = 0;
   std::optional<StalenessReport> staleness;
 };
 
@@ -160,7 +161,10 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
       lo = std::min(lo, id);
       hi = std::max(hi, id);
       if (id >= static_cast<uint32_t>(config.V)) {
-        if (r.ids_out_of_range == 0) r.first_out_of_range = i;
+        if (r.ids_out_of_range == 0) {
+          r.first_out_of_range = i;
+          r.first_out_of_range_id = id;
+        }
         ++r.ids_out_of_range;
       }
     }
@@ -1441,7 +1445,15 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
       ASSIGN_OR_RETURN(CacheReport r,
                        AnalyzeCache(o.path, o.source, d.config));
       PrintCache(r, d.config, d.config_source, o.json, out);
-      return absl::OkStatus();
+      // Ids the config's vocabulary does not have: reported above, then
+      // DataLoss (verify fails the same cache).
+      if (r.ids_out_of_range == 0) return absl::OkStatus();
+      return absl::DataLossError(absl::StrCat(
+          o.path, ": token ", r.first_out_of_range, " (byte offset ",
+          kTokenCacheHeaderBytes + kTokenBytes * r.first_out_of_range,
+          ") has id ", r.first_out_of_range_id, ", expected < ", d.config.V,
+          " (the vocabulary size of config ", d.config.name, "); ids >= ",
+          d.config.V, ": ", r.ids_out_of_range));
     }
   }
   return absl::InternalError("inspect: unhandled kind");

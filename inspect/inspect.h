@@ -126,7 +126,8 @@ struct InspectOptions {
 // A file the readers refuse is an error (the reader's status). A file that
 // opens but is corrupt or incomplete (a failed chunk digest; an incomplete
 // result, its forward record never written, or the inconsistencies verify
-// checks) is reported in full, then DataLoss naming the first problem.
+// checks; a cache with ids >= V of the config) is reported in full, then
+// DataLoss naming the first problem.
 // `--source` for a non-cache or `--vocab` for a non-result writes a warning.
 // InvalidArgument for threads or smoothing_steps < 1.
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out);

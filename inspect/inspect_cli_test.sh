@@ -10,12 +10,12 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$make" "$d" || fail "make_testdata"
 py() { python3 "$check" "$@"; }
 
-# Reports in JSON for every kind, parsed by python; incomplete results are
-# reported, then exit 1 with one line on stderr.
-for f in cache.tok model.ckpt multi.ckpt fresh.ckpt complete.res partial.res marker.res; do
+# Reports in JSON for every kind, parsed by python; incomplete results and
+# caches with ids >= V are reported, then exit 1 with one line on stderr.
+for f in cache.tok bad_ids.tok model.ckpt multi.ckpt fresh.ckpt complete.res partial.res marker.res; do
   "$inspect" --config=tiny --json "$d/$f" > "$d/$f.json" 2> "$d/$f.err"
   rc=$?
-  case $f in partial.res|marker.res) want=1 ;; *) want=0 ;; esac
+  case $f in bad_ids.tok|partial.res|marker.res) want=1 ;; *) want=0 ;; esac
   [[ $rc == "$want" ]] || fail "inspect --json $f exited $rc, expected $want"
   [[ $(wc -l < "$d/$f.err") == "$want" ]] || fail "$f stderr: $(cat "$d/$f.err")"
   py json "$d/$f.json" || fail "$f.json does not parse"

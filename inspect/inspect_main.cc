@@ -8,7 +8,7 @@
 //
 // Without --config the config is inferred from each file; without --kind the
 // kind is detected (inspect/inspect.h, DetectFile). A report of a corrupt or
-// incomplete file is printed, then exits 1.
+// incomplete file (a cache: ids >= V of the config) is printed, then exits 1.
 //
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
 // status 1 (2 for usage errors, --threads or --smoothing < 1). A flag the

@@ -177,13 +177,15 @@ TEST_F(InspectTest, DetectsNearMissesAndRefusesUnknownFiles) {
     EXPECT_THAT(report, HasSubstr("1 trailing bytes"));
   }
   // --kind still overrides: 7,000 bytes of text read as a cache of
-  // (7000 - 16) / 4 = 1,746 ids.
+  // (7000 - 16) / 4 = 1,746 ids, reported; every one (4 text bytes, at least
+  // 0x20202020) is >= V, so the report then fails.
   InspectOptions o;
   o.path = Path("notes.txt");
   o.kind = FileKind::kCache;
   std::ostringstream out;
   absl::Status s = RunInspect(o, out);
-  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("; ids >= 12288: 1746"));
   EXPECT_THAT(out.str(), HasSubstr("tokens: 1746\n"));
 }
 
@@ -263,7 +265,8 @@ TEST_F(InspectTest, CacheReport) {
   EXPECT_THAT(text, HasSubstr("id range: min 0, max 499; ids >= V=512: 0"));
   EXPECT_THAT(text, HasSubstr("source size 100 bytes"));
   EXPECT_THAT(text, HasSubstr("staleness: fresh"));
-  const std::string bad = Report("bad_ids.tok");
+  const std::string bad = Report("bad_ids.tok", false, "", "",
+                                 absl::StatusCode::kDataLoss);
   // Token 1000 is at byte 16 + 4000.
   EXPECT_THAT(bad, HasSubstr("max 600; ids >= V=512: 1 (first at token 1000, "
                              "file offset 4016)"));
@@ -271,6 +274,33 @@ TEST_F(InspectTest, CacheReport) {
   EXPECT_THAT(json, HasSubstr("\"num_tokens\":1281"));
   EXPECT_THAT(json, HasSubstr("\"contexts\":20"));
   EXPECT_THAT(json, HasSubstr("\"max_id\":499"));
+}
+
+TEST_F(InspectTest, CacheWithIdsOutOfRangeFailsAfterTheReport) {
+  // bad_ids.tok: id[1000] = 600 (testdata.h), at byte 16 + 4 * 1000; tiny's
+  // V is 512. The report comes first, then the failure, as verify's.
+  for (bool json : {false, true}) {
+    InspectOptions o;
+    o.path = Path("bad_ids.tok");
+    o.config = "tiny";
+    o.json = json;
+    std::ostringstream out;
+    absl::Status s = RunInspect(o, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(s.message(),
+              absl::StrCat(Path("bad_ids.tok"),
+                           ": token 1000 (byte offset 4016) has id 600, "
+                           "expected < 512 (the vocabulary size of config "
+                           "tiny); ids >= 512: 1"));
+    EXPECT_THAT(out.str(), HasSubstr(json ? "\"ids_out_of_range\":1"
+                                          : "ids >= V=512: 1 (first at"));
+  }
+  std::string report;
+  EXPECT_EQ(Verify({"bad_ids.tok"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  // Coppelius' V (12,288) has id 600: the same file passes under it.
+  EXPECT_TRUE(Inspect("bad_ids.tok", &report, "coppelius").ok());
+  EXPECT_TRUE(Inspect("cache.tok", &report, "tiny").ok());
 }
 
 TEST_F(InspectTest, CheckpointReport) {
