@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/base/internal/endian.h"
@@ -42,6 +43,40 @@ uint64_t GetU64(absl::string_view in, size_t offset) {
 
 std::string Quoted(absl::string_view s) {
   return absl::StrCat("\"", absl::CHexEscape(s), "\"");
+}
+
+// The offset of the first byte of `text` that begins no well-formed UTF-8
+// sequence (the Unicode Standard's table 3-7: no overlong forms, surrogates
+// or code points above U+10FFFF), or npos when all of `text` is UTF-8.
+size_t FirstNonUtf8Byte(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = text[i];
+    int more = 0;  // continuation bytes
+    unsigned char lo = 0x80, hi = 0xbf;  // range of the first of them
+    if (c < 0x80) {
+      more = 0;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      more = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      more = 2;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      more = 3;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return i;
+    }
+    if (text.size() - i <= static_cast<size_t>(more)) return i;
+    for (int k = 1; k <= more; ++k) {
+      const unsigned char t = text[i + k];
+      if (t < (k == 1 ? lo : 0x80) || t > (k == 1 ? hi : 0xbf)) return i;
+    }
+    i += 1 + more;
+  }
+  return absl::string_view::npos;
 }
 
 uint64_t NowUnixNanos() {
@@ -216,6 +251,24 @@ absl::Status ValidateHeader(const CheckpointHeader& h, const Preamble& p,
   auto bad = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(file, ": header ", what));
   };
+  const std::pair<const char*, const std::string*> text_fields[] = {
+      {"state_identity", &h.state_identity()},
+      {"learner_identity", &h.learner_identity()},
+      {"data_identity", &h.data_identity()},
+      {"initialization_identity", &h.initialization_identity()},
+      {"model_identity", &h.model_identity()},
+      {"writer", &h.writer()},
+      {"backend", &h.backend()},
+      {"host", &h.host()},
+  };
+  for (const auto& [name, text] : text_fields) {
+    const size_t at = FirstNonUtf8Byte(*text);
+    if (at == absl::string_view::npos) continue;
+    return bad(absl::StrFormat(
+        "field %s is not UTF-8: its byte %d of %d (0x%02x) begins no "
+        "well-formed sequence, expected UTF-8 text",
+        name, at, text->size(), static_cast<unsigned char>((*text)[at])));
+  }
   if (h.payload_bytes() != p.payload_bytes) {
     return bad(absl::StrFormat(
         "field payload_bytes is %d, the preamble says %d", h.payload_bytes(),

@@ -114,7 +114,8 @@ absl::StatusOr<Preamble> DecodePreamble(absl::string_view bytes,
                                         uint64_t file_bytes,
                                         absl::string_view file);
 
-// Checks a parsed header against its preamble: payload_bytes, chunk_bytes
+// Checks a parsed header against its preamble: the eight text fields
+// (identities, writer, backend, host) are UTF-8; payload_bytes, chunk_bytes
 // equal; plane_count == 3, bytes_per_scalar == 4, payload_bytes ==
 // 12 * parameter_count; ceil(payload/chunk) digests of 32 bytes each.
 // Errors: DataLoss naming the field.

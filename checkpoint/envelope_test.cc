@@ -2,7 +2,9 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -219,6 +221,48 @@ TEST(EncodeEnvelopePrefix, LayoutAndHeaderRoundTrip) {
   EXPECT_TRUE(IdentityOfHeader(parsed) == Id());
   ASSERT_EQ(parsed.chunk_sha256_size(), 3);
   EXPECT_EQ(static_cast<unsigned char>(parsed.chunk_sha256(1)[0]), 0xab);
+}
+
+TEST(ValidateHeader, RefusesTextFieldsThatAreNotUtf8) {
+  std::vector<Sha256Digest> digests(3);
+  const CheckpointHeader h = *MakeHeader(Id(), 1, digests, {});
+  Preamble p;
+  p.payload_bytes = 24;
+  p.chunk_bytes = 10;
+  // Well-formed (the Unicode Standard, table 3-7): e-acute, the euro sign,
+  // U+FFFD, U+10FFFF, U+1F600.
+  for (const char* text : {"caf\xc3\xa9", "\xe2\x82\xac", "\xef\xbf\xbd",
+                           "\xf4\x8f\xbf\xbf", "a\xf0\x9f\x98\x80" "b", ""}) {
+    CheckpointHeader x = h;
+    x.set_host(text);
+    EXPECT_TRUE(ValidateHeader(x, p, "f").ok()) << text;
+  }
+  // Ill-formed, with the offset of the byte that begins no sequence: a lone
+  // continuation byte, 0xff, an overlong '/', a surrogate (U+D800), above
+  // U+10FFFF, a sequence cut short at the end.
+  const std::pair<std::string, size_t> cases[] = {
+      {"ab\x80", 2},          {"seed=\xff" "1", 5},   {"\xc0\xaf", 0},
+      {"x\xed\xa0\x80", 1}, {"\xf4\x90\x80\x80", 0}, {"ok\xe2\x82", 2},
+  };
+  for (const auto& [text, at] : cases) {
+    CheckpointHeader x = h;
+    x.set_initialization_identity(text);
+    const absl::Status s = ValidateHeader(x, p, "f");
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(s.message(),
+              absl::StrFormat("f: header field initialization_identity is "
+                              "not UTF-8: its byte %d of %d (0x%02x) begins "
+                              "no well-formed sequence, expected UTF-8 text",
+                              at, text.size(),
+                              static_cast<unsigned char>(text[at])));
+  }
+  // Every text field is checked, by name.
+  CheckpointHeader x = h;
+  x.set_writer("\xfe");
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "field writer ");
+  x = h;
+  x.set_model_identity("m\xc3");
+  EXPECT_STATUS(ValidateHeader(x, p, "f"), kDataLoss, "field model_identity ");
 }
 
 TEST(ValidateHeader, RefusesInconsistentFields) {

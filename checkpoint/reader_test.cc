@@ -399,6 +399,37 @@ TEST_F(ReaderTest, WellDigestedButInconsistentHeaderIsRefused) {
   EXPECT_THAT(Msg(bad.status()), HasSubstr("not a valid"));
 }
 
+TEST_F(ReaderTest, IdentityThatIsNotUtf8IsOneDataLossAndNoLogging) {
+  absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(path_);
+  ASSERT_TRUE(r.ok());
+  CheckpointHeader h = r->header();
+  // Byte 37 of the initialization identity made 0xff, the header digest
+  // recomputed (Craft): only the text is wrong.
+  std::string init = h.initialization_identity();
+  ASSERT_GT(init.size(), 37u);
+  const size_t size = init.size();
+  init[37] = '\xff';
+  h.set_initialization_identity(init);
+  const std::string path = Variant(Craft(h, PayloadBytes()));
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<CheckpointReader> bad = CheckpointReader::Open(path);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(logged, "");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Msg(bad.status()),
+            absl::StrCat(path, ": header field initialization_identity is "
+                               "not UTF-8: its byte 37 of ", size,
+                         " (0xff) begins no well-formed sequence, expected "
+                         "UTF-8 text"));
+  // A provenance field too (its text was a proto `string` as well).
+  h = r->header();
+  h.set_host("h\xc3");
+  bad = CheckpointReader::Open(Variant(Craft(h, PayloadBytes())));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Msg(bad.status()), HasSubstr("field host is not UTF-8: its "
+                                           "byte 1 of 2 (0xc3)"));
+}
+
 TEST(ReaderChunks, AnyChunkSizeRoundTripsAndDetectsLastChunkDamage) {
   const std::string dir = NewTempDir();
   const std::vector<float> payload = TestPayload(50, 9);  // 600 bytes
