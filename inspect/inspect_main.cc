@@ -8,7 +8,11 @@
 //
 // Without --config the config is inferred from each file; without --kind the
 // kind is detected (inspect/inspect.h, DetectFile). A report of a corrupt or
-// incomplete file (a cache: ids >= V of the config) is printed, then exits 1.
+// incomplete file (a cache: ids >= V of the config), or of a checkpoint whose
+// identity the --config named refuses, is printed, then exits 1. A
+// checkpoint's identity is checked only against a named --config: without
+// one, verify checks its integrity (digests) and the report shows the
+// identity and any refusal.
 //
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
 // status 1 (2 for usage errors, --threads or --smoothing < 1). A flag the
@@ -36,7 +40,8 @@ ABSL_FLAG(std::string, source, "",
 ABSL_FLAG(std::string, vocab, "",
           "result: a .tiktoken vocabulary to decode the predictions");
 ABSL_FLAG(std::string, config, "",
-          "model config: coppelius or tiny; empty infers it from the file");
+          "model config: coppelius or tiny; empty infers it from the file "
+          "(a checkpoint's identity is then reported, not checked)");
 ABSL_FLAG(std::string, kind, "auto",
           "file kind: auto, cache, checkpoint or result");
 ABSL_FLAG(std::string, o, "", "plot/export: output path (- for stdout)");
@@ -50,7 +55,7 @@ namespace {
 constexpr char kUsage[] =
     "inspect FILE [--json] [--source=SRC] [--vocab=VOCAB] "
     "[--config=coppelius|tiny] [--kind=cache|checkpoint|result]\n"
-    "  inspect verify FILE... [--json]\n"
+    "  inspect verify FILE... [--json] [--config=coppelius|tiny]\n"
     "  inspect plot RESULT... -o loss.svg\n"
     "  inspect export --safetensors CKPT -o model.safetensors";
 

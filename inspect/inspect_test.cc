@@ -303,6 +303,36 @@ TEST_F(InspectTest, CacheWithIdsOutOfRangeFailsAfterTheReport) {
   EXPECT_TRUE(Inspect("cache.tok", &report, "tiny").ok());
 }
 
+TEST_F(InspectTest, CheckpointIdentityIsCheckedOnlyAgainstANamedConfig) {
+  // seed.ckpt is intact but its initialization seed is 20260926 (tiny's is
+  // 20260925). Without --config: the refusal is reported, the status is the
+  // integrity (OK); with --config=tiny: report and verify fail, naming it.
+  const std::string field =
+      "identity field initialization is \"coppelius-initialization:"
+      "random-normal|seed=20260926\", the run expects \"coppelius-"
+      "initialization:random-normal|seed=20260925\"";
+  std::string report;
+  absl::Status s = Inspect("seed.ckpt", &report);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(report, HasSubstr("a run of config tiny (checkpoint payload "
+                                "size) refuses it"));
+  EXPECT_THAT(report, HasSubstr(field));
+  s = Verify({"seed.ckpt"}, &report, "", "");
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("seed.ckpt"), " (checkpoint)\n"));
+
+  s = Inspect("seed.ckpt", &report, "tiny");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr(field));
+  EXPECT_THAT(report, HasSubstr("digests: all 1 chunk SHA-256 digests "
+                                "verified"));
+  s = Verify({"seed.ckpt"}, &report, "", "tiny");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("seed.ckpt"), ": ",
+                                 Path("seed.ckpt"), ": checkpoint refused: ",
+                                 field, "\n"));
+}
+
 TEST_F(InspectTest, CheckpointReport) {
   const std::string text = Report("model.ckpt");
   EXPECT_THAT(text, HasSubstr("update count: 16"));

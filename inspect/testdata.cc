@@ -58,6 +58,10 @@ absl::Status WriteCheckpoints(const std::string& dir) {
   options.created_unix_nanos = 1700000000000000000ull;
   RETURN_IF_ERROR(PublishCheckpoint(absl::StrCat(dir, "/model.ckpt"), id, 16,
                                     pmv.data(), 12 * n, options));
+  CheckpointIdentity seed = id;
+  seed.initialization = "coppelius-initialization:random-normal|seed=20260926";
+  RETURN_IF_ERROR(PublishCheckpoint(absl::StrCat(dir, "/seed.ckpt"), seed, 16,
+                                    pmv.data(), 12 * n, options));
   id.chunk_bytes = 65536;
   RETURN_IF_ERROR(PublishCheckpoint(absl::StrCat(dir, "/multi.ckpt"), id, 16,
                                     pmv.data(), 12 * n, options));

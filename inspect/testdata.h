@@ -16,6 +16,9 @@
 //                      element of final_norm.bias, NaN
 //   multi.ckpt         the same payload in 64 KiB chunks (25 chunks; its
 //                      chunk_bytes differ from the config's identity)
+//   seed.ckpt          model.ckpt with the initialization identity's seed
+//                      20260926 (intact: digests of what it holds), which
+//                      no known config's run accepts
 //   fresh.ckpt         0 bytes
 //   complete.res       a complete result: forward logits (row k: logit v =
 //                      -|v - (100 + k)|, argmax 100 + k), step s windows all
