@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -1083,6 +1084,45 @@ std::string FormatTick(double v) {
   return absl::StrFormat("%.4g", v);
 }
 
+// Runs `run` on `paths` with "-" (stdin, at most once) replaced by a spool
+// of stdin: a temporary file under $TMPDIR (caches and checkpoints are
+// mapped, so they need a file), removed afterwards. The status, and the
+// report when `report_names_paths`, name "-", not the spool.
+absl::Status WithStdinSpooled(
+    const std::vector<std::string>& paths, bool report_names_paths,
+    std::ostream& out,
+    const std::function<absl::Status(const std::vector<std::string>&,
+                                     std::ostream&)>& run) {
+  const int64_t dashes = std::count(paths.begin(), paths.end(), "-");
+  if (dashes > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "- (stdin) is given ", dashes, " times; it can be read once"));
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile("-"));
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string spool = absl::StrCat(
+      tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp", "/inspect-stdin.XXXXXX");
+  int fd = mkstemp(spool.data());
+  if (fd < 0) return ErrnoStatus(errno, "creating", spool);
+  absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
+  close(fd);
+  if (!w.ok()) {
+    unlink(spool.c_str());
+    return w;
+  }
+  std::vector<std::string> spooled = paths;
+  std::replace(spooled.begin(), spooled.end(), std::string("-"), spool);
+  std::ostringstream report;
+  absl::Status status = run(spooled, report_names_paths ? report : out);
+  unlink(spool.c_str());
+  if (report_names_paths) {
+    out << absl::StrReplaceAll(report.str(), {{spool, "-"}});
+  }
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrReplaceAll(status.message(),
+                                                         {{spool, "-"}}));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- public
@@ -1392,34 +1432,14 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
   }
   RETURN_IF_ERROR(CheckThreads(options.threads));
   RETURN_IF_ERROR(CheckSmoothing(options.smoothing_steps));
-  InspectOptions o = options;
-  // "-": stdin, spooled to a temporary file (caches and checkpoints are
-  // mapped, so they need a file).
-  std::string spool;
-  if (o.path == "-") {
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile("-"));
-    const char* tmpdir = std::getenv("TMPDIR");
-    spool = absl::StrCat(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp",
-                         "/inspect-stdin.XXXXXX");
-    int fd = mkstemp(spool.data());
-    if (fd < 0) return ErrnoStatus(errno, "creating", spool);
-    absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
-    close(fd);
-    if (!w.ok()) {
-      unlink(spool.c_str());
-      return w;
-    }
-    o.path = spool;
-  }
-  if (spool.empty()) return InspectPath(o, out);
-  // Reports and errors name "-", not the spool file.
-  std::ostringstream report;
-  absl::Status status = InspectPath(o, report);
-  unlink(spool.c_str());
-  out << absl::StrReplaceAll(report.str(), {{spool, "-"}});
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrReplaceAll(status.message(),
-                                                         {{spool, "-"}}));
+  if (options.path != "-") return InspectPath(options, out);
+  return WithStdinSpooled(
+      {options.path}, true, out,
+      [&](const std::vector<std::string>& paths, std::ostream& report) {
+        InspectOptions o = options;
+        o.path = paths[0];
+        return InspectPath(o, report);
+      });
 }
 
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
@@ -1465,6 +1485,15 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
+  if (std::count(o.paths.begin(), o.paths.end(), "-")) {
+    return WithStdinSpooled(
+        o.paths, true, out,
+        [&](const std::vector<std::string>& paths, std::ostream& report) {
+          VerifyOptions spooled = o;
+          spooled.paths = paths;
+          return RunVerify(spooled, report);
+        });
+  }
   int failed = 0;
   bool any_cache = false;
   JsonWriter j;
@@ -1658,6 +1687,15 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
                                       "is required");
   }
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
+  if (std::count(o.results.begin(), o.results.end(), "-")) {
+    return WithStdinSpooled(
+        o.results, false, out,
+        [&](const std::vector<std::string>& paths, std::ostream& svg_out) {
+          PlotOptions spooled = o;
+          spooled.results = paths;
+          return RunPlot(spooled, svg_out);
+        });
+  }
   RETURN_IF_ERROR(CheckOutputPath(o.output, o.results, o.config));
   ModelConfig config;
   std::vector<double> means;
@@ -1794,6 +1832,15 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
         "export: expected --safetensors CHECKPOINT and -o OUTPUT");
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
+  if (o.checkpoint == "-") {
+    return WithStdinSpooled(
+        {o.checkpoint}, false, out,
+        [&](const std::vector<std::string>& paths, std::ostream& bytes_out) {
+          ExportOptions spooled = o;
+          spooled.checkpoint = paths[0];
+          return RunExport(spooled, bytes_out);
+        });
+  }
   RETURN_IF_ERROR(CheckOutputPath(o.output, {o.checkpoint}, o.config));
   ASSIGN_OR_RETURN(FileDetection d,
                    DetectFile(o.checkpoint, FileKind::kAuto, o.config));

@@ -137,7 +137,7 @@ struct InspectOptions {
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out);
 
 struct VerifyOptions {
-  std::vector<std::string> paths;
+  std::vector<std::string> paths;  // "-" (once): stdin, spooled as RunInspect
   FileKind kind = FileKind::kAuto;
   std::string config;  // "" infers each file's config
   std::string source;  // caches: also fail when stale against this source
@@ -163,7 +163,8 @@ struct VerifyOptions {
 absl::Status RunVerify(const VerifyOptions& options, std::ostream& out);
 
 struct PlotOptions {
-  std::vector<std::string> results;  // consecutive runs, in order
+  std::vector<std::string> results;  // consecutive runs, in order; "-"
+                                     // (once): stdin, spooled
   std::string output;                // SVG path; "-" writes to `out`
   std::string config;                // "" infers it from the files
   int smoothing_steps = 100;         // >= 1
@@ -191,7 +192,7 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
                           absl::string_view title);
 
 struct ExportOptions {
-  std::string checkpoint;
+  std::string checkpoint;  // "-": stdin, spooled
   std::string output;  // safetensors path; "-" writes to `out`
   std::string config;  // "" infers it from the checkpoint's identity
   int threads = 2;     // >= 1

@@ -81,6 +81,22 @@ py safetensors "$d/model.safetensors" || fail "safetensors check"
 [[ $? == 1 && ! -e "$d/c.safetensors" ]] || fail "export of a corrupt checkpoint"
 [[ $(wc -l < "$d/e.err") == 1 ]] || fail "export error not one line"
 
+# "-" reads stdin (spooled) in verify, plot and export as in the report:
+# the same answers as from the file, reports and errors naming "-".
+"$inspect" verify --config=tiny - < "$d/model.ckpt" > "$d/vs.txt" || fail "verify -"
+[[ $(cat "$d/vs.txt") == "OK - (checkpoint)" ]] || fail "verify -: $(cat "$d/vs.txt")"
+"$inspect" verify --config=tiny "$d/cache.tok" - < "$d/bad_ids.tok" > "$d/vb.txt" 2>/dev/null
+[[ $? == 1 ]] || fail "verify - of bad_ids.tok passed"
+grep -q "^FAIL -: -: token 1000 (byte offset 4016) has id 600" "$d/vb.txt" \
+  || fail "verify - failure: $(cat "$d/vb.txt")"
+"$inspect" verify - - < "$d/model.ckpt" > /dev/null 2>&1; [[ $? == 2 ]] || fail "verify - -"
+"$inspect" plot --config=tiny - -o "$d/stdin.svg" < "$d/complete.res" || fail "plot -"
+"$inspect" plot --config=tiny "$d/complete.res" -o "$d/file.svg" || fail "plot FILE"
+cmp -s "$d/stdin.svg" "$d/file.svg" || fail "plot - differs from plot FILE"
+"$inspect" export --config=tiny --safetensors=- -o "$d/stdin.safetensors" < "$d/model.ckpt" \
+  || fail "export -"
+cmp -s "$d/stdin.safetensors" "$d/model.safetensors" || fail "export - differs"
+
 # Plot of two consecutive runs.
 "$inspect" plot --config=tiny "$d/complete.res" "$d/partial.res" -o "$d/loss.svg" || fail plot
 python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith('svg')" \

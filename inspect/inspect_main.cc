@@ -6,13 +6,14 @@
 //   inspect plot RESULT... -o loss.svg [--config=...] [--smoothing=100]
 //   inspect export --safetensors CKPT -o model.safetensors [--config=...]
 //
-// Without --config the config is inferred from each file; without --kind the
-// kind is detected (inspect/inspect.h, DetectFile). A report of a corrupt or
-// incomplete file (a cache: ids >= V of the config), or of a checkpoint whose
-// identity the --config named refuses, is printed, then exits 1. A
-// checkpoint's identity is checked only against a named --config: without
-// one, verify checks its integrity (digests) and the report shows the
-// identity and any refusal.
+// A FILE, RESULT or CKPT of "-" reads stdin (spooled to a temporary file;
+// once per command). Without --config the config is inferred from each file;
+// without --kind the kind is detected (inspect/inspect.h, DetectFile). A
+// report of a corrupt or incomplete file (a cache: ids >= V of the config),
+// or of a checkpoint whose identity the --config named refuses, is printed,
+// then exits 1. A checkpoint's identity is checked only against a named
+// --config: without one, verify checks its integrity (digests) and the
+// report shows the identity and any refusal.
 //
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
 // status 1 (2 for usage errors, --threads or --smoothing < 1). A flag the
