@@ -373,6 +373,33 @@ absl::StatusOr<CheckpointHeader> MakeHeader(
     if (gethostname(host, sizeof(host) - 1) == 0) h.set_host(host);
   }
   h.set_parent_header_sha256(provenance.parent_header_sha256);
+  // Never write a header the reader refuses (ValidateHeader: text fields
+  // are UTF-8). The host name comes from the machine: its bytes outside
+  // ASCII become '?' if it is not UTF-8; any other text field is the
+  // caller's error.
+  if (FirstNonUtf8Byte(h.host()) != absl::string_view::npos) {
+    std::string host = h.host();
+    for (char& c : host) {
+      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    }
+    h.set_host(host);
+  }
+  const std::pair<const char*, const std::string*> text_fields[] = {
+      {"state_identity", &h.state_identity()},
+      {"learner_identity", &h.learner_identity()},
+      {"data_identity", &h.data_identity()},
+      {"initialization_identity", &h.initialization_identity()},
+      {"model_identity", &h.model_identity()},
+      {"writer", &h.writer()},
+      {"backend", &h.backend()}};
+  for (const auto& [field, text] : text_fields) {
+    const size_t at = FirstNonUtf8Byte(*text);
+    if (at != absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "header field %s is not UTF-8 (byte %d of %d); expected UTF-8 text",
+          field, at, text->size()));
+    }
+  }
   return h;
 }
 

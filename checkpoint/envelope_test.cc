@@ -191,6 +191,17 @@ TEST(MakeHeader, RefusesBadArguments) {
   bad_parent.parent_header_sha256 = "short";
   EXPECT_STATUS(MakeHeader(Id(), 5, three, bad_parent).status(),
                 kInvalidArgument, "parent_header_sha256");
+  // A header the reader would refuse (text not UTF-8) is never made.
+  id = Id();
+  id.model = "model\xff";
+  EXPECT_STATUS(MakeHeader(id, 5, three, {}).status(), kInvalidArgument,
+                "model_identity");
+  // ... except the machine's host name, whose other bytes become '?'.
+  EnvelopeProvenance odd_host;
+  odd_host.host = "h\xc3\xa9-\xff";
+  absl::StatusOr<CheckpointHeader> h = MakeHeader(Id(), 5, three, odd_host);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->host(), "h??-?");
 }
 
 TEST(EncodeEnvelopePrefix, LayoutAndHeaderRoundTrip) {
