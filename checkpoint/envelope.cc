@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/base/internal/endian.h"
@@ -77,6 +78,19 @@ size_t FirstNonUtf8Byte(absl::string_view text) {
     i += 1 + more;
   }
   return absl::string_view::npos;
+}
+
+// The header's text fields (proto bytes that must hold UTF-8), by name.
+std::vector<std::pair<const char*, const std::string*>> TextFields(
+    const CheckpointHeader& h) {
+  return {{"state_identity", &h.state_identity()},
+          {"learner_identity", &h.learner_identity()},
+          {"data_identity", &h.data_identity()},
+          {"initialization_identity", &h.initialization_identity()},
+          {"model_identity", &h.model_identity()},
+          {"writer", &h.writer()},
+          {"backend", &h.backend()},
+          {"host", &h.host()}};
 }
 
 uint64_t NowUnixNanos() {
@@ -251,17 +265,7 @@ absl::Status ValidateHeader(const CheckpointHeader& h, const Preamble& p,
   auto bad = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(file, ": header ", what));
   };
-  const std::pair<const char*, const std::string*> text_fields[] = {
-      {"state_identity", &h.state_identity()},
-      {"learner_identity", &h.learner_identity()},
-      {"data_identity", &h.data_identity()},
-      {"initialization_identity", &h.initialization_identity()},
-      {"model_identity", &h.model_identity()},
-      {"writer", &h.writer()},
-      {"backend", &h.backend()},
-      {"host", &h.host()},
-  };
-  for (const auto& [name, text] : text_fields) {
+  for (const auto& [name, text] : TextFields(h)) {
     const size_t at = FirstNonUtf8Byte(*text);
     if (at == absl::string_view::npos) continue;
     return bad(absl::StrFormat(
@@ -384,15 +388,7 @@ absl::StatusOr<CheckpointHeader> MakeHeader(
     }
     h.set_host(host);
   }
-  const std::pair<const char*, const std::string*> text_fields[] = {
-      {"state_identity", &h.state_identity()},
-      {"learner_identity", &h.learner_identity()},
-      {"data_identity", &h.data_identity()},
-      {"initialization_identity", &h.initialization_identity()},
-      {"model_identity", &h.model_identity()},
-      {"writer", &h.writer()},
-      {"backend", &h.backend()}};
-  for (const auto& [field, text] : text_fields) {
+  for (const auto& [field, text] : TextFields(h)) {
     const size_t at = FirstNonUtf8Byte(*text);
     if (at != absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrFormat(

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocabulary.h"
+#include "tokenizer/refuse_threads.h"
 
 namespace coppelius {
 namespace {
@@ -179,26 +180,6 @@ TEST(Encoder, ParallelOutputIndependentOfThreadCount) {
   }
 }
 
-// While alive, every new thread asks for a stack larger than the address
-// space, so the system refuses it (std::thread throws std::system_error).
-class RefuseNewThreads {
- public:
-  RefuseNewThreads() {
-    EXPECT_EQ(pthread_getattr_default_np(&saved_), 0);
-    pthread_attr_t huge;
-    pthread_attr_init(&huge);
-    EXPECT_EQ(pthread_attr_setstacksize(&huge, size_t{1} << 50), 0);
-    EXPECT_EQ(pthread_setattr_default_np(&huge), 0);
-    pthread_attr_destroy(&huge);
-  }
-  ~RefuseNewThreads() {
-    pthread_setattr_default_np(&saved_);
-    pthread_attr_destroy(&saved_);
-  }
-
- private:
-  pthread_attr_t saved_;
-};
 
 TEST(Encoder, ParallelCopesWithRefusedThreads) {
   Encoder e(MakeVocabulary({"th", "the", " the", "e ", "ca", "cat"}));
