@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -296,14 +297,21 @@ absl::Status PublishCheckpoint(const std::string& path,
 
   // Digest from memory (never from the file: re-reading the page cache would
   // prove nothing) on `threads` threads while this thread writes.
-  digester = std::thread([&] {
+  // If the system refuses the thread, digest first, then write: the same
+  // result, without the overlap.
+  auto digest = [&] {
     digests = ChunkDigests(payload, payload_bytes, identity.chunk_bytes,
                            options.threads);
-  });
+  };
+  try {
+    digester = std::thread(digest);
+  } catch (const std::system_error&) {
+    digest();
+  }
   absl::Status status =
       WriteAt(ops, fd, payload, payload_bytes, payload_offset, tmp);
   if (!status.ok()) return fail(status);
-  digester.join();
+  if (digester.joinable()) digester.join();
   stage(PublishStage::kPayloadWritten);
 
   header = MakeHeader(identity, update_count, digests, provenance);

@@ -17,6 +17,7 @@
 #include "checkpoint/envelope.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/test_util.h"
+#include "common/refuse_threads.h"
 #include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -106,6 +107,23 @@ TEST_F(PublisherTest, ReplacesAndLeavesNoTemporary) {
   struct stat st;
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
+}
+
+// With no threads to be had (the digester and the digest pool refused),
+// publication still completes: digests first, then the write.
+TEST_F(PublisherTest, PublishesWhenTheSystemRefusesThreads) {
+  PublishOptions options;
+  options.threads = 4;
+  {
+    RefuseNewThreads refuse;
+    const absl::Status s =
+        PublishCheckpoint(path_, id_, 3000, new_.data(), kPayloadBytes, options);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(VerifiedUpdateCount(path_, id_), 3000);
+  absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(path_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::memcmp(r->payload(), new_.data(), kPayloadBytes), 0);
 }
 
 TEST_F(PublisherTest, RefusesBadArguments) {

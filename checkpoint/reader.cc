@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 
 namespace coppelius {
 namespace {
@@ -200,7 +201,7 @@ ScanResult ScanChunks(
   const uint64_t n = NumChunks(total, chunk_bytes);
   std::vector<char> bad(n, 0);
   std::vector<Sha256Digest> actual(n);
-  ParallelFor(n, threads, [&](uint64_t i) {
+  ParallelFor(static_cast<int64_t>(n), threads, [&](int64_t i) {
     const uint64_t begin = i * chunk_bytes;
     const uint64_t size = std::min(chunk_bytes, total - begin);
     if (copy) copy(begin, size);

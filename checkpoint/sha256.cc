@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/threads.h"
+
 // Programmer invariants only (the pinned Abseil has no CHECK).
 #define SHA256_CHECK(cond)                                              \
   do {                                                                  \
@@ -70,27 +72,12 @@ uint64_t NumChunks(uint64_t total_bytes, uint64_t chunk_bytes) {
   return total_bytes / chunk_bytes + (total_bytes % chunk_bytes != 0 ? 1 : 0);
 }
 
-void ParallelFor(uint64_t n, int threads,
-                 const std::function<void(uint64_t)>& fn) {
-  if (n == 0) return;
-  uint64_t workers = std::min<uint64_t>(std::max(threads, 1), n);
-  std::atomic<uint64_t> next{0};
-  auto work = [&] {
-    for (uint64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(workers - 1);
-  for (uint64_t t = 1; t < workers; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& thread : pool) thread.join();
-}
-
 std::vector<Sha256Digest> ChunkDigests(const void* data, uint64_t total_bytes,
                                        uint64_t chunk_bytes, int threads) {
   const uint64_t n = NumChunks(total_bytes, chunk_bytes);
   std::vector<Sha256Digest> digests(n);
   const unsigned char* bytes = static_cast<const unsigned char*>(data);
-  ParallelFor(n, threads, [&](uint64_t i) {
+  ParallelFor(static_cast<int64_t>(n), threads, [&](int64_t i) {
     const uint64_t begin = i * chunk_bytes;
     const uint64_t size = std::min(chunk_bytes, total_bytes - begin);
     digests[i] = Sha256(bytes + begin, size);

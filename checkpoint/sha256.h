@@ -10,7 +10,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,12 +37,6 @@ std::string BytesHex(absl::string_view bytes);
 // Number of chunks of `chunk_bytes` covering `total_bytes`:
 // ceil(total_bytes / chunk_bytes). Precondition: chunk_bytes > 0.
 uint64_t NumChunks(uint64_t total_bytes, uint64_t chunk_bytes);
-
-// Runs fn(i) for i in [0, n) on min(threads, n) threads (the calling thread
-// is one of them); threads < 1 counts as 1. Indices are handed out in
-// increasing order; fn must be thread-safe for distinct i.
-void ParallelFor(uint64_t n, int threads,
-                 const std::function<void(uint64_t)>& fn);
 
 // SHA-256 of each `chunk_bytes` chunk of the `total_bytes` at `data` (the
 // last chunk may be shorter), computed on `threads` threads.

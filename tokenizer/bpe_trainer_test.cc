@@ -20,7 +20,7 @@
 #include "tokenizer/encoder.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocabulary.h"
-#include "tokenizer/refuse_threads.h"
+#include "common/refuse_threads.h"
 
 namespace coppelius {
 namespace {

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocabulary.h"
-#include "tokenizer/refuse_threads.h"
+#include "common/refuse_threads.h"
 
 namespace coppelius {
 namespace {

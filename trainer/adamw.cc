@@ -8,6 +8,7 @@
 #include "absl/base/internal/raw_logging.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/threads.h"
 #include "trainer/model_config.h"
 
 namespace coppelius {
@@ -80,10 +81,10 @@ absl::Status AdamWUpdate(const ModelConfig& config,
                        v + begin, gradients + begin);
     }
   };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < num_threads; ++i) threads.emplace_back(work, i);
-  work(0);
-  for (std::thread& th : threads) th.join();
+  // Part i of num_threads on whichever thread takes it (common/threads.h:
+  // fewer threads if the system refuses some; the same elementwise result).
+  ParallelFor(num_threads, num_threads,
+              [&](int64_t part) { work(static_cast<int>(part)); });
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/threads.h"
 #include "common/status_macros.h"
 #include "trainer/model_config.h"
 
@@ -100,10 +101,10 @@ absl::Status InitializeImage(const ModelConfig& config, int num_threads,
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (int t = 1; t < num_threads; ++t) threads.emplace_back(work, t);
-  work(0);
-  for (std::thread& t : threads) t.join();
+  // Part t of num_threads on whichever thread takes it (common/threads.h:
+  // fewer threads if the system refuses some; every element drawn by index).
+  ParallelFor(num_threads, num_threads,
+              [&](int64_t part) { work(static_cast<int>(part)); });
   std::memset(pmv + n, 0, sizeof(float) * 2 * static_cast<size_t>(n));
   return absl::OkStatus();
 }

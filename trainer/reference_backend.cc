@@ -45,26 +45,8 @@ namespace {
 
 int ResolveThreads(int requested) { return ResolveThreadCount(requested); }
 
-// Calls fn(i) for i in [0, n) on `threads` workers, items handed out
-// dynamically. Every item's result must not depend on which worker runs it.
-template <typename Fn>
-void ParallelFor(int64_t n, int threads, const Fn& fn) {
-  if (n <= 0) return;
-  if (threads <= 1 || n == 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto worker = [&]() {
-    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
-  };
-  const int spawn = static_cast<int>(std::min<int64_t>(threads, n)) - 1;
-  std::vector<std::thread> pool;
-  pool.reserve(spawn);
-  for (int t = 0; t < spawn; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-}
+// ParallelFor: common/threads.h (items handed out dynamically; every
+// item's result must not depend on which thread runs it).
 
 constexpr int64_t kRowTile = 4;
 constexpr int64_t kColTile = 256;

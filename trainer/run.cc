@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -161,7 +162,17 @@ class AsyncPublisher {
         options_(std::move(options)),
         crash_after_(crash_after) {
     for (auto& b : buffers_) b.resize(floats);
-    thread_ = std::thread([this] { Loop(); });
+  }
+  // Starts the publishing thread; ResourceExhausted if the system refuses
+  // it (before any step runs).
+  absl::Status Start() {
+    try {
+      thread_ = std::thread([this] { Loop(); });
+    } catch (const std::system_error& e) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "starting the checkpoint publisher thread: ", e.what()));
+    }
+    return absl::OkStatus();
   }
   ~AsyncPublisher() {
     {
@@ -169,7 +180,7 @@ class AsyncPublisher {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
 
   // A free buffer to capture into (waits while both are queued or in use).
@@ -458,6 +469,7 @@ absl::Status RunTrain(const TrainOptions& options,
   AsyncPublisher publisher(options.checkpoint_out, identity, publish_options,
                            3 * num_parameters,
                            options.crash_after_publications);
+  RETURN_IF_ERROR(publisher.Start());
 
   // --- The steps. Up to `lag` steps are enqueued beyond the last polled one;
   // a snapshot begun after step s finishes `lag` enqueues later.

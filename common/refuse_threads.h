@@ -1,4 +1,4 @@
-// File: tokenizer/refuse_threads.h (tests only)
+// File: common/refuse_threads.h (tests only)
 //
 // RefuseNewThreads: while alive, every new thread of the process asks for a
 // stack larger than the address space (pthread default attributes), so the
@@ -6,8 +6,8 @@
 // that thread-starting code turns that into an absl::Status or carries on
 // with fewer threads instead of aborting. (Limiting processes with
 // RLIMIT_NPROC does not work for root, which tests may run as.)
-#ifndef COPPELIUS_TOKENIZER_REFUSE_THREADS_H_
-#define COPPELIUS_TOKENIZER_REFUSE_THREADS_H_
+#ifndef COPPELIUS_COMMON_REFUSE_THREADS_H_
+#define COPPELIUS_COMMON_REFUSE_THREADS_H_
 
 #include <pthread.h>
 
@@ -40,4 +40,4 @@ class RefuseNewThreads {
 
 }  // namespace coppelius
 
-#endif  // COPPELIUS_TOKENIZER_REFUSE_THREADS_H_
+#endif  // COPPELIUS_COMMON_REFUSE_THREADS_H_
