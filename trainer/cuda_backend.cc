@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "trainer/adamw.h"
 #include "trainer/cuda_products.h"
 #include "trainer/kernels/adamw.h"
@@ -1278,16 +1279,14 @@ absl::Status CudaBackend::FinishSnapshot(float* pmv) {
   const int64_t total = 3 * N_;
   const int workers = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(8, total / (1 << 20))));
-  std::vector<std::thread> threads;
-  auto copy = [&](int w) {
+  // Part w of `workers` on whichever thread takes it (common/threads.h:
+  // fewer threads if the system refuses some).
+  ParallelFor(workers, workers, [&](int64_t w) {
     const int64_t begin = total * w / workers;
     const int64_t end = total * (w + 1) / workers;
     std::memcpy(pmv + begin, snapshot_host_ + begin,
                 (end - begin) * sizeof(float));
-  };
-  for (int w = 1; w < workers; ++w) threads.emplace_back(copy, w);
-  copy(0);
-  for (std::thread& t : threads) t.join();
+  });
   return absl::OkStatus();
 }
 
