@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -168,14 +167,8 @@ bool HeldByAnotherLiveProcess(absl::string_view name) {
       !absl::SimpleAtoi(rest.substr(0, dot), &pid)) {
     return false;
   }
-  if (pid == static_cast<uint64_t>(getpid())) return false;
-  if (pid == 0 || pid > static_cast<uint64_t>(INT32_MAX)) return false;
-  // Called between readdir() calls, whose errors the caller reads from
-  // errno: leave it as it was.
-  const int saved_errno = errno;
-  const bool alive = kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
-  errno = saved_errno;
-  return alive;
+  return pid != static_cast<uint64_t>(getpid()) &&
+         ProcessMayBeRunning(static_cast<int64_t>(pid));
 }
 
 }  // namespace

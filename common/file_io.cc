@@ -1,12 +1,14 @@
 #include "common/file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <climits>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <cstdlib>
 #include <random>
@@ -56,6 +58,15 @@ void ProtectStandardStreams() {
     if (fd == 0) g_stdin_closed = true;
     if (fd == 1) g_stdout_closed = true;
   }
+}
+
+bool ProcessMayBeRunning(int64_t pid) {
+  if (pid <= 0 || pid > INT32_MAX) return false;
+  const int saved_errno = errno;
+  const bool running =
+      kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+  errno = saved_errno;
+  return running;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {

@@ -35,6 +35,13 @@ absl::Status ErrnoStatus(int errno_value, absl::string_view what,
 // nowhere.
 void ProtectStandardStreams();
 
+// Whether process `pid` may still be running: kill(pid, 0) succeeds or
+// fails with anything but ESRCH (e.g. EPERM: another user's process).
+// False for pid <= 0. Leaves errno as it was (callers scan directories
+// between readdir() calls). The rule by which writers' stale temporaries
+// (named with their pid) are told from those of live writers.
+bool ProcessMayBeRunning(int64_t pid);
+
 // Reads the whole file (or stdin for "-") into a string.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -70,7 +70,8 @@ bool LooksLikeTokenCache(const TokenCache& cache) {
 // non-empty source with no tokens (a cache cut short), or an id the
 // vocabulary does not have.
 std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
-                        const Encoder& encoder, const std::string& vocab_path,
+                        const Vocabulary& vocabulary,
+                        const std::string& vocab_path,
                         const SourceStat& source) {
   struct stat vocab_st;
   if (stat(vocab_path.c_str(), &vocab_st) == 0) {
@@ -86,16 +87,8 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
     return absl::StrCat("it holds no tokens for ", source.size_bytes,
                         " source bytes");
   }
-  const uint32_t* ids = cache.tokens();
-  for (uint64_t i = 0; i < cache.num_tokens(); ++i) {
-    if (ids[i] >= encoder.vocab_size()) {
-      return absl::StrFormat("token %d (byte offset %d) is id %d, beyond the "
-                             "vocabulary's %d",
-                             i, kTokenCacheHeaderBytes + kTokenBytes * i,
-                             ids[i], encoder.vocab_size());
-    }
-  }
-  return "";
+  const absl::Status ids = cache.CheckIdRange(vocabulary.vocab_size());
+  return ids.ok() ? "" : std::string(ids.message());
 }
 
 }  // namespace
@@ -143,10 +136,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
     source_stat = *stat;
   }
   // The vocabulary is loaded (and so checked) even when the cache turns out
-  // fresh: a cache is fresh only for a usable vocabulary.
+  // fresh: a cache is fresh only for a usable vocabulary. The encoder's
+  // tables are built only if the source is encoded.
   absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
   if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
-  const Encoder encoder(*std::move(vocabulary));
 
   // An existing output: a cache of this source that is still fresh is kept;
   // a file that is not a token cache is never replaced without --force.
@@ -171,7 +164,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
           options.output_path, not_a_cache));
     }
     if (!from_stdin && existing->header() == source_stat) {
-      const std::string stale = StaleReason(*existing, out_st, encoder,
+      const std::string stale = StaleReason(*existing, out_st, *vocabulary,
                                             options.vocab_path, source_stat);
       if (stale.empty()) {
         report->was_fresh = true;
@@ -196,6 +189,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
     }
   }
 
+  const Encoder encoder(*std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.source_path));
   if (from_stdin) {
     source_stat.mtime_ns = 0;

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -206,7 +205,7 @@ int RemoveStaleTemporaries(const std::string& path) {
     if (dash == absl::string_view::npos) continue;
     int pid = 0;
     if (!absl::SimpleAtoi(rest.substr(0, dash), &pid) || pid <= 0) continue;
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or unknown)
+    if (ProcessMayBeRunning(pid)) continue;
     victims.push_back(dir + "/" + std::string(name));
   }
   closedir(d);
