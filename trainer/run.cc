@@ -23,6 +23,7 @@
 #include "checkpoint/publisher.h"
 #include "checkpoint/reader.h"
 #include "common/file_io.h"
+#include "common/file_lock.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
 #include "tokencache/token_cache.h"
@@ -335,6 +336,19 @@ absl::Status RunTrain(const TrainOptions& options,
   RETURN_IF_ERROR(CheckOutputPath("result", options.result_path, "",
                                   options.overwrite));
   RETURN_IF_ERROR(CheckDistinctPaths(options));
+  // --- One train process per output (common/file_lock.h), held to the end:
+  // a second run on the same checkpoint would interleave its publications
+  // with this one's, and on the same result would move this run's
+  // incomplete result aside.
+  ASSIGN_OR_RETURN(
+      FileLock checkpoint_lock,
+      FileLock::Acquire(ResolvedPath(options.checkpoint_out) + ".lock",
+                        absl::StrCat("--checkpoint-out=",
+                                     options.checkpoint_out)));
+  ASSIGN_OR_RETURN(
+      FileLock result_lock,
+      FileLock::Acquire(ResolvedPath(options.result_path) + ".lock",
+                        absl::StrCat("--result=", options.result_path)));
 
   // --- The input checkpoint: 0 bytes = fresh, else a verified envelope.
   ASSIGN_OR_RETURN(CheckpointReader input,

@@ -1,6 +1,8 @@
 // Tests of RunTrain's refusals that need crafted inputs (trainer/run.h).
 #include "trainer/run.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/publisher.h"
 #include "checkpoint/test_util.h"
+#include "common/file_lock.h"
 #include "gtest/gtest.h"
 #include "tokencache/token_cache.h"
 #include "trainer/model_config.h"
@@ -137,6 +140,40 @@ TEST_F(RunTrainTest, OutputsThatCannotBeWrittenAreRefusedUpFront) {
         << s;
     EXPECT_FALSE(Exists(options_.result_path));
   }
+}
+
+// A second train on the same checkpoint or result is refused while the
+// first holds its lock (common/file_lock.h), before any output is touched.
+TEST_F(RunTrainTest, OutputsInUseByAnotherRunAreRefused) {
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  char resolved[PATH_MAX];
+  ASSERT_NE(realpath(dir_.c_str(), resolved), nullptr);
+  const std::string real_dir = resolved;
+  struct Case {
+    std::string lock;
+    std::string flag;
+  };
+  for (const Case& c : {Case{real_dir + "/out.ckpt.lock", "--checkpoint-out="},
+                        Case{real_dir + "/out.res.lock", "--result="}}) {
+    SCOPED_TRACE(c.lock);
+    auto held = FileLock::Acquire(c.lock, "the first run");
+    ASSERT_TRUE(held.ok()) << held.status();
+    std::ostringstream progress;
+    const absl::Status s = RunTrain(options_, NoBackend, progress);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find(c.flag), std::string::npos) << s;
+    EXPECT_NE(s.message().find("in use by another process"), std::string::npos)
+        << s;
+    EXPECT_FALSE(Exists(options_.checkpoint_out));
+    EXPECT_FALSE(Exists(options_.result_path));
+  }
+  // Released: the run goes past the locks to its next check (this
+  // fixture's cache is too short for the config's steps).
+  std::ostringstream progress;
+  const absl::Status s = RunTrain(options_, NoBackend, progress);
+  EXPECT_EQ(s.message().find("in use"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("needs contexts"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 # `train` refuses, before any work, runs whose files would damage another
 # run's or its own: result = checkpoint-out, result = input checkpoint,
 # result = token cache (even with --overwrite), an existing history file the
-# run would publish, an output that is a device; each with a one-line error
-# naming the flag, and the files left as they were.
+# run would publish, an output that is a device, a checkpoint another
+# process holds the lock of; each with a one-line error naming the flag, and
+# the files left as they were.
 set -uo pipefail
 TRAIN=${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-coppelius}/trainer/train
 W=${TEST_TMPDIR:-$(mktemp -d)}/train_cli
@@ -48,4 +49,16 @@ expect_refusal "history clobber" "update-00000002.ckpt exists" \
 run --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a2.res --checkpoint-history=hist \
   || { echo "FAIL: continuation into the same history"; fail=1; }
 [[ -f hist/update-00000016.ckpt ]] || { echo "FAIL: no update 16"; fail=1; }
+# Another process holds the checkpoint's lock (as a running train does):
+# refused, one line, nothing written; released, the same run goes through.
+if command -v flock >/dev/null; then
+  exec 9>c2.ckpt.lock
+  flock -n 9 || { echo "FAIL: could not take c2.ckpt.lock"; exit 1; }
+  expect_refusal "checkpoint in use by another process" "in use by another process" \
+    --checkpoint-in=fresh.ckpt --checkpoint-out=c2.ckpt --result=c2.res
+  [[ -e c2.ckpt || -e c2.res ]] && { echo "FAIL: refused run left outputs"; fail=1; }
+  exec 9>&-
+  run --checkpoint-in=fresh.ckpt --checkpoint-out=c2.ckpt --result=c2.res \
+    || { echo "FAIL: run after the lock was released"; fail=1; }
+fi
 exit $fail

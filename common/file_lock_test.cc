@@ -1,0 +1,84 @@
+// File: common/file_lock_test.cc
+#include "common/file_lock.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace coppelius {
+namespace {
+
+std::string TestDir() {
+  const char* d = std::getenv("TEST_TMPDIR");
+  return d ? d : "/tmp";
+}
+
+TEST(FileLockTest, SecondHolderIsRefusedUntilTheFirstReleases) {
+  const std::string path = TestDir() + "/out.ckpt.lock";
+  {
+    auto first = FileLock::Acquire(path, "--checkpoint-out out.ckpt");
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_TRUE(first->locked());
+    // flock locks belong to the open file: a second open in the same
+    // process conflicts like another process's would.
+    auto second = FileLock::Acquire(path, "--checkpoint-out out.ckpt");
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(second.status().message(),
+              absl::StrCat("--checkpoint-out out.ckpt: in use by another "
+                           "process (pid ",
+                           getpid(), ", lock file ", path, ")"));
+    // Moving keeps the lock held.
+    FileLock moved = std::move(*first);
+    EXPECT_FALSE(FileLock::Acquire(path, "x").ok());
+  }
+  auto again = FileLock::Acquire(path, "--checkpoint-out out.ckpt");
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST(FileLockTest, AKilledHolderLeavesNoLock) {
+  const std::string path = TestDir() + "/killed.lock";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto lock = FileLock::Acquire(path, "child");
+    const char c = lock.ok() ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    pause();  // holds the lock until killed
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  auto refused = FileLock::Acquire(path, "parent");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(absl::StrCat("pid ", child)),
+            absl::string_view::npos)
+      << refused.status();
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  auto taken = FileLock::Acquire(path, "parent");
+  EXPECT_TRUE(taken.ok()) << taken.status();
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST(FileLockTest, MissingDirectoryIsNotFound) {
+  auto lock = FileLock::Acquire(TestDir() + "/no/such/dir/x.lock", "x");
+  ASSERT_FALSE(lock.ok());
+  EXPECT_EQ(lock.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(lock.status().message().find("/no/such/dir/x.lock"),
+            absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace coppelius
