@@ -330,29 +330,6 @@ absl::Status PublishCheckpoint(const std::string& path,
   if (close_result != 0) return fail(ErrnoStatus(errno, "closing", tmp));
   stage(PublishStage::kClosed);
 
-  if (!options.history_dir.empty()) {
-    const std::string history = HistoryPath(options.history_dir, update_count);
-    const std::string history_tmp = TemporaryName(history);
-    if (ops.link(tmp.c_str(), history_tmp.c_str()) != 0) {
-      const absl::Status link_error = ErrnoStatus(
-          errno, absl::StrCat("hard-linking ", tmp, " as"), history_tmp);
-      return fail(absl::Status(
-          link_error.code(),
-          absl::StrCat(link_error.message(),
-                       " (history_dir must be on the same filesystem as the "
-                       "checkpoint)")));
-    }
-    if (ops.rename(history_tmp.c_str(), history.c_str()) != 0) {
-      const int e = errno;
-      ops.unlink(history_tmp.c_str());
-      return fail(ErrnoStatus(e, "renaming history link to", history));
-    }
-    if (ops.fsync_directory(options.history_dir.c_str()) != 0) {
-      return fail(ErrnoStatus(errno, "fsync of directory", options.history_dir));
-    }
-    stage(PublishStage::kHistoryLinked);
-  }
-
   if (ops.rename(tmp.c_str(), path.c_str()) != 0) {
     return fail(ErrnoStatus(errno, "renaming temporary to", path));
   }
@@ -366,6 +343,40 @@ absl::Status PublishCheckpoint(const std::string& path,
                                  "durable)"));
   }
   stage(PublishStage::kDirectorySynced);
+  if (!options.history_dir.empty()) {
+    RETURN_IF_ERROR(Annotate(
+        LinkIntoHistory(path, options.history_dir, update_count, &ops),
+        absl::StrCat("publishing ", path, " (in place; its history link "
+                     "failed)")));
+    stage(PublishStage::kHistoryLinked);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LinkIntoHistory(const std::string& published_path,
+                             const std::string& history_dir,
+                             uint64_t update_count, const FileOps* file_ops) {
+  const FileOps ops = file_ops != nullptr ? *file_ops : PosixFileOps();
+  const std::string history = HistoryPath(history_dir, update_count);
+  const std::string history_tmp = TemporaryName(history);
+  if (ops.link(published_path.c_str(), history_tmp.c_str()) != 0) {
+    const absl::Status link_error = ErrnoStatus(
+        errno, absl::StrCat("hard-linking ", published_path, " as"),
+        history_tmp);
+    return absl::Status(
+        link_error.code(),
+        absl::StrCat(link_error.message(),
+                     " (history_dir must be on the same filesystem as the "
+                     "checkpoint)"));
+  }
+  if (ops.rename(history_tmp.c_str(), history.c_str()) != 0) {
+    const int e = errno;
+    ops.unlink(history_tmp.c_str());
+    return ErrnoStatus(e, "renaming history link to", history);
+  }
+  if (ops.fsync_directory(history_dir.c_str()) != 0) {
+    return ErrnoStatus(errno, "fsync of directory", history_dir);
+  }
   return absl::OkStatus();
 }
 

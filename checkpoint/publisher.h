@@ -10,10 +10,19 @@
 //      retried) while `options.threads` threads compute the SHA-256 of each
 //      chunk from memory; then the preamble + header (+ padding) is written.
 //   4. The temporary is fsynced and closed (close checked).
-//   5. With options.history_dir: DIR/update-NNNNNNNN.ckpt (the update count,
-//      at least 8 digits) is made a hard link of the temporary (via a
-//      temporary link renamed into place), and DIR is fsynced.
-//   6. The temporary is renamed over `path`; the directory is fsynced.
+//   5. The temporary is renamed over `path`; the directory is fsynced.
+//   6. With options.history_dir: DIR/update-NNNNNNNN.ckpt (the update count,
+//      at least 8 digits) is made a hard link of `path` (LinkIntoHistory:
+//      via a temporary link renamed into place), and DIR is fsynced.
+//
+// The history link comes last so that a kill can never leave a history
+// entry for an update that `path` does not hold: a run resumed from `path`
+// publishes the updates after it, none of which the history holds yet.
+// (Until 2026-11-30 the link came before the rename, and a kill between
+// the two left DIR/update-N beside a `path` still at N − interval, which
+// the resumed run then refused to replace.) A kill between the rename and
+// the link leaves the history without update N; train links it when it is
+// resumed from `path` (trainer/run.cc).
 //
 // On any error the temporary is removed, `path` still holds whatever it held
 // before (the previous checkpoint, untouched), and the status names the
@@ -84,9 +93,11 @@ enum class PublishStage {
   kPrefixWritten,      // preamble + header + padding: whole file written
   kSynced,             // fsync of the temporary done
   kClosed,             // temporary closed
-  kHistoryLinked,      // history link in place and its directory synced
   kRenamed,            // temporary renamed over path, directory not synced
-  kDirectorySynced,    // directory fsynced: publication complete
+  kDirectorySynced,    // directory fsynced: path durable (complete without
+                       // history_dir)
+  kHistoryLinked,      // history link in place and its directory synced:
+                       // publication complete
 };
 
 struct PublishOptions {
@@ -134,6 +145,15 @@ absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
 
 // "<dir>/update-NNNNNNNN.ckpt" for `update_count` (zero-padded to 8 digits).
 std::string HistoryPath(const std::string& history_dir, uint64_t update_count);
+
+// Makes HistoryPath(history_dir, update_count) a hard link of the published
+// checkpoint `published_path` (through a temporary link renamed into place,
+// replacing any file of that name) and fsyncs history_dir. Errno statuses
+// naming the file (EXDEV: history_dir must be on the same filesystem).
+absl::Status LinkIntoHistory(const std::string& published_path,
+                             const std::string& history_dir,
+                             uint64_t update_count,
+                             const FileOps* file_ops = nullptr);
 
 // True if `basename` is "<target>.tmp.<digits>.<16 lower-case hex>", the
 // name of a temporary of a file named `target`.

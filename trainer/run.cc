@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cerrno>
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -121,6 +123,46 @@ absl::Status CheckDistinctPaths(const TrainOptions& o) {
             files[i].flag, a, files[j].flag, b));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+// `path` without trailing slashes ("dir/" -> "dir"; "/" stays).
+std::string WithoutTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// The history directory must not hold the output checkpoint (the history's
+// update-NNNNNNNN.ckpt names would collide with it) and must be on the
+// output checkpoint's filesystem (history entries are hard links of it);
+// both checked before any work. A history directory that does not exist
+// yet is judged by its parent.
+absl::Status CheckHistoryPlacement(const TrainOptions& o) {
+  if (o.checkpoint_history_dir.empty()) return absl::OkStatus();
+  const std::string history = WithoutTrailingSlashes(o.checkpoint_history_dir);
+  char buffer[PATH_MAX];
+  const std::string resolved_history =
+      realpath(history.c_str(), buffer) != nullptr ? std::string(buffer)
+                                                   : ResolvedPath(history);
+  if (DirName(ResolvedPath(o.checkpoint_out)) == resolved_history) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--checkpoint-out=%s is inside --checkpoint-history=%s; the output "
+        "checkpoint must live outside its history directory",
+        o.checkpoint_out, o.checkpoint_history_dir));
+  }
+  struct stat out_dir, history_dir;
+  const std::string existing = stat(history.c_str(), &history_dir) == 0
+                                   ? history
+                                   : DirName(history);
+  if (stat(DirName(o.checkpoint_out).c_str(), &out_dir) == 0 &&
+      stat(existing.c_str(), &history_dir) == 0 &&
+      out_dir.st_dev != history_dir.st_dev) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--checkpoint-history=%s is on another filesystem than "
+        "--checkpoint-out=%s; history entries are hard links of the output "
+        "checkpoint, so they must share one",
+        o.checkpoint_history_dir, o.checkpoint_out));
   }
   return absl::OkStatus();
 }
@@ -336,6 +378,7 @@ absl::Status RunTrain(const TrainOptions& options,
   RETURN_IF_ERROR(CheckOutputPath("result", options.result_path, "",
                                   options.overwrite));
   RETURN_IF_ERROR(CheckDistinctPaths(options));
+  RETURN_IF_ERROR(CheckHistoryPlacement(options));
   // --- One train process per output (common/file_lock.h), held to the end:
   // a second run on the same checkpoint would interleave its publications
   // with this one's, and on the same result would move this run's
@@ -349,6 +392,17 @@ absl::Status RunTrain(const TrainOptions& options,
       FileLock result_lock,
       FileLock::Acquire(ResolvedPath(options.result_path) + ".lock",
                         absl::StrCat("--result=", options.result_path)));
+  std::optional<FileLock> history_lock;
+  if (!options.checkpoint_history_dir.empty()) {
+    // Beside the directory (it may not exist yet): DIR.lock.
+    ASSIGN_OR_RETURN(
+        history_lock,
+        FileLock::Acquire(
+            ResolvedPath(WithoutTrailingSlashes(
+                options.checkpoint_history_dir)) + ".lock",
+            absl::StrCat("--checkpoint-history=",
+                         options.checkpoint_history_dir)));
+  }
 
   // --- The input checkpoint: 0 bytes = fresh, else a verified envelope.
   ASSIGN_OR_RETURN(CheckpointReader input,
@@ -436,6 +490,25 @@ absl::Status RunTrain(const TrainOptions& options,
   if (stale_removed > 0 && options.progress) {
     progress << "train: removed " << stale_removed
              << " stale temporary file(s) of a killed publisher" << std::endl;
+  }
+  // A run killed between publishing a checkpoint and linking it into the
+  // history (checkpoint/publisher.h) left the history without it: resumed
+  // from that checkpoint, put it there now.
+  if (!options.checkpoint_history_dir.empty() && !input.IsFresh() &&
+      SameFile(options.checkpoint_in, options.checkpoint_out)) {
+    struct stat st;
+    const std::string entry =
+        HistoryPath(options.checkpoint_history_dir, c0);
+    if (stat(entry.c_str(), &st) != 0 && errno == ENOENT) {
+      RETURN_IF_ERROR(Annotate(
+          LinkIntoHistory(options.checkpoint_in, options.checkpoint_history_dir,
+                          c0),
+          "adding the input checkpoint to the history"));
+      if (options.progress) {
+        progress << "train: linked the input checkpoint (update " << c0
+                 << ") into the history as " << entry << std::endl;
+      }
+    }
   }
 
   const ResultGeometry geometry{V, T, steps};

@@ -61,4 +61,30 @@ if command -v flock >/dev/null; then
   run --checkpoint-in=fresh.ckpt --checkpoint-out=c2.ckpt --result=c2.res \
     || { echo "FAIL: run after the lock was released"; fail=1; }
 fi
+# The output checkpoint inside its own history directory: refused.
+expect_refusal "checkpoint-out inside the history" "outside its history directory" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=hist/x.ckpt --result=x.res --checkpoint-history=hist/
+# Another process holds the history directory's lock: refused.
+if command -v flock >/dev/null; then
+  exec 9>hist.lock
+  flock -n 9 || { echo "FAIL: could not take hist.lock"; exit 1; }
+  expect_refusal "history in use by another process" "in use by another process" \
+    --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a3.res --checkpoint-history=hist
+  exec 9>&-
+fi
+# Killed after its second publication, with the history link of that
+# publication missing (as a kill between the rename and the link leaves
+# it, checkpoint/publisher.h): the resumed run links the input checkpoint
+# into the history and carries on.
+mkdir -p hist2
+run --checkpoint-in=fresh.ckpt --checkpoint-out=k.ckpt --result=k.res \
+  --checkpoint-history=hist2 --crash_after_publications=2 2>/dev/null
+[[ -f hist2/update-00000004.ckpt ]] || { echo "FAIL: no update 4 before the kill"; fail=1; }
+rm -f hist2/update-00000004.ckpt
+out=$(run --checkpoint-in=k.ckpt --checkpoint-out=k.ckpt --result=k2.res --checkpoint-history=hist2 2>&1) \
+  || { echo "FAIL: resume after a kill before the history link: $out"; fail=1; }
+for u in 2 4 6 8 10 12; do
+  [[ -f hist2/update-$(printf %08d $u).ckpt ]] || { echo "FAIL: hist2 lacks update $u"; fail=1; }
+done
+echo "ok: resume relinked update 4: $(ls hist2 | tr '\n' ' ')"
 exit $fail
