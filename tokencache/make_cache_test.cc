@@ -175,9 +175,19 @@ TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {
   const std::string source = TestDir() + "/corrupt.txt";
   WriteFile(source, "ab");
   MakeCacheOptions o = Options(source, TestDir() + "/corrupt.tok");
+  // Raw u32 LE ids as `tokenize encode` writes them ("hello" then 300, 5,
+  // 7): bytes 0..15 read as a 1970 mtime and 463,856,467,052 source bytes
+  // for 4 tokens.
+  std::string raw_ids;
+  for (uint32_t id : {104u, 101u, 108u, 108u, 111u, 300u, 5u, 7u}) {
+    for (int b = 0; b < 4; ++b) raw_ids.push_back(static_cast<char>(id >> (8 * b)));
+  }
+  // A safetensors file: an 8-byte LE header length, then JSON.
+  std::string safetensors("\x18\0\0\0\0\0\0\0{\"__metadata__\":{}}     ", 32);
   for (const std::string& bytes :
        {std::string("garbage!!"),  // 9 bytes: not 16 + 4·N
-        std::string("this text is 24 bytes!!\n")}) {  // opens; a header from the future
+        std::string("this text is 24 bytes!!\n"),  // opens; a header from the future
+        raw_ids, safetensors}) {
     WriteFile(o.output_path, bytes);
     const absl::Status s = RunMakeCache(o);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
