@@ -136,6 +136,11 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
   }
   const bool from_stdin = options.source_path == "-";
   const bool to_stdout = options.output_path == "-";
+  if (from_stdin && options.vocab_path == "-") {
+    return absl::InvalidArgumentError(
+        "--vocab=- and SOURCE - both name standard input, which can be read "
+        "once; give the vocabulary as a file");
+  }
   if (!from_stdin && !to_stdout &&
       SameFile(options.source_path, options.output_path)) {
     return absl::InvalidArgumentError(

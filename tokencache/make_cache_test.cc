@@ -222,6 +222,14 @@ TEST(RunMakeCache, BadInputs) {
   WriteFile(source, "hello");
   MakeCacheOptions o = Options(source, TestDir() + "/bad.tok");
 
+  {  // Standard input named twice (it would be read empty the second time).
+    MakeCacheOptions twice = Options("-", TestDir() + "/twice.tok");
+    twice.vocab_path = "-";
+    const absl::Status s = RunMakeCache(twice);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("read once"), std::string::npos) << s;
+  }
+
   for (int threads : {-1, 1025, 99999}) {
     MakeCacheOptions many = o;
     many.threads = threads;
