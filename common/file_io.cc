@@ -1,10 +1,12 @@
 #include "common/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cerrno>
@@ -12,7 +14,11 @@
 #include <cstring>
 #include <cstdlib>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -207,6 +213,7 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
     if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", path);
     return status;
   }
+  RemoveStaleTemporaries(path);
   std::random_device rd;
   std::string tmp = absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -222,6 +229,38 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
     return status;
   }
   return FsyncDirectory(DirName(path));
+}
+
+int RemoveStaleTemporaries(const std::string& path) {
+  const std::string dir = DirName(path);
+  const std::string prefix = BaseName(path) + ".tmp-";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  std::vector<std::string> victims;
+  while (struct dirent* e = readdir(d)) {
+    absl::string_view name(e->d_name);
+    if (!absl::StartsWith(name, prefix)) continue;
+    // "<pid>-<8 hex>" exactly: nothing else of the user's is touched.
+    absl::string_view rest = name.substr(prefix.size());
+    const size_t dash = rest.find('-');
+    if (dash == absl::string_view::npos || rest.size() != dash + 9) continue;
+    const absl::string_view hex = rest.substr(dash + 1);
+    if (!std::all_of(hex.begin(), hex.end(), [](char c) {
+          return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+        })) {
+      continue;
+    }
+    int64_t pid = 0;
+    if (!absl::SimpleAtoi(rest.substr(0, dash), &pid) || pid <= 0) continue;
+    if (ProcessMayBeRunning(pid)) continue;
+    victims.push_back(dir + "/" + std::string(name));
+  }
+  closedir(d);
+  int removed = 0;
+  for (const std::string& v : victims) {
+    if (unlink(v.c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace coppelius

@@ -42,6 +42,14 @@ void ProtectStandardStreams();
 // (named with their pid) are told from those of live writers.
 bool ProcessMayBeRunning(int64_t pid);
 
+// Removes the temporaries "<path>.tmp-<pid>-<8 hex digits>" (the names
+// WriteFileAtomically and TokenCacheWriter give theirs) in path's directory
+// whose <pid> is not a live process (ProcessMayBeRunning): what a killed
+// writer of `path` left. Returns how many were removed. Best effort: errors
+// are ignored. WriteFileAtomically and TokenCacheWriter::Create call it
+// before creating their own temporary.
+int RemoveStaleTemporaries(const std::string& path);
+
 // Reads the whole file (or stdin for "-") into a string.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
@@ -53,7 +61,8 @@ absl::Status WriteAll(int fd, const void* data, size_t size,
 absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
                       absl::string_view path);
 
-// Writes `contents` to `path` through a temporary in the same directory,
+// Writes `contents` to `path` through a temporary in the same directory
+// ("<path>.tmp-<pid>-<8 hex>", after RemoveStaleTemporaries(path)),
 // fsync, rename, fsync(directory); "-" writes to stdout. On error the
 // temporary is removed and any previous file at `path` is untouched.
 // An existing `path` that is not a regular file (a character device such as

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <thread>
@@ -28,6 +29,31 @@ int CountEntries(const std::string& dir) {
   }
   closedir(d);
   return n;
+}
+
+// What a killed writer of the same path left is removed; a live writer's
+// temporary and files that only look alike are kept.
+TEST(WriteFileAtomically, RemovesTemporariesOfKilledWriters) {
+  std::string dir = TestDir() + "/stale";
+  mkdir(dir.c_str(), 0755);
+  const std::string path = dir + "/out.u32";
+  const pid_t child = fork();  // exits at once: its pid is then unused
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  const std::string dead = path + ".tmp-" + std::to_string(child) + "-0badf00d";
+  const std::string alive = path + ".tmp-" + std::to_string(getpid()) + "-12345678";
+  const std::string notes = path + ".tmp-" + std::to_string(child) + "-notes";
+  const std::string other = dir + "/other.u32.tmp-" + std::to_string(child) + "-0badf00d";
+  for (const std::string& f : {dead, alive, notes, other}) {
+    ASSERT_TRUE(WriteFileAtomically(f, "x").ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(path, "ids").ok());
+  EXPECT_EQ(access(dead.c_str(), F_OK), -1);
+  EXPECT_EQ(access(alive.c_str(), F_OK), 0);
+  EXPECT_EQ(access(notes.c_str(), F_OK), 0);
+  EXPECT_EQ(access(other.c_str(), F_OK), 0);
+  EXPECT_EQ(*ReadFile(path), "ids");
 }
 
 TEST(WriteFileAtomically, WritesAndReplacesLeavingNoTemporary) {

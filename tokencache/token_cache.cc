@@ -1,6 +1,5 @@
 #include "tokencache/token_cache.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,8 +12,6 @@
 #include <utility>
 
 #include "absl/base/internal/endian.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
@@ -189,31 +186,6 @@ absl::StatusOr<StalenessReport> TokenCache::Staleness(
 
 // ---------------------------------------------------------------------------
 // TokenCacheWriter
-
-int RemoveStaleTemporaries(const std::string& path) {
-  const std::string dir = DirName(path);
-  const std::string prefix = BaseName(path) + ".tmp-";
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return 0;
-  int removed = 0;
-  std::vector<std::string> victims;
-  while (struct dirent* e = readdir(d)) {
-    absl::string_view name(e->d_name);
-    if (!absl::StartsWith(name, prefix)) continue;
-    absl::string_view rest = name.substr(prefix.size());
-    size_t dash = rest.find('-');
-    if (dash == absl::string_view::npos) continue;
-    int pid = 0;
-    if (!absl::SimpleAtoi(rest.substr(0, dash), &pid) || pid <= 0) continue;
-    if (ProcessMayBeRunning(pid)) continue;
-    victims.push_back(dir + "/" + std::string(name));
-  }
-  closedir(d);
-  for (const std::string& v : victims) {
-    if (unlink(v.c_str()) == 0) ++removed;
-  }
-  return removed;
-}
 
 absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
     const std::string& path, const SourceStat& header) {

@@ -173,11 +173,6 @@ class TokenCacheWriter {
   uint64_t num_tokens_ = 0;
 };
 
-// Removes "<path>.tmp-<pid>-*" files in path's directory whose <pid> is not
-// a live process. Returns how many were removed. Errors are ignored (best
-// effort); used by TokenCacheWriter::Create.
-int RemoveStaleTemporaries(const std::string& path);
-
 }  // namespace coppelius
 
 #endif  // COPPELIUS_TOKENCACHE_TOKEN_CACHE_H_

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
