@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "tokencache/make_cache.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
     status = coppelius::RunMakeCache(options);
   }
   if (!status.ok()) {
-    std::cerr << "make-cache: " << status << std::endl;
+    std::cerr << coppelius::StatusLine("make-cache", status) << std::endl;
     return 1;
   }
   return 0;

@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "trainer/backends.h"
 #include "trainer/run.h"
 
@@ -46,12 +47,8 @@ int main(int argc, char** argv) {
   std::vector<char*> rest =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   if (rest.size() > 1) {
-    std::cerr << "train: unexpected argument " << rest[1] << std::endl;
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_threads) < 0) {
-    std::cerr << "train: --threads=" << absl::GetFlag(FLAGS_threads)
-              << ": expected >= 0 (0 = all cores)" << std::endl;
+    std::cerr << "train: unexpected argument "
+              << coppelius::EscapeControlCharacters(rest[1]) << std::endl;
     return 2;
   }
   coppelius::TrainOptions options;
@@ -69,7 +66,7 @@ int main(int argc, char** argv) {
   absl::Status status =
       coppelius::RunTrain(options, coppelius::MakeBackend, std::cerr);
   if (!status.ok()) {
-    std::cerr << "train: " << status << std::endl;
+    std::cerr << coppelius::StatusLine("train", status) << std::endl;
     return 1;
   }
   return 0;

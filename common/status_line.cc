@@ -1,0 +1,34 @@
+// File: common/status_line.cc
+#include "common/status_line.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace coppelius {
+
+std::string EscapeControlCharacters(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != 0x7f) {
+      out.push_back(ch);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += absl::StrFormat("\\x%02x", c);
+    }
+  }
+  return out;
+}
+
+std::string StatusLine(absl::string_view program, const absl::Status& status) {
+  return absl::StrCat(program, ": ",
+                      EscapeControlCharacters(status.ToString()));
+}
+
+}  // namespace coppelius

@@ -1,0 +1,27 @@
+// File: common/status_line.h
+//
+// The one line a binary prints for an error: "prog: CODE: message" with
+// every control character of the message (a newline or escape sequence in
+// a file name the user gave, say) written as a C escape (\n, \t, \x1b), so
+// that the error stays one line whatever the paths in it hold.
+#ifndef COPPELIUS_COMMON_STATUS_LINE_H_
+#define COPPELIUS_COMMON_STATUS_LINE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace coppelius {
+
+// `text` with bytes below 0x20 and 0x7f escaped (\n, \r, \t, else \xNN);
+// everything else (UTF-8 included) unchanged.
+std::string EscapeControlCharacters(absl::string_view text);
+
+// "<program>: " + status.ToString(), control characters escaped (no
+// trailing newline).
+std::string StatusLine(absl::string_view program, const absl::Status& status);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_COMMON_STATUS_LINE_H_
