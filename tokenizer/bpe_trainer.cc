@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
+#include "tokenizer/output_checks.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocabulary.h"
 
@@ -400,6 +401,7 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
         "-o ", options.output_path, ": names the corpus ",
         options.corpus_path));
   }
+  RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   ASSIGN_OR_RETURN(std::string corpus, ReadFile(options.corpus_path));
   const Clock::time_point start = Clock::now();
   absl::StatusOr<BpeTrainingResult> result = TrainBpe(

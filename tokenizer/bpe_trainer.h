@@ -76,7 +76,10 @@ struct TrainVocabularyOptions {
 };
 
 // Reads the corpus, trains (TrainBpe), writes the tiktoken rank file
-// atomically (temporary, fsync, rename, fsync of the directory).
+// atomically (temporary, fsync, rename, fsync of the directory). Before
+// reading: InvalidArgument when output_path names the corpus,
+// FailedPrecondition when it is a Coppelius checkpoint or result file
+// (CheckNotCoppeliusFile, output_checks.h).
 absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options);
 
 struct BpeTrainingResult {

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -437,6 +438,33 @@ TEST(RunTrainVocabulary, RefusesToWriteOverItsCorpus) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("names the corpus"), std::string::npos) << s;
   EXPECT_EQ(*ReadFile(corpus), "the cat the cat");
+}
+
+TEST(RunTrainVocabulary, RefusesToReplaceACheckpoint) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string base = std::string(dir ? dir : "/tmp");
+  const std::string corpus = base + "/corpus_for_victim.txt";
+  const std::string victim = base + "/victim.ckpt";
+  const std::string checkpoint("COPPCKPT\x01\0\0\0rest", 16);
+  ASSERT_TRUE(WriteFileAtomically(corpus, "the cat the cat").ok());
+  ASSERT_TRUE(WriteFileAtomically(victim, checkpoint).ok());
+  TrainVocabularyOptions o;
+  o.corpus_path = corpus;
+  o.output_path = victim;
+  o.vocab_size = 258;
+  o.progress = false;
+  absl::Status s = RunTrainVocabulary(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("is a Coppelius checkpoint"), std::string::npos)
+      << s;
+  EXPECT_EQ(*ReadFile(victim), checkpoint);
+  // An ordinary file is replaced by the vocabulary (258 ids = 257 lines).
+  const std::string old_vocab = base + "/old.tiktoken";
+  ASSERT_TRUE(WriteFileAtomically(old_vocab, "previous contents\n").ok());
+  o.output_path = old_vocab;
+  ASSERT_TRUE(RunTrainVocabulary(o).ok());
+  const std::string written = *ReadFile(old_vocab);
+  EXPECT_EQ(std::count(written.begin(), written.end(), '\n'), 257);
 }
 
 }  // namespace

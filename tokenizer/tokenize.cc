@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "tokenizer/encoder.h"
+#include "tokenizer/output_checks.h"
 #include "tokenizer/vocabulary.h"
 
 namespace coppelius {
@@ -127,6 +128,7 @@ absl::Status RunEncode(const EncodeOptions& options) {
   RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.output_path,
                                           options.input_path,
                                           options.vocab_path));
+  RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
   Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
@@ -154,6 +156,7 @@ absl::Status RunDecode(const DecodeOptions& options) {
   RETURN_IF_ERROR(CheckOutputIsNotAnInput(options.output_path,
                                           options.input_path,
                                           options.vocab_path));
+  RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   // Decoding only concatenates token bytes: no Encoder (BPE tables) needed.
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));

@@ -47,8 +47,11 @@ struct EncodeOptions {
   int threads = 0;  // <= 0: all hardware threads; at most kMaxThreadCount
 };
 
-// Encodes input_path to output_path. Errors from loading the vocabulary and
-// reading/writing files, annotated with the path.
+// Encodes input_path to output_path. InvalidArgument when output_path names
+// the input or the vocabulary; FailedPrecondition when it is a Coppelius
+// checkpoint or result file (CheckNotCoppeliusFile, output_checks.h); errors
+// from loading the vocabulary and reading/writing files, annotated with the
+// path.
 absl::Status RunEncode(const EncodeOptions& options);
 
 struct DecodeOptions {
@@ -59,7 +62,7 @@ struct DecodeOptions {
 };
 
 // Decodes input_path to output_path. InvalidArgument naming the file, the id
-// position and the id for an id >= V.
+// position and the id for an id >= V; the same path checks as RunEncode.
 absl::Status RunDecode(const DecodeOptions& options);
 
 }  // namespace coppelius

@@ -64,4 +64,20 @@ check "train --threads=3 trains the same" cmp -s "$tmp/v.tiktoken" "$tmp/v2.tikt
 printf 'abc' > "$tmp/odd.u32"
 "$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/odd.u32" -o "$tmp/never" 2> "$tmp/err"
 check "truncated u32" one_line_error "$tmp/err" "DATA_LOSS.*odd.u32: size 3 bytes"
+# A mistyped -o must not destroy a checkpoint or a result file.
+printf 'COPPCKPT\001\000\000\000rest' > "$tmp/victim.ckpt"
+cp "$tmp/victim.ckpt" "$tmp/victim.orig"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/victim.ckpt" 2> "$tmp/err"; rc=$?
+check "encode -o checkpoint: exit 1" test $rc -eq 1
+check "encode -o checkpoint message" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/victim.ckpt: exists and is a Coppelius checkpoint.*choose another output path"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/victim.ckpt" --vocab-size=300 --progress=false 2> "$tmp/err"
+check "train -o checkpoint refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/victim.ckpt: exists and is a Coppelius checkpoint"
+check "checkpoint untouched" cmp -s "$tmp/victim.ckpt" "$tmp/victim.orig"
+printf '\276\272\376\312\276\272\376\312windows' > "$tmp/victim.res"
+"$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/rand.u32" -o "$tmp/victim.res" 2> "$tmp/err"
+check "decode -o result file refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/victim.res: exists and is a Coppelius result file"
+check "result file untouched" test "$(tail -c 7 "$tmp/victim.res")" = windows
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/rand.u32" &&
+  "$bin" train "$tmp/corpus.txt" -o "$tmp/v2.tiktoken" --vocab-size=300 --progress=false
+check "ordinary outputs are still replaced" cmp -s "$tmp/v.tiktoken" "$tmp/v2.tiktoken"
 exit $fail

@@ -170,3 +170,53 @@ TEST(RunEncodeDecode, RefuseToWriteOverTheirInputs) {
 
 }  // namespace
 }  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+// A mistyped -o must not destroy a checkpoint or a result file (their first
+// 8 bytes, docs/FORMATS.md); ordinary previous outputs are still replaced.
+TEST(RunEncodeDecode, RefuseToReplaceCheckpointsAndResults) {
+  const std::string vocab = TmpPath("v4.tiktoken");
+  WriteFile(vocab, VocabFile());
+  WriteFile(TmpPath("in4.txt"), "in the");
+  const std::string checkpoint =
+      std::string("COPPCKPT\x01\0\0\0\x80\0\0\0", 16) + "payload";
+  const std::string result =
+      std::string("\xbe\xba\xfe\xca\xbe\xba\xfe\xca", 8) + "windows";
+  WriteFile(TmpPath("victim.ckpt"), checkpoint);
+  WriteFile(TmpPath("victim.res"), result);
+  EncodeOptions e;
+  e.vocab_path = vocab;
+  e.input_path = TmpPath("in4.txt");
+  e.output_path = TmpPath("victim.ckpt");
+  absl::Status s = RunEncode(e);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("victim.ckpt: exists and is a Coppelius checkpoint"));
+  e.output_path = TmpPath("victim.res");
+  s = RunEncode(e);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("Coppelius result file"));
+  EXPECT_EQ(Slurp(TmpPath("victim.ckpt")), checkpoint);
+  EXPECT_EQ(Slurp(TmpPath("victim.res")), result);
+
+  // A previous encode output is replaced as before.
+  e.output_path = TmpPath("ids4.u32");
+  ASSERT_TRUE(RunEncode(e).ok());
+  ASSERT_TRUE(RunEncode(e).ok());
+  // "in" is two byte tokens, " the" is 256.
+  EXPECT_EQ(Slurp(e.output_path),
+            std::string("i\0\0\0n\0\0\0\0\x01\0\0", 12));
+
+  DecodeOptions d;
+  d.vocab_path = vocab;
+  d.input_path = TmpPath("ids4.u32");
+  d.output_path = TmpPath("victim.ckpt");
+  s = RunDecode(d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(Slurp(TmpPath("victim.ckpt")), checkpoint);
+}
+
+}  // namespace
+}  // namespace coppelius

@@ -1,0 +1,36 @@
+// File: tokenizer/output_checks.h
+//
+// Checks `tokenize` (encode, decode, train) makes on its paths before it
+// reads or writes anything, so that one mistyped path cannot destroy a file
+// of the pipeline.
+#ifndef COPPELIUS_TOKENIZER_OUTPUT_CHECKS_H_
+#define COPPELIUS_TOKENIZER_OUTPUT_CHECKS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace coppelius {
+
+// Refuses to let `tokenize` replace a Coppelius checkpoint or result file.
+// Exactly what is checked: when `output` is not "-" and names an existing
+// regular file of at least 8 bytes, its first 8 bytes are compared with
+//   - the checkpoint magic "COPPCKPT" (docs/FORMATS.md "Checkpoint
+//     envelope", offset 0), and
+//   - the result marker be ba fe ca be ba fe ca (docs/FORMATS.md "Result
+//     file", lifecycle step 1: at offset 0 until the forward record is
+//     written over it).
+// Either match: FailedPrecondition "-o OUTPUT: exists and is a Coppelius
+// checkpoint|result file ...; refusing to replace it (choose another output
+// path)". Anything else is OK: "-", a missing, empty or shorter file, a
+// non-regular file (a device or FIFO, which is written, not replaced), a file
+// that cannot be opened for reading (the write reports its own error), and
+// any other content. Not detected: a result file whose forward record has
+// been written (it starts with fp32 logits; its tag "CPLSRES1" lies at a
+// config-dependent offset).
+absl::Status CheckNotCoppeliusFile(const std::string& output);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_TOKENIZER_OUTPUT_CHECKS_H_
