@@ -275,10 +275,17 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
 }
 
 absl::Status CheckVocabSize(int vocab_size) {
-  if (vocab_size < 257) {
+  static_assert(kMinVocabSize == 257, "update the message below");
+  if (vocab_size < kMinVocabSize) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "vocab_size %d: expected >= 257 (256 byte tokens + <|endoftext|>)",
         vocab_size));
+  }
+  if (vocab_size > kMaxVocabSize) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "vocab_size %d: expected at most %d (2^22; memory for every rank is "
+        "reserved before training)",
+        vocab_size, kMaxVocabSize));
   }
   return absl::OkStatus();
 }

@@ -47,7 +47,8 @@
 //      could never be emitted.
 //   Id V-1 is reserved for "<|endoftext|>" and is not in the output.
 //
-// Errors: InvalidArgument for vocab_size < 257, threads > kMaxThreadCount
+// Errors: InvalidArgument for vocab_size outside [kMinVocabSize,
+// kMaxVocabSize] (257 .. 2^22), threads > kMaxThreadCount
 // (common/threads.h) or a corpus too small to fill the vocabulary (no pair
 // left: the message gives how many merges were possible); ResourceExhausted
 // if the system refuses to start a counting thread; NotFound/DataLoss/Internal
@@ -66,10 +67,19 @@
 
 namespace coppelius {
 
+// The smallest V: the 256 single bytes and <|endoftext|>.
+constexpr int kMinVocabSize = 257;
+// The largest V (2^22 = 4,194,304; Coppelius uses 12,288): the trainer
+// reserves memory for every rank up front, so a larger V fails at once with
+// InvalidArgument instead of exhausting memory (ids are u32, but no corpus
+// we train on fills even this many ranks).
+constexpr int kMaxVocabSize = 1 << 22;
+
 struct TrainVocabularyOptions {
   std::string corpus_path;  // text to train on; "-" = stdin
   std::string output_path;  // .tiktoken rank file; "-" = stdout
-  int vocab_size = 12288;   // V, counting <|endoftext|> (id V-1, not saved)
+  int vocab_size = 12288;   // V, counting <|endoftext|> (id V-1, not saved);
+                            // kMinVocabSize .. kMaxVocabSize
   int threads = 0;          // counting threads; <= 0: hardware concurrency
                             // (at most kMaxThreadCount, common/threads.h)
   bool progress = true;     // progress lines on stderr

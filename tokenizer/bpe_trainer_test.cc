@@ -218,6 +218,29 @@ TEST(TrainBpe, VocabSizeBelow257IsInvalidArgument) {
   EXPECT_EQ(zero->tokens.size(), 256u);
 }
 
+// A huge V used to abort with std::bad_alloc (its rank table is reserved
+// before training); it is refused at once.
+TEST(TrainBpe, VocabSizeAbove2To22IsInvalidArgument) {
+  for (int v : {4194305, 100000000, 999999999, 2147483647}) {
+    auto r = TrainBpe("ab ab", v, 1);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << v;
+    EXPECT_THAT(r.status().message(),
+                HasSubstr(absl::StrCat("vocab_size ", v,
+                                       ": expected at most 4194304 (2^22")));
+    EXPECT_EQ(TrainBpeOnCounts({{"ab", 1}}, v).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    TrainVocabularyOptions o;
+    o.corpus_path = "/nonexistent/corpus";  // refused before it is read
+    o.output_path = "-";
+    o.vocab_size = v;
+    o.progress = false;
+    EXPECT_EQ(RunTrainVocabulary(o).code(), absl::StatusCode::kInvalidArgument);
+  }
+  // 2^22 itself passes the check (then this corpus is too small for it).
+  auto r = TrainBpe("ab ab", 4194304, 1);
+  EXPECT_THAT(r.status().message(), HasSubstr("corpus too small"));
+}
+
 TEST(TrainBpe, BadCountsAreInvalidArgument) {
   EXPECT_EQ(TrainBpeOnCounts({{"", 1}}, 257).status().code(),
             absl::StatusCode::kInvalidArgument);

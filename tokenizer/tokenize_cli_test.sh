@@ -80,4 +80,11 @@ check "result file untouched" test "$(tail -c 7 "$tmp/victim.res")" = windows
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/rand.u32" &&
   "$bin" train "$tmp/corpus.txt" -o "$tmp/v2.tiktoken" --vocab-size=300 --progress=false
 check "ordinary outputs are still replaced" cmp -s "$tmp/v.tiktoken" "$tmp/v2.tiktoken"
+# --vocab-size is bounded up front (a huge one aborted with std::bad_alloc).
+for v in 2147483647 999999999 100000000 4194305 256; do
+  timeout 20 "$bin" train "$tmp/corpus.txt" -o "$tmp/never" --vocab-size=$v --progress=false 2> "$tmp/err"; rc=$?
+  check "train --vocab-size=$v: exit 1" test $rc -eq 1
+  check "train --vocab-size=$v message" one_line_error "$tmp/err" "INVALID_ARGUMENT: --vocab-size=$v: expected 257..4194304"
+done
+check "no output for refused --vocab-size" test ! -e "$tmp/never"
 exit $fail

@@ -29,7 +29,8 @@ ABSL_FLAG(int, threads, 0,
 static_assert(coppelius::kMaxThreadCount == 1024, "update --threads help");
 ABSL_FLAG(std::string, o, "", "output path; - = stdout");
 ABSL_FLAG(int, vocab_size, 12288,
-          "train: ids including <|endoftext|> (also --vocab-size)");
+          "train: ids including <|endoftext|>, 257..4194304 (2^22) (also "
+          "--vocab-size)");
 ABSL_FLAG(bool, progress, true, "train: progress on stderr");
 
 namespace {
@@ -86,6 +87,15 @@ absl::Status Run(const std::vector<char*>& args) {
     return coppelius::RunDecode(options);
   }
   if (command == "train") {
+    const int vocab_size = absl::GetFlag(FLAGS_vocab_size);
+    if (vocab_size < coppelius::kMinVocabSize ||
+        vocab_size > coppelius::kMaxVocabSize) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--vocab-size=", vocab_size, ": expected ", coppelius::kMinVocabSize,
+          "..", coppelius::kMaxVocabSize,
+          " (the 256 bytes + <|endoftext|> at least; at most 2^22: memory for "
+          "every rank is reserved before training)"));
+    }
     coppelius::TrainVocabularyOptions options;
     options.corpus_path = input;
     options.output_path = output;
