@@ -105,11 +105,17 @@ absl::StatusOr<std::vector<uint32_t>> ParseIds(absl::string_view data,
 
 namespace {
 
-// Refuses an output that names the input or the vocabulary (writing it
-// would destroy what is being read).
+// Refuses the vocabulary and the input both from standard input (it can be
+// read once: the second read would see nothing), and an output that names
+// the input or the vocabulary (writing it would destroy what is being read).
 absl::Status CheckOutputIsNotAnInput(const std::string& output,
                                      const std::string& input,
                                      const std::string& vocab) {
+  if (vocab == "-" && input == "-") {
+    return absl::InvalidArgumentError(
+        "--vocab=- and input -: both read standard input, which can be read "
+        "once; give the vocabulary or the input as a file");
+  }
   if (output == "-") return absl::OkStatus();
   if (input != "-" && SameFile(output, input)) {
     return absl::InvalidArgumentError(

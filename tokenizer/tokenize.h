@@ -47,8 +47,9 @@ struct EncodeOptions {
   int threads = 0;  // <= 0: all hardware threads; at most kMaxThreadCount
 };
 
-// Encodes input_path to output_path. InvalidArgument when output_path names
-// the input or the vocabulary; FailedPrecondition when it is a Coppelius
+// Encodes input_path to output_path. InvalidArgument when vocab_path and
+// input_path are both "-" (standard input can be read once) or output_path
+// names the input or the vocabulary; FailedPrecondition when it is a Coppelius
 // checkpoint or result file (CheckNotCoppeliusFile, output_checks.h); errors
 // from loading the vocabulary and reading/writing files, annotated with the
 // path.

@@ -87,4 +87,12 @@ for v in 2147483647 999999999 100000000 4194305 256; do
   check "train --vocab-size=$v message" one_line_error "$tmp/err" "INVALID_ARGUMENT: --vocab-size=$v: expected 257..4194304"
 done
 check "no output for refused --vocab-size" test ! -e "$tmp/never"
+# Standard input can be read once.
+"$bin" encode --vocab=- - -o "$tmp/never" < "$tmp/v.tiktoken" 2> "$tmp/err"; rc=$?
+check "encode --vocab=- -: exit 1" test $rc -eq 1
+check "encode --vocab=- - message" one_line_error "$tmp/err" "INVALID_ARGUMENT: --vocab=- and input -: both read standard input"
+"$bin" decode --vocab=- - -o - < "$tmp/v.tiktoken" > "$tmp/out" 2> "$tmp/err"; rc=$?
+check "decode --vocab=- -: exit 1, nothing written" test $rc -eq 1 -a ! -s "$tmp/out"
+check "decode --vocab=- - message" one_line_error "$tmp/err" "can be read once"
+check "no output for two stdin inputs" test ! -e "$tmp/never"
 exit $fail

@@ -220,3 +220,30 @@ TEST(RunEncodeDecode, RefuseToReplaceCheckpointsAndResults) {
 
 }  // namespace
 }  // namespace coppelius
+
+namespace coppelius {
+namespace {
+
+// Standard input can be read once: the vocabulary and the input cannot both
+// come from it (the second read used to see nothing and write 0 ids).
+TEST(RunEncodeDecode, RefuseVocabularyAndInputBothFromStdin) {
+  EncodeOptions e;
+  e.vocab_path = "-";
+  e.input_path = "-";
+  e.output_path = TmpPath("never5.u32");
+  absl::Status s = RunEncode(e);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("--vocab=- and input -: both read standard input"));
+  DecodeOptions d;
+  d.vocab_path = "-";
+  d.input_path = "-";
+  d.output_path = "-";
+  s = RunDecode(d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("can be read once"));
+  EXPECT_FALSE(ReadFile(TmpPath("never5.u32")).ok());
+}
+
+}  // namespace
+}  // namespace coppelius
