@@ -402,12 +402,8 @@ absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
 
 absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
   RETURN_IF_ERROR(CheckVocabSize(options.vocab_size));
-  if (options.output_path != "-" && options.corpus_path != "-" &&
-      SameFile(options.output_path, options.corpus_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "-o ", options.output_path, ": names the corpus ",
-        options.corpus_path));
-  }
+  RETURN_IF_ERROR(
+      CheckOutputIsNotInput(options.output_path, "corpus", options.corpus_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   ASSIGN_OR_RETURN(std::string corpus, ReadFile(options.corpus_path));
   const Clock::time_point start = Clock::now();

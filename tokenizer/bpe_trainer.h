@@ -87,7 +87,8 @@ struct TrainVocabularyOptions {
 
 // Reads the corpus, trains (TrainBpe), writes the tiktoken rank file
 // atomically (temporary, fsync, rename, fsync of the directory). Before
-// reading: InvalidArgument when output_path names the corpus,
+// reading: InvalidArgument when the output is the corpus (output_path names
+// it, or is "-" and standard output is that file: CheckOutputIsNotInput),
 // FailedPrecondition when it is a Coppelius checkpoint or result file
 // (CheckNotCoppeliusFile, output_checks.h).
 absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options);

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/file_io.h"
 
 namespace coppelius {
 namespace {
@@ -61,6 +62,27 @@ absl::Status CheckNotCoppeliusFile(const std::string& output) {
   return absl::FailedPreconditionError(
       absl::StrCat("-o ", output, ": exists and is a Coppelius ", kind,
                    "; refusing to replace it (choose another output path)"));
+}
+
+absl::Status CheckOutputIsNotInput(const std::string& output,
+                                   absl::string_view what,
+                                   const std::string& input) {
+  if (input == "-") return absl::OkStatus();
+  if (output != "-") {
+    if (!SameFile(output, input)) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o ", output, ": names the ", what, " ", input));
+  }
+  struct stat in_st, out_st;
+  if (stat(input.c_str(), &in_st) != 0 || !S_ISREG(in_st.st_mode) ||
+      fstat(STDOUT_FILENO, &out_st) != 0 || in_st.st_dev != out_st.st_dev ||
+      in_st.st_ino != out_st.st_ino) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " ", input, " is also the output (standard output, -o -): a "
+      "shell `> ", input, "` empties it before tokenize starts; write the "
+      "output to another file"));
 }
 
 }  // namespace coppelius

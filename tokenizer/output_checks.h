@@ -31,6 +31,21 @@ namespace coppelius {
 // config-dependent offset).
 absl::Status CheckNotCoppeliusFile(const std::string& output);
 
+// Refuses an output that would destroy the input `input` before or while it
+// is read. `what` names the input in messages ("input file", "vocabulary
+// file", "corpus"). InvalidArgument when
+//   - `output` is a path naming the same existing file as `input` (same
+//     st_dev and st_ino): "-o OUTPUT: names the WHAT INPUT";
+//   - `output` is "-" and standard output (fd 1, fstat) is the regular file
+//     `input` names: "WHAT INPUT is also the output (standard output) ...".
+//     This is `tokenize ... X -o - > X`, where the shell has already emptied
+//     X when tokenize starts. Only a regular input is compared (a terminal
+//     may be standard input and output at once).
+// OK when `input` is "-" or does not exist.
+absl::Status CheckOutputIsNotInput(const std::string& output,
+                                   absl::string_view what,
+                                   const std::string& input);
+
 }  // namespace coppelius
 
 #endif  // COPPELIUS_TOKENIZER_OUTPUT_CHECKS_H_

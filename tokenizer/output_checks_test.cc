@@ -1,5 +1,8 @@
 #include "tokenizer/output_checks.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -67,6 +70,58 @@ TEST(CheckNotCoppeliusFile, AcceptsEverythingElse) {
           .ok());
   EXPECT_TRUE(CheckNotCoppeliusFile(Write("v.tiktoken", "AA== 0\nAQ== 1\n")).ok());
   EXPECT_TRUE(CheckNotCoppeliusFile("/dev/null").ok());
+}
+
+// Runs CheckOutputIsNotInput(output, what, input) with standard output
+// (fd 1) redirected to `stdout_path` (opened without truncation), as a
+// shell's `> stdout_path` would (after truncating it).
+absl::Status CheckWithStdoutOn(const std::string& stdout_path,
+                               const std::string& output,
+                               absl::string_view what,
+                               const std::string& input) {
+  const int saved = dup(STDOUT_FILENO);
+  const int fd = open(stdout_path.c_str(), O_WRONLY | O_CREAT, 0644);
+  EXPECT_GE(saved, 0);
+  EXPECT_GE(fd, 0);
+  dup2(fd, STDOUT_FILENO);
+  close(fd);
+  absl::Status s = CheckOutputIsNotInput(output, what, input);
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  return s;
+}
+
+TEST(CheckOutputIsNotInput, RefusesStandardOutputThatIsTheInput) {
+  const std::string in = Write("stdout_in.txt", "");  // emptied by `> in`
+  absl::Status s = CheckWithStdoutOn(in, "-", "input file", in);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("input file " + in + " is also the output (standard "
+                        "output, -o -)"));
+  EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+  // Through another name of the same file (a hard link).
+  const std::string link = TmpPath("stdout_link.txt");
+  unlink(link.c_str());
+  ASSERT_EQ(::link(in.c_str(), link.c_str()), 0);
+  EXPECT_EQ(CheckWithStdoutOn(link, "-", "corpus", in).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Standard output on another file, or the input from standard input.
+  const std::string other = Write("stdout_other.txt", "");
+  EXPECT_TRUE(CheckWithStdoutOn(other, "-", "input file", in).ok());
+  EXPECT_TRUE(CheckWithStdoutOn(in, "-", "input file", "-").ok());
+  EXPECT_TRUE(
+      CheckWithStdoutOn(in, "-", "input file", TmpPath("missing.txt")).ok());
+}
+
+TEST(CheckOutputIsNotInput, RefusesAnOutputPathThatIsTheInput) {
+  const std::string in = Write("path_in.txt", "text");
+  absl::Status s = CheckOutputIsNotInput(in, "vocabulary file", in);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("-o " + in + ": names the vocabulary file " + in));
+  EXPECT_TRUE(
+      CheckOutputIsNotInput(TmpPath("path_out.txt"), "input file", in).ok());
+  EXPECT_TRUE(CheckOutputIsNotInput(in, "input file", "-").ok());
 }
 
 }  // namespace

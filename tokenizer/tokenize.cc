@@ -106,8 +106,9 @@ absl::StatusOr<std::vector<uint32_t>> ParseIds(absl::string_view data,
 namespace {
 
 // Refuses the vocabulary and the input both from standard input (it can be
-// read once: the second read would see nothing), and an output that names
-// the input or the vocabulary (writing it would destroy what is being read).
+// read once: the second read would see nothing), and an output that is the
+// input or the vocabulary (writing it would destroy what is being read; with
+// -o -, standard output that is one of them).
 absl::Status CheckOutputIsNotAnInput(const std::string& output,
                                      const std::string& input,
                                      const std::string& vocab) {
@@ -116,16 +117,8 @@ absl::Status CheckOutputIsNotAnInput(const std::string& output,
         "--vocab=- and input -: both read standard input, which can be read "
         "once; give the vocabulary or the input as a file");
   }
-  if (output == "-") return absl::OkStatus();
-  if (input != "-" && SameFile(output, input)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("-o ", output, ": names the input file ", input));
-  }
-  if (SameFile(output, vocab)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("-o ", output, ": names the vocabulary file ", vocab));
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckOutputIsNotInput(output, "input file", input));
+  return CheckOutputIsNotInput(output, "vocabulary file", vocab);
 }
 
 }  // namespace

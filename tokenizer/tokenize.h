@@ -48,8 +48,9 @@ struct EncodeOptions {
 };
 
 // Encodes input_path to output_path. InvalidArgument when vocab_path and
-// input_path are both "-" (standard input can be read once) or output_path
-// names the input or the vocabulary; FailedPrecondition when it is a Coppelius
+// input_path are both "-" (standard input can be read once) or the output
+// is the input or the vocabulary (output_path names it, or is "-" and
+// standard output is that file: CheckOutputIsNotInput, output_checks.h); FailedPrecondition when it is a Coppelius
 // checkpoint or result file (CheckNotCoppeliusFile, output_checks.h); errors
 // from loading the vocabulary and reading/writing files, annotated with the
 // path.

@@ -95,4 +95,23 @@ check "encode --vocab=- - message" one_line_error "$tmp/err" "INVALID_ARGUMENT: 
 check "decode --vocab=- -: exit 1, nothing written" test $rc -eq 1 -a ! -s "$tmp/out"
 check "decode --vocab=- - message" one_line_error "$tmp/err" "can be read once"
 check "no output for two stdin inputs" test ! -e "$tmp/never"
+# `X -o - > X`: the shell empties X before tokenize starts.
+cp "$tmp/in.txt" "$tmp/self.txt"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/self.txt" -o - > "$tmp/self.txt" 2> "$tmp/err"; rc=$?
+check "encode X -o - > X: exit 1" test $rc -eq 1
+check "encode X -o - > X message" one_line_error "$tmp/err" "INVALID_ARGUMENT: input file $tmp/self.txt is also the output (standard output, -o -)"
+cp "$tmp/v.tiktoken" "$tmp/selfv.tiktoken"
+"$bin" encode --vocab="$tmp/selfv.tiktoken" "$tmp/in.txt" -o - > "$tmp/selfv.tiktoken" 2> "$tmp/err"
+check "encode --vocab=V -o - > V" one_line_error "$tmp/err" "INVALID_ARGUMENT: vocabulary file $tmp/selfv.tiktoken is also the output"
+cp "$tmp/rand.u32" "$tmp/self.u32"
+"$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/self.u32" -o - >> "$tmp/self.u32" 2> "$tmp/err"
+check "decode X -o - >> X" one_line_error "$tmp/err" "input file $tmp/self.u32 is also the output"
+check "decode X -o - >> X leaves X" cmp -s "$tmp/self.u32" "$tmp/rand.u32"
+cp "$tmp/corpus.txt" "$tmp/selfc.txt"
+"$bin" train "$tmp/selfc.txt" -o - --vocab-size=300 --progress=false > "$tmp/selfc.txt" 2> "$tmp/err"
+check "train X -o - > X" one_line_error "$tmp/err" "corpus $tmp/selfc.txt is also the output"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/in.txt" 2> "$tmp/err"
+check "encode X -o X" one_line_error "$tmp/err" "INVALID_ARGUMENT: -o $tmp/in.txt: names the input file $tmp/in.txt"
+"$bin" encode --vocab="$tmp/v.tiktoken" - -o - < "$tmp/in.txt" > "$tmp/from_stdin.u32"
+check "stdin to stdout still works" test $? -eq 0 -a -s "$tmp/from_stdin.u32"
 exit $fail
