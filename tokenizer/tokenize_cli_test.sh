@@ -114,4 +114,26 @@ check "train X -o - > X" one_line_error "$tmp/err" "corpus $tmp/selfc.txt is als
 check "encode X -o X" one_line_error "$tmp/err" "INVALID_ARGUMENT: -o $tmp/in.txt: names the input file $tmp/in.txt"
 "$bin" encode --vocab="$tmp/v.tiktoken" - -o - < "$tmp/in.txt" > "$tmp/from_stdin.u32"
 check "stdin to stdout still works" test $? -eq 0 -a -s "$tmp/from_stdin.u32"
+# A flag the subcommand does not use: one warning line, then the run as
+# without it (as inspect does).
+"$bin" encode --vocab="$tmp/v.tiktoken" --vocab-size=5 --progress=false "$tmp/in.txt" -o "$tmp/warn.u32" 2> "$tmp/err"; rc=$?
+check "encode --vocab-size: exit 0" test $rc -eq 0
+check "encode --vocab-size: two warnings" test "$(cat "$tmp/err")" = "tokenize: warning: --vocab-size is not used by encode: ignored
+tokenize: warning: --progress is not used by encode: ignored"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/plain.u32" 2> "$tmp/err"
+check "encode with its own flags: no warning" test ! -s "$tmp/err"
+check "ignored flags change nothing" cmp -s "$tmp/warn.u32" "$tmp/plain.u32"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/v3.tiktoken" --vocab-size=300 --progress=false --vocab="$tmp/v.tiktoken" --format=bogus 2> "$tmp/err"; rc=$?
+check "train --vocab --format: exit 0" test $rc -eq 0
+check "train --vocab warning" grep -qx "tokenize: warning: --vocab is not used by train: ignored" "$tmp/err"
+check "train --format warning" grep -qx "tokenize: warning: --format is not used by train: ignored" "$tmp/err"
+check "train ignores them" cmp -s "$tmp/v.tiktoken" "$tmp/v3.tiktoken"
+"$bin" decode --vocab="$tmp/v.tiktoken" --allow-special --threads=99999 "$tmp/plain.u32" -o "$tmp/back2.txt" 2> "$tmp/err"; rc=$?
+check "decode --allow-special --threads: exit 0" test $rc -eq 0
+check "decode warnings" test "$(cat "$tmp/err")" = "tokenize: warning: --allow-special is not used by decode: ignored
+tokenize: warning: --threads is not used by decode: ignored"
+check "decode result" cmp -s "$tmp/back2.txt" "$tmp/in.txt"
+"$bin" encode --vocab="$tmp/v.tiktoken" -noprogress -vocab_size 300 "$tmp/in.txt" -o "$tmp/warn2.u32" 2> "$tmp/err"
+check "encode -noprogress -vocab_size 300: two warnings" test "$(cat "$tmp/err")" = "tokenize: warning: --vocab-size is not used by encode: ignored
+tokenize: warning: --progress is not used by encode: ignored"
 exit $fail

@@ -4,7 +4,11 @@
 //                   [--threads=N] IN|- -o OUT|-
 //   tokenize decode --vocab=FILE [--format=u32|text] IN|- -o OUT|-
 //   tokenize train CORPUS -o vocab.tiktoken [--vocab-size=12288] [--threads=N]
+//
+// A flag given on the command line that the subcommand does not use (e.g.
+// encode --vocab-size) gets a one-line warning and is ignored, as in inspect.
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/threads.h"
@@ -42,7 +47,57 @@ constexpr char kUsage[] =
     "tokenize train CORPUS -o vocab.tiktoken [--vocab-size=12288] "
     "[--threads=N]";
 
-absl::Status Run(const std::vector<char*>& args) {
+// Which subcommands use each flag (-o: all of them).
+struct FlagUse {
+  const char* name;      // Abseil's name
+  const char* spelling;  // as the usage spells it
+  bool encode, decode, train;
+};
+constexpr FlagUse kFlagUses[] = {
+    {"vocab", "--vocab", true, true, false},
+    {"allow_special", "--allow-special", true, false, false},
+    {"format", "--format", true, true, false},
+    {"threads", "--threads", true, false, true},
+    {"vocab_size", "--vocab-size", false, false, true},
+    {"progress", "--progress", false, false, true},
+};
+
+// The names in the flag arguments of a normalized command line (before
+// "--"): "-name", "--name", either with "=value"; a bool flag's "--noname"
+// gives "noname". (This Abseil keeps a flag's "specified on the command
+// line" bit private.) A separate value argument ("--vocab V") may add a
+// name that matches no flag, which is harmless.
+std::set<std::string> GivenFlagNames(int argc, char** argv) {
+  std::set<std::string> names;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-') continue;
+    a.remove_prefix(a[1] == '-' ? 2 : 1);
+    names.insert(std::string(a.substr(0, a.find('='))));
+  }
+  return names;
+}
+
+// A one-line warning on stderr for each flag in `given` that `command` does
+// not use (inspect does the same for its modes).
+void WarnUnusedFlags(absl::string_view command,
+                     const std::set<std::string>& given) {
+  for (const FlagUse& use : kFlagUses) {
+    const bool used = command == "encode"   ? use.encode
+                      : command == "decode" ? use.decode
+                                            : use.train;
+    if (used) continue;
+    if (given.count(use.name) != 0 ||
+        given.count(absl::StrCat("no", use.name)) != 0) {
+      std::cerr << "tokenize: warning: " << use.spelling
+                << " is not used by " << command << ": ignored" << std::endl;
+    }
+  }
+}
+
+absl::Status Run(const std::vector<char*>& args,
+                 const std::set<std::string>& given_flags) {
   if (args.size() != 3) {
     return absl::InvalidArgumentError(
         "expected a subcommand (encode, decode, train) and one input path; "
@@ -53,17 +108,21 @@ absl::Status Run(const std::vector<char*>& args) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown subcommand \"", command, "\"; expected encode, decode or train"));
   }
-  if (absl::GetFlag(FLAGS_threads) < 0 ||
-      absl::GetFlag(FLAGS_threads) > coppelius::kMaxThreadCount) {
+  WarnUnusedFlags(command, given_flags);
+  // Only the flags the subcommand uses are checked (the others are ignored).
+  if (command != "decode" &&
+      (absl::GetFlag(FLAGS_threads) < 0 ||
+       absl::GetFlag(FLAGS_threads) > coppelius::kMaxThreadCount)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--threads=", absl::GetFlag(FLAGS_threads), ": expected 0..",
         coppelius::kMaxThreadCount, " (0 = all cores)"));
   }
   const std::string output = absl::GetFlag(FLAGS_o);
   if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
-  auto format = coppelius::ParseIdFormat(absl::GetFlag(FLAGS_format));
-  if (!format.ok()) return format.status();
+  absl::StatusOr<coppelius::IdFormat> format = coppelius::IdFormat::kU32;
   if (command == "encode" || command == "decode") {
+    format = coppelius::ParseIdFormat(absl::GetFlag(FLAGS_format));
+    if (!format.ok()) return format.status();
     if (absl::GetFlag(FLAGS_vocab).empty()) {
       return absl::InvalidArgumentError("--vocab=FILE is required");
     }
@@ -114,9 +173,11 @@ int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
+  const std::set<std::string> given_flags =
+      GivenFlagNames(command_line.argc(), command_line.argv());
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
-  absl::Status status = Run(args);
+  absl::Status status = Run(args, given_flags);
   if (!status.ok()) {
     std::cerr << "tokenize: " << status << std::endl;
     return 1;
