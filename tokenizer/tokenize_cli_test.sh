@@ -136,4 +136,8 @@ check "decode result" cmp -s "$tmp/back2.txt" "$tmp/in.txt"
 "$bin" encode --vocab="$tmp/v.tiktoken" -noprogress -vocab_size 300 "$tmp/in.txt" -o "$tmp/warn2.u32" 2> "$tmp/err"
 check "encode -noprogress -vocab_size 300: two warnings" test "$(cat "$tmp/err")" = "tokenize: warning: --vocab-size is not used by encode: ignored
 tokenize: warning: --progress is not used by encode: ignored"
+# A rank too large for a u32 id is out of range (not "not a decimal").
+{ head -n 256 "$tmp/v.tiktoken"; echo 'YWI= 99999999999999999999'; } > "$tmp/bigrank.tiktoken"
+"$bin" encode --vocab="$tmp/bigrank.tiktoken" "$tmp/in.txt" -o "$tmp/never" 2> "$tmp/err"
+check "rank out of range" one_line_error "$tmp/err" "DATA_LOSS: $tmp/bigrank.tiktoken:257 (byte [0-9]*): rank 99999999999999999999 at byte [0-9]* is out of range (expected < 4294967296"
 exit $fail

@@ -203,18 +203,27 @@ absl::StatusOr<Vocabulary> Vocabulary::Parse(absl::string_view contents,
           Describe(b64[bad]),
           " where a canonical padded base64 character is expected"));
     }
-    uint64_t rank = 0;
-    bool ok = !rank_text.empty() && rank_text.size() <= 10 &&
+    bool ok = !rank_text.empty() &&
               (rank_text.size() == 1 || rank_text[0] != '0');
     for (char c : rank_text) {
       if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) ok = false;
-      rank = rank * 10 + static_cast<uint64_t>(c - '0');
     }
     if (!ok) {
       return absl::DataLossError(absl::StrCat(
           where, ": rank \"", absl::CHexEscape(rank_text.substr(0, 20)),
           "\" at byte ", offset + sp + 1,
           " is not a decimal number without leading zeros"));
+    }
+    // A decimal of at most 10 digits fits in u64; ids are u32.
+    uint64_t rank = 0;
+    if (rank_text.size() <= 10) {
+      for (char c : rank_text) rank = rank * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (rank_text.size() > 10 || rank > 0xFFFFFFFFu) {
+      return absl::DataLossError(absl::StrCat(
+          where, ": rank ", rank_text.substr(0, 20),
+          rank_text.size() > 20 ? "..." : "", " at byte ", offset + sp + 1,
+          " is out of range (expected < 4294967296: ids are u32)"));
     }
     if (rank != tokens.size()) {
       std::string why = rank < tokens.size() ? "duplicate or out of order"

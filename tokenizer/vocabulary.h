@@ -13,8 +13,9 @@
 // Errors of Parse/Load (one line each, naming the file and line):
 //   NotFound       the file does not exist (Load);
 //   DataLoss       malformed line (not `token SP rank LF`), bad base64, rank
-//                  not equal to the line's index (duplicate, missing or out of
-//                  order), duplicate token bytes, empty token, ranks 0..255
+//                  not a decimal without leading zeros, rank >= 2^32 (out of
+//                  range: ids are u32), rank not equal to the line's index
+//                  (duplicate, missing or out of order), duplicate token bytes, empty token, ranks 0..255
 //                  not the single bytes, empty file, missing final newline;
 //   InvalidArgument  `expected_vocab_size` given and N + 1 differs.
 #ifndef COPPELIUS_TOKENIZER_VOCABULARY_H_

@@ -119,7 +119,17 @@ TEST(Vocabulary, HostileInputs) {
   ExpectDataLoss(RankFile({"ab"}) + "YWJj 256\n",
                  "rank 256 (duplicate or out of order); expected rank 257");
   ExpectDataLoss(RankFile({}) + "YWI= 258\n", "ranks missing");
-  ExpectDataLoss(RankFile({}) + "YWI= 99999999999\n", "not a decimal");
+  // A rank of only digits that cannot be a u32 id is out of range.
+  ExpectDataLoss(RankFile({}) + "YWI= 99999999999\n",
+                 "rank 99999999999 at byte " +
+                     std::to_string(line257 + 5) +
+                     " is out of range (expected < 4294967296");
+  ExpectDataLoss(RankFile({}) + "YWI= 99999999999999999999\n",
+                 absl::StrCat(":257 (byte ", line257,
+                              "): rank 99999999999999999999 at byte ",
+                              line257 + 5, " is out of range"));
+  ExpectDataLoss(RankFile({}) + "YWI= 4294967296\n", "is out of range");
+  ExpectDataLoss(RankFile({}) + "YWI= 4294967295\n", "ranks missing");
   // Single-byte ranks must be the bytes themselves, in order.
   std::string swapped = RankFile({});
   swapped.replace(swapped.find("QQ== 65"), 7, "Qg== 65");
