@@ -402,8 +402,8 @@ absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
 
 absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
   RETURN_IF_ERROR(CheckVocabSize(options.vocab_size));
-  RETURN_IF_ERROR(
-      CheckOutputIsNotInput(options.output_path, "corpus", options.corpus_path));
+  RETURN_IF_ERROR(CheckOutputIsNotInput(options.output_path, "corpus",
+                                        options.corpus_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   ASSIGN_OR_RETURN(std::string corpus, ReadFile(options.corpus_path));
   const Clock::time_point start = Clock::now();

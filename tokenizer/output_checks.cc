@@ -55,8 +55,9 @@ absl::Status CheckNotCoppeliusFile(const std::string& output) {
   if (std::memcmp(head, kCheckpointMagic, 8) == 0) {
     kind = "checkpoint (starts with the magic \"COPPCKPT\")";
   } else if (std::memcmp(head, kResultMarker, 8) == 0) {
-    kind = "result file (starts with the result marker be ba fe ca be ba fe "
-           "ca)";
+    kind =
+        "result file (starts with the result marker be ba fe ca be ba fe "
+        "ca)";
   }
   if (kind == nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -80,8 +81,8 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      what, " ", input, " is also the output (standard output, -o -): a "
-      "shell `> ", input, "` empties it before tokenize starts; write the "
+      what, " ", input, " is also the output (standard output, -o -): a ",
+      "shell `> ", input, "` empties it before tokenize starts; write the ",
       "output to another file"));
 }
 

@@ -31,9 +31,9 @@ TEST(CheckNotCoppeliusFile, RefusesACheckpoint) {
       Write("victim.ckpt", std::string("COPPCKPT\x01\0\0\0\x80\0\0\0", 16));
   absl::Status s = CheckNotCoppeliusFile(path);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("-o " + path + ": exists and is a Coppelius "
-                        "checkpoint"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("-o " + path +
+                                                  ": exists and is a Coppelius "
+                                                  "checkpoint"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("choose another output"));
   EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
   // Exactly the 8 bytes of the magic are enough.
@@ -42,12 +42,14 @@ TEST(CheckNotCoppeliusFile, RefusesACheckpoint) {
 }
 
 TEST(CheckNotCoppeliusFile, RefusesAResultFileWithItsMarker) {
-  const std::string path = Write(
-      "result.bin", std::string("\xbe\xba\xfe\xca\xbe\xba\xfe\xca\0\0\0\0", 12));
+  const std::string path =
+      Write("result.bin",
+            std::string("\xbe\xba\xfe\xca\xbe\xba\xfe\xca\0\0\0\0", 12));
   absl::Status s = CheckNotCoppeliusFile(path);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("-o " + path + ": exists and is a Coppelius result "
+              HasSubstr("-o " + path +
+                        ": exists and is a Coppelius result "
                         "file"));
 }
 
@@ -65,10 +67,11 @@ TEST(CheckNotCoppeliusFile, AcceptsEverythingElse) {
   // The magic later in the file is not a signature.
   EXPECT_TRUE(CheckNotCoppeliusFile(Write("later", " COPPCKPT")).ok());
   // A previous encode output (u32 ids) and a vocabulary.
+  EXPECT_TRUE(CheckNotCoppeliusFile(
+                  Write("ids.u32", std::string("\x05\0\0\0\x01\x01\0\0", 8)))
+                  .ok());
   EXPECT_TRUE(
-      CheckNotCoppeliusFile(Write("ids.u32", std::string("\x05\0\0\0\x01\x01\0\0", 8)))
-          .ok());
-  EXPECT_TRUE(CheckNotCoppeliusFile(Write("v.tiktoken", "AA== 0\nAQ== 1\n")).ok());
+      CheckNotCoppeliusFile(Write("v.tiktoken", "AA== 0\nAQ== 1\n")).ok());
   EXPECT_TRUE(CheckNotCoppeliusFile("/dev/null").ok());
 }
 
@@ -96,7 +99,8 @@ TEST(CheckOutputIsNotInput, RefusesStandardOutputThatIsTheInput) {
   absl::Status s = CheckWithStdoutOn(in, "-", "input file", in);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("input file " + in + " is also the output (standard "
+              HasSubstr("input file " + in +
+                        " is also the output (standard "
                         "output, -o -)"));
   EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
   // Through another name of the same file (a hard link).

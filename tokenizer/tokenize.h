@@ -50,10 +50,10 @@ struct EncodeOptions {
 // Encodes input_path to output_path. InvalidArgument when vocab_path and
 // input_path are both "-" (standard input can be read once) or the output
 // is the input or the vocabulary (output_path names it, or is "-" and
-// standard output is that file: CheckOutputIsNotInput, output_checks.h); FailedPrecondition when it is a Coppelius
-// checkpoint or result file (CheckNotCoppeliusFile, output_checks.h); errors
-// from loading the vocabulary and reading/writing files, annotated with the
-// path.
+// standard output is that file: CheckOutputIsNotInput, output_checks.h);
+// FailedPrecondition when it is a Coppelius checkpoint or result file
+// (CheckNotCoppeliusFile, output_checks.h); errors from loading the vocabulary
+// and reading/writing files, annotated with the path.
 absl::Status RunEncode(const EncodeOptions& options);
 
 struct DecodeOptions {

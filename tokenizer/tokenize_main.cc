@@ -90,8 +90,8 @@ void WarnUnusedFlags(absl::string_view command,
     if (used) continue;
     if (given.count(use.name) != 0 ||
         given.count(absl::StrCat("no", use.name)) != 0) {
-      std::cerr << "tokenize: warning: " << use.spelling
-                << " is not used by " << command << ": ignored" << std::endl;
+      std::cerr << "tokenize: warning: " << use.spelling << " is not used by "
+                << command << ": ignored" << std::endl;
     }
   }
 }

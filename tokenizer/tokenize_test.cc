@@ -206,8 +206,7 @@ TEST(RunEncodeDecode, RefuseToReplaceCheckpointsAndResults) {
   ASSERT_TRUE(RunEncode(e).ok());
   ASSERT_TRUE(RunEncode(e).ok());
   // "in" is two byte tokens, " the" is 256.
-  EXPECT_EQ(Slurp(e.output_path),
-            std::string("i\0\0\0n\0\0\0\0\x01\0\0", 12));
+  EXPECT_EQ(Slurp(e.output_path), std::string("i\0\0\0n\0\0\0\0\x01\0\0", 12));
 
   DecodeOptions d;
   d.vocab_path = vocab;

@@ -203,8 +203,8 @@ absl::StatusOr<Vocabulary> Vocabulary::Parse(absl::string_view contents,
           Describe(b64[bad]),
           " where a canonical padded base64 character is expected"));
     }
-    bool ok = !rank_text.empty() &&
-              (rank_text.size() == 1 || rank_text[0] != '0');
+    bool ok =
+        !rank_text.empty() && (rank_text.size() == 1 || rank_text[0] != '0');
     for (char c : rank_text) {
       if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) ok = false;
     }
@@ -217,7 +217,9 @@ absl::StatusOr<Vocabulary> Vocabulary::Parse(absl::string_view contents,
     // A decimal of at most 10 digits fits in u64; ids are u32.
     uint64_t rank = 0;
     if (rank_text.size() <= 10) {
-      for (char c : rank_text) rank = rank * 10 + static_cast<uint64_t>(c - '0');
+      for (char c : rank_text) {
+        rank = rank * 10 + static_cast<uint64_t>(c - '0');
+      }
     }
     if (rank_text.size() > 10 || rank > 0xFFFFFFFFu) {
       return absl::DataLossError(absl::StrCat(
