@@ -116,17 +116,14 @@ double Mean(const std::vector<double>& v, size_t from, size_t to) {
   return s / static_cast<double>(to - from);
 }
 
-// Whether `reader`'s checkpoint is one of `config`: its five identities and
-// payload size. The chunk size and run steps describe the envelope, not the
-// model, so a checkpoint written with other ones is still of the config
-// (train, which publishes with fixed ones, also compares those).
-absl::Status ConfigIdentityStatus(const CheckpointReader& reader,
-                                  const ModelConfig& config,
-                                  const std::string& path) {
-  CheckpointIdentity expected = RunCheckpointIdentity(config);
-  expected.chunk_bytes = reader.identity().chunk_bytes;
-  expected.run_steps = reader.identity().run_steps;
-  return CompareIdentity(reader.identity(), expected, path);
+// Whether a run of `config` accepts `reader`'s checkpoint: the same check
+// `train --config=NAME --checkpoint-in=FILE` makes (trainer/run.cc:
+// CheckIdentity against RunCheckpointIdentity), so inspect refuses exactly
+// what train refuses: the five identities, payload size, chunk size and run
+// steps.
+absl::Status RunRefusal(const CheckpointReader& reader,
+                        const ModelConfig& config) {
+  return reader.CheckIdentity(RunCheckpointIdentity(config));
 }
 
 // ---------------------------------------------------------------- cache
@@ -286,17 +283,14 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     return absl::OkStatus();
   }
   const CheckpointHeader& h = reader.header();
-  const CheckpointIdentity identity = reader.identity();
-  const absl::Status identity_status =
-      CompareIdentity(identity, RunCheckpointIdentity(config), o.path);
+  const absl::Status identity_status = RunRefusal(reader, config);
   const absl::Status digest_status = reader.VerifyPayload(o.threads);
-  // The exit status: corrupt digests, or an identity that the config the
-  // user named explicitly (--config) refuses.
-  const absl::Status config_status = ConfigIdentityStatus(reader, config, o.path);
+  // The exit status: corrupt digests, or an identity that a run of the
+  // config the user named explicitly (--config) refuses.
   const absl::Status outcome =
       !digest_status.ok() ? digest_status
-      : (d.config_source == "--config" && !config_status.ok())
-          ? config_status
+      : (d.config_source == "--config" && !identity_status.ok())
+          ? identity_status
           : absl::OkStatus();
 
   // Per-tensor statistics when the parameter count fits the config.
@@ -978,7 +972,7 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
         return v;
       }
       if (d->config_source == "--config") {
-        absl::Status id = ConfigIdentityStatus(*reader, config, path);
+        absl::Status id = RunRefusal(*reader, config);
         if (!id.ok()) v.failures.push_back(std::string(id.message()));
       }
       if (!reader->VerifyPayload(o.threads).ok()) {
@@ -1306,9 +1300,8 @@ absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
   if (kind == FileKind::kCheckpoint && size > 0) {
     absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(path);
     if (!reader.ok()) return std::nullopt;  // reported by the subcommand
-    const CheckpointIdentity id = reader->identity();
     for (const KnownLayout& k : known) {
-      if (CompareIdentity(id, RunCheckpointIdentity(k.config), path).ok()) {
+      if (RunRefusal(*reader, k.config).ok()) {
         *evidence = "checkpoint identity";
         return k.config;
       }

@@ -127,11 +127,12 @@ struct InspectOptions {
 // opens but is corrupt or incomplete (a failed chunk digest; an incomplete
 // result, its forward record never written, or the inconsistencies verify
 // checks; a cache with ids >= V of the config) is reported in full, then
-// DataLoss naming the first problem. A checkpoint whose identity the config
-// named by `config` refuses (its five identities and payload size; chunk size
-// and run steps describe the envelope, not the run) is reported, then
-// FailedPrecondition naming the field; with the config inferred, a refusal is
-// only reported (the status is the checkpoint's integrity).
+// DataLoss naming the first problem. A checkpoint that a run of the config
+// named by `config` refuses (`train --config=NAME --checkpoint-in=FILE`'s
+// check, CheckpointReader::CheckIdentity against RunCheckpointIdentity: the
+// five identities, payload size, chunk size and run steps) is reported, then
+// FailedPrecondition naming every differing field; with the config inferred,
+// a refusal is only reported (the status is the checkpoint's integrity).
 // `--source` for a non-cache or `--vocab` for a non-result writes a warning.
 // InvalidArgument for threads or smoothing_steps < 1.
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out);
@@ -148,12 +149,12 @@ struct VerifyOptions {
 
 // Checks every file: a checkpoint opens, is not a 0-byte fresh-start input,
 // and every chunk digest matches (one failure line per bad chunk), and when
-// `config` names a config, its identity is that config's (as RunInspect:
-// five identities and payload size). Without `config` a checkpoint's
-// identity is not checked: verify then says the file is intact, not that a
-// run would accept it (any known config's); a result
-// file fits the config, is complete, parses, its forward record was written
-// (marker gone), the error notifier's non-finite step count (and first step)
+// `config` names a config, a run of that config accepts its identity (as
+// RunInspect: what train refuses, verify fails). Without `config` a
+// checkpoint's identity is not checked: verify then says the file is intact,
+// not that a run would accept it (any known config's); a result file fits
+// the config, is complete, parses, its forward record was written (marker
+// gone), the error notifier's non-finite step count (and first step)
 // equal those of the step windows' means, and the row T-1 prediction's valid
 // flag equals "the final record is all finite"; a cache has a valid size and
 // every id < V (and is fresh against `source` when given). Writes "OK <path>

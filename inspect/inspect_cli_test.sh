@@ -10,12 +10,14 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$make" "$d" || fail "make_testdata"
 py() { python3 "$check" "$@"; }
 
-# Reports in JSON for every kind, parsed by python; incomplete results and
-# caches with ids >= V are reported, then exit 1 with one line on stderr.
-for f in cache.tok bad_ids.tok model.ckpt multi.ckpt fresh.ckpt complete.res partial.res marker.res; do
+# Reports in JSON for every kind, parsed by python; incomplete results,
+# caches with ids >= V and checkpoints a tiny run refuses (multi.ckpt: 64 KiB
+# chunks; steps.ckpt: run_steps 9) are reported, then exit 1 with one line on
+# stderr.
+for f in cache.tok bad_ids.tok model.ckpt multi.ckpt steps.ckpt fresh.ckpt complete.res partial.res marker.res; do
   "$inspect" --config=tiny --json "$d/$f" > "$d/$f.json" 2> "$d/$f.err"
   rc=$?
-  case $f in bad_ids.tok|partial.res|marker.res) want=1 ;; *) want=0 ;; esac
+  case $f in bad_ids.tok|partial.res|marker.res|multi.ckpt|steps.ckpt) want=1 ;; *) want=0 ;; esac
   [[ $rc == "$want" ]] || fail "inspect --json $f exited $rc, expected $want"
   [[ $(wc -l < "$d/$f.err") == "$want" ]] || fail "$f stderr: $(cat "$d/$f.err")"
   py json "$d/$f.json" || fail "$f.json does not parse"
@@ -26,6 +28,13 @@ grep -q "config tiny (result size and host tag)" "$d/inferred.txt" \
   || fail "config not inferred: $(head -1 "$d/inferred.txt")"
 "$inspect" verify "$d/model.ckpt" "$d/complete.res" > /dev/null \
   || fail "verify without --config"
+# A checkpoint a tiny run refuses: verify --config=tiny fails it (exit 1),
+# verify without --config checks its integrity only (exit 0).
+"$inspect" verify --config=tiny "$d/steps.ckpt" > "$d/steps.txt" 2>/dev/null
+[[ $? == 1 ]] || fail "verify --config=tiny of steps.ckpt passed"
+grep -q "^FAIL $d/steps.ckpt: .*identity field run_steps is 9, the run expects 8$" \
+  "$d/steps.txt" || fail "steps.ckpt: $(cat "$d/steps.txt")"
+"$inspect" verify "$d/steps.ckpt" > /dev/null || fail "verify of steps.ckpt"
 # A text file: refused, one line, exit 1.
 printf 'just some text\n' > "$d/notes.txt"
 "$inspect" "$d/notes.txt" > "$d/notes.out" 2> "$d/notes.err"
@@ -60,7 +69,10 @@ rc=$?
 [[ $rc == 1 ]] || fail "verify of bad files exited $rc"
 grep -q "chunk 2 of 25" "$d/bad.txt" || fail "no chunk 2 line: $(cat "$d/bad.txt")"
 grep -q "chunk 7 of 25" "$d/bad.txt" || fail "no chunk 7 line"
-[[ $(grep -c '^FAIL ' "$d/bad.txt") == 4 ]] || fail "failure lines: $(cat "$d/bad.txt")"
+# corrupt.ckpt: its chunk size (a tiny run refuses it), chunks 2 and 7.
+[[ $(grep -c '^FAIL ' "$d/bad.txt") == 5 ]] || fail "failure lines: $(cat "$d/bad.txt")"
+grep -q "identity field chunk_bytes is 65536, the run expects 4194304" "$d/bad.txt" \
+  || fail "no refusal line: $(cat "$d/bad.txt")"
 [[ $(wc -l < "$d/bad.err") == 1 ]] || fail "stderr not one line: $(cat "$d/bad.err")"
 grep -q "3 of 4 files failed" "$d/bad.err" || fail "stderr: $(cat "$d/bad.err")"
 # The report of a corrupt checkpoint: printed in full, then exit 1.

@@ -333,6 +333,39 @@ TEST_F(InspectTest, CheckpointIdentityIsCheckedOnlyAgainstANamedConfig) {
                                  field, "\n"));
 }
 
+TEST_F(InspectTest, NamedConfigRefusesWhatItsRunRefuses) {
+  // steps.ckpt (run_steps 9) and multi.ckpt (64 KiB chunks) are intact and
+  // hold tiny's five identities and payload size; `train --config=tiny`
+  // refuses both (its run is 8 steps in 4 MiB chunks), so inspect and verify
+  // with --config=tiny fail them, naming the field; without --config they
+  // check integrity only.
+  const struct {
+    std::string name, field;
+  } cases[] = {
+      {"steps.ckpt", "identity field run_steps is 9, the run expects 8"},
+      {"multi.ckpt",
+       "identity field chunk_bytes is 65536, the run expects 4194304"},
+  };
+  for (const auto& c : cases) {
+    const std::string refusal =
+        absl::StrCat(Path(c.name), ": checkpoint refused: ", c.field);
+    std::string report;
+    absl::Status s = Inspect(c.name, &report, "tiny");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_EQ(s.message(), refusal);
+    EXPECT_THAT(report, HasSubstr(absl::StrCat(
+                            "a run of config tiny (--config) refuses it: ",
+                            refusal)));
+    EXPECT_THAT(report, HasSubstr("digests: all "));
+    s = Verify({c.name}, &report, "", "tiny");
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(report, absl::StrCat("FAIL ", Path(c.name), ": ", refusal,
+                                   "\n"));
+    EXPECT_TRUE(Inspect(c.name, &report).ok()) << c.name;
+    EXPECT_TRUE(Verify({c.name}, &report, "", "").ok()) << report;
+  }
+}
+
 TEST_F(InspectTest, CheckpointReport) {
   const std::string text = Report("model.ckpt");
   EXPECT_THAT(text, HasSubstr("update count: 16"));
@@ -354,7 +387,9 @@ TEST_F(InspectTest, CheckpointReport) {
                               "nonfinite 0\n"
                               "      V mean +2 std 0 min +2 max +2 nonfinite 1"));
   EXPECT_THAT(text, HasSubstr("blocks.1.mlp.down"));
-  const std::string multi = Report("multi.ckpt");
+  // A tiny run refuses 64 KiB chunks: reported in full, then refused.
+  const std::string multi =
+      Report("multi.ckpt", false, "", "", absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(multi, HasSubstr("refuses it"));
   EXPECT_THAT(multi, HasSubstr("chunk_bytes"));
   EXPECT_THAT(multi, HasSubstr("25 chunks of 65536"));
@@ -429,13 +464,11 @@ TEST_F(InspectTest, ResultWarnsOnUnwrittenFinalRecord) {
 
 TEST_F(InspectTest, VerifyGoodFiles) {
   std::string report;
-  absl::Status s = Verify({"cache.tok", "model.ckpt", "multi.ckpt",
-                           "complete.res"},
+  absl::Status s = Verify({"cache.tok", "model.ckpt", "complete.res"},
                           &report, "source.txt");
   EXPECT_TRUE(s.ok()) << s << "\n" << report;
   EXPECT_EQ(report, absl::StrCat("OK ", Path("cache.tok"), " (cache)\n",
                                  "OK ", Path("model.ckpt"), " (checkpoint)\n",
-                                 "OK ", Path("multi.ckpt"), " (checkpoint)\n",
                                  "OK ", Path("complete.res"), " (result)\n"));
 }
 
@@ -660,20 +693,26 @@ TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("4 of 5 files failed"));
   std::vector<std::string> lines = absl::StrSplit(report, '\n');
-  ASSERT_EQ(lines.size(), 8u) << report;  // 7 lines + the empty tail
+  ASSERT_EQ(lines.size(), 9u) << report;  // 8 lines + the empty tail
   EXPECT_EQ(lines[0], absl::StrCat("OK ", Path("model.ckpt"), " (checkpoint)"));
-  EXPECT_THAT(lines[1], HasSubstr("FAIL " + Path("corrupt.ckpt")));
-  EXPECT_THAT(lines[1], HasSubstr("chunk 3 of 25"));
-  EXPECT_THAT(lines[2], HasSubstr("chunk 10 of 25"));
-  EXPECT_THAT(lines[1], HasSubstr("(2 of 25 chunks differ)"));
+  // corrupt.ckpt's 64 KiB chunks are not a tiny run's 4 MiB: refused first.
+  EXPECT_EQ(lines[1], absl::StrCat("FAIL ", Path("corrupt.ckpt"), ": ",
+                                   Path("corrupt.ckpt"),
+                                   ": checkpoint refused: identity field "
+                                   "chunk_bytes is 65536, the run expects "
+                                   "4194304"));
+  EXPECT_THAT(lines[2], HasSubstr("FAIL " + Path("corrupt.ckpt")));
+  EXPECT_THAT(lines[2], HasSubstr("chunk 3 of 25"));
+  EXPECT_THAT(lines[3], HasSubstr("chunk 10 of 25"));
   EXPECT_THAT(lines[2], HasSubstr("(2 of 25 chunks differ)"));
-  EXPECT_THAT(lines[3], HasSubstr("FAIL " + Path("partial.res")));
+  EXPECT_THAT(lines[3], HasSubstr("(2 of 25 chunks differ)"));
+  EXPECT_THAT(lines[4], HasSubstr("FAIL " + Path("partial.res")));
   // 6144 + 3 * 256 + 100 = 7012 bytes of 27744.
-  EXPECT_THAT(lines[3], HasSubstr("size 7012 bytes, expected 27744 (3 of 8"));
-  EXPECT_THAT(lines[4], HasSubstr("marker be ba fe ca"));
-  EXPECT_THAT(lines[5], HasSubstr("incomplete: size 8 bytes"));
-  EXPECT_THAT(lines[6], HasSubstr("FAIL " + Path("bad_ids.tok")));
-  EXPECT_THAT(lines[6], HasSubstr("600"));
+  EXPECT_THAT(lines[4], HasSubstr("size 7012 bytes, expected 27744 (3 of 8"));
+  EXPECT_THAT(lines[5], HasSubstr("marker be ba fe ca"));
+  EXPECT_THAT(lines[6], HasSubstr("incomplete: size 8 bytes"));
+  EXPECT_THAT(lines[7], HasSubstr("FAIL " + Path("bad_ids.tok")));
+  EXPECT_THAT(lines[7], HasSubstr("600"));
 }
 
 TEST_F(InspectTest, VerifyStaleCache) {

@@ -45,4 +45,18 @@ py trained-result "$d/b.json" 8 || fail "continuation result"
   || fail "verify without --config: $(cat "$d/v3.txt")"
 "$inspect" plot "$d/a.res" "$d/b.res" -o "$d/loss2.svg" || fail "plot without --config"
 "$inspect" plot "$d/b.res" "$d/a.res" -o "$d/loss3.svg" 2>/dev/null && fail "plot of b a accepted"
+# inspect --config=tiny refuses exactly what train --config=tiny refuses:
+# intact checkpoints with another run_steps, chunk size or seed.
+for f in steps.ckpt multi.ckpt seed.ckpt; do
+  "$train" --config=tiny --backend=reference --tokens="$d/cache.tok" \
+    --checkpoint_in="$d/$f" --checkpoint_out="$d/r_$f" --result="$d/r_$f.res" \
+    --progress=false > /dev/null 2> "$d/t_$f.err" && fail "train accepted $f"
+  grep -q "checkpoint refused" "$d/t_$f.err" || fail "train on $f: $(cat "$d/t_$f.err")"
+  "$inspect" verify --config=tiny "$d/$f" > "$d/v_$f.txt" 2> /dev/null \
+    && fail "verify --config=tiny accepted $f"
+  refusal=$(sed -n 's/.*checkpoint refused: //p' "$d/t_$f.err")
+  grep -qF "checkpoint refused: $refusal" "$d/v_$f.txt" \
+    || fail "$f: train says '$refusal', verify: $(cat "$d/v_$f.txt")"
+  "$inspect" --config=tiny "$d/$f" > /dev/null 2>&1 && fail "inspect --config=tiny accepted $f"
+done
 echo "inspect_train_e2e_test: all checks passed"

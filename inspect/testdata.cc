@@ -62,6 +62,10 @@ absl::Status WriteCheckpoints(const std::string& dir) {
   seed.initialization = "coppelius-initialization:random-normal|seed=20260926";
   RETURN_IF_ERROR(PublishCheckpoint(absl::StrCat(dir, "/seed.ckpt"), seed, 16,
                                     pmv.data(), 12 * n, options));
+  CheckpointIdentity steps = id;
+  steps.run_steps = 9;
+  RETURN_IF_ERROR(PublishCheckpoint(absl::StrCat(dir, "/steps.ckpt"), steps,
+                                    16, pmv.data(), 12 * n, options));
   id.chunk_bytes = 65536;
   RETURN_IF_ERROR(PublishCheckpoint(absl::StrCat(dir, "/multi.ckpt"), id, 16,
                                     pmv.data(), 12 * n, options));

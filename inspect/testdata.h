@@ -15,7 +15,10 @@
 //                      M: 0.25 everywhere; V: 2.0 everywhere except the first
 //                      element of final_norm.bias, NaN
 //   multi.ckpt         the same payload in 64 KiB chunks (25 chunks; its
-//                      chunk_bytes differ from the config's identity)
+//                      chunk_bytes differ from the config's identity, so a
+//                      tiny run refuses it)
+//   steps.ckpt         model.ckpt with run_steps 9 (tiny runs 8 steps; intact,
+//                      so only the run refuses it)
 //   seed.ckpt          model.ckpt with the initialization identity's seed
 //                      20260926 (intact: digests of what it holds), which
 //                      no known config's run accepts
