@@ -1223,6 +1223,25 @@ bool LooksLikeText(absl::string_view head) {
   return true;
 }
 
+// Whether the first bytes of `head` (at most `forward_bytes`, the forward
+// record's 12 V) read as fp32 logits: every value is 0, non-finite (a run
+// that diverged) or of magnitude 2^-64 .. 2^64 (biased exponent 63 .. 190).
+// Logits are far from both ends; random bytes pass this with probability
+// about 2^-1000 over 1,024 values, and a length-prefixed header (such as a
+// safetensors file: a small u64 whose low word is a denormal, then JSON
+// text) fails it at offset 0.
+bool LooksLikeLogits(absl::string_view head, uint64_t forward_bytes) {
+  const size_t n = std::min<uint64_t>(head.size(), forward_bytes) / 4 * 4;
+  if (n == 0) return false;
+  for (size_t at = 0; at < n; at += 4) {
+    const uint32_t bits = LeU32(head, at);
+    const uint32_t exponent = (bits >> 23) & 0xff;
+    if ((bits & 0x7fffffffu) == 0 || exponent == 0xff) continue;
+    if (exponent < 63 || exponent > 190) return false;
+  }
+  return true;
+}
+
 struct KnownLayout {
   ModelConfig config;
   ResultLayout layout;
@@ -1276,12 +1295,14 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
   if (ByteDistance8(head, kResultMarker) == 1) return FileKind::kResult;
   // 6. A cache.
   if (LooksLikeCache(head, p.size)) return FileKind::kCache;
-  // 7. A result by size: incomplete, or complete with a damaged host tag.
+  // 7. A result by size (incomplete, or complete with a damaged host tag)
+  // whose forward record reads as logits.
   const bool text = LooksLikeText(head);
   if (!text) {
     for (const KnownLayout& k : known) {
       if (p.size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
-          p.size <= static_cast<uint64_t>(k.layout.complete_bytes)) {
+          p.size <= static_cast<uint64_t>(k.layout.complete_bytes) &&
+          LooksLikeLogits(head, k.layout.forward_bytes)) {
         return FileKind::kResult;
       }
     }
@@ -1290,7 +1311,8 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
       path, ": offset 0: not a token cache, checkpoint or result file (",
       p.size, " bytes", text ? ", text" : "",
       "; no checkpoint magic, result marker or host tag, not a plausible "
-      "cache header); pass --kind to read it as one"));
+      "cache header or forward record of logits); pass --kind to read it as "
+      "one"));
 }
 
 // The config the file's content names, if any; `evidence` says how.

@@ -24,7 +24,9 @@
 //      source size < 2^50, the first ids (up to 1,020) < 2^24;
 //   7. a result by size (incomplete, or complete with a damaged host tag):
 //      not text, size from a known config's forward record to its complete
-//      size;
+//      size, and its first bytes (up to 4,096, inside that forward record)
+//      read as fp32 logits: each value 0, non-finite, or of magnitude
+//      2^-64 .. 2^64 (random bytes and a safetensors file are not);
 //   otherwise DataLoss "not a token cache, checkpoint or result file".
 // The config, unless `--config` names one: a checkpoint's identity (or its
 // payload size) matched against every known config; a result's size and

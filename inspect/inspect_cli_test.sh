@@ -89,6 +89,13 @@ py verify-json "$d/v.json" 1 || fail "verify JSON"
 "$inspect" export --config=tiny --safetensors "$d/model.ckpt" -o "$d/model.safetensors" \
   || fail "export"
 py safetensors "$d/model.safetensors" || fail "safetensors check"
+# An export is not a Coppelius file: exporting again replaces it.
+"$inspect" "$d/model.safetensors" > /dev/null 2> "$d/st.err"
+[[ $? == 1 ]] && grep -q "not a token cache, checkpoint or result file" "$d/st.err" \
+  || fail "inspect of a safetensors export: $(cat "$d/st.err")"
+"$inspect" export --config=tiny --safetensors "$d/model.ckpt" -o "$d/model.safetensors" \
+  || fail "export over an earlier export"
+py safetensors "$d/model.safetensors" || fail "safetensors check after re-export"
 "$inspect" export --config=tiny --safetensors "$d/corrupt.ckpt" -o "$d/c.safetensors" 2> "$d/e.err"
 [[ $? == 1 && ! -e "$d/c.safetensors" ]] || fail "export of a corrupt checkpoint"
 [[ $(wc -l < "$d/e.err") == 1 ]] || fail "export error not one line"

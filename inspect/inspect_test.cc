@@ -189,6 +189,47 @@ TEST_F(InspectTest, DetectsNearMissesAndRefusesUnknownFiles) {
   EXPECT_THAT(out.str(), HasSubstr("tokens: 1746\n"));
 }
 
+TEST_F(InspectTest, SafetensorsAndRandomBytesAreNotResults) {
+  // Sizes inside tiny's (6,144 .. 27,744) or Coppelius' (147,456 ..
+  // 41,813,600) result range, no marker, host tag or plausible cache header.
+  // A safetensors-like file: u64 LE header length 24, then JSON.
+  std::string st = std::string("\x18\0\0\0\0\0\0\0", 8) +
+                   "{\"__metadata__\":{}}     ";
+  st.resize(10000, '\0');
+  ASSERT_TRUE(WriteFileAtomically(Path("like.safetensors"), st).ok());
+  std::mt19937 rng(7);
+  for (size_t size : {10000u, 1000000u}) {
+    std::string random(size, '\0');
+    for (char& c : random) c = static_cast<char>(rng());
+    ASSERT_TRUE(
+        WriteFileAtomically(Path(absl::StrCat("random", size)), random).ok());
+  }
+  // inspect's own export of model.ckpt (537,632 bytes).
+  ExportOptions e;
+  e.checkpoint = Path("model.ckpt");
+  e.output = Path("export.safetensors");
+  std::ostringstream out;
+  ASSERT_TRUE(RunExport(e, out).ok());
+  for (const char* name : {"like.safetensors", "random10000", "random1000000",
+                           "export.safetensors"}) {
+    absl::Status k = DetectFileKind(Path(name)).status();
+    EXPECT_EQ(k.code(), absl::StatusCode::kDataLoss) << name << ": " << k;
+    EXPECT_THAT(k.message(),
+                HasSubstr(": offset 0: not a token cache, checkpoint or result "
+                          "file"))
+        << name;
+    std::string report;
+    EXPECT_EQ(Inspect(name, &report).code(), absl::StatusCode::kDataLoss)
+        << name;
+    EXPECT_EQ(report, "") << name;
+  }
+  // So exporting again over the earlier export replaces it.
+  const std::string first = *ReadFile(e.output);
+  absl::Status again = RunExport(e, out);
+  EXPECT_TRUE(again.ok()) << again;
+  EXPECT_EQ(*ReadFile(e.output), first);
+}
+
 TEST_F(InspectTest, InfersConfigFromTheFile) {
   // No --config anywhere: the tiny files are read as tiny.
   std::string report;
