@@ -28,6 +28,7 @@
 #include "checkpoint/sha256.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "inspect/cache_reader.h"
 #include "inspect/json_writer.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
@@ -141,39 +142,59 @@ struct CacheReport {
   std::optional<StalenessReport> staleness;
 };
 
+// Reads the cache with pread in bounded chunks (inspect/cache_reader.h), not
+// through TokenCache's mapping: a cache truncated while it is read is a
+// DataLoss naming the offset instead of a SIGBUS.
 absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
                                          const std::string& source,
                                          const ModelConfig& config) {
-  ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(path));
   CacheReport r;
   r.path = path;
-  r.file_bytes = cache.file_size_bytes();
-  r.header = cache.header();
-  r.num_tokens = cache.num_tokens();
-  r.contexts = cache.NumContexts(config.T);
-  const uint32_t* ids = cache.tokens();
-  if (r.num_tokens > 0) {
-    uint32_t lo = ids[0], hi = ids[0];
-    for (uint64_t i = 0; i < r.num_tokens; ++i) {
-      const uint32_t id = ids[i];
-      lo = std::min(lo, id);
-      hi = std::max(hi, id);
-      if (id >= static_cast<uint32_t>(config.V)) {
-        if (r.ids_out_of_range == 0) {
-          r.first_out_of_range = i;
-          r.first_out_of_range_id = id;
+  uint32_t lo = std::numeric_limits<uint32_t>::max(), hi = 0;
+  const uint32_t V = static_cast<uint32_t>(config.V);
+  ASSIGN_OR_RETURN(
+      CacheFileInfo info,
+      ReadCacheChunked(path, [&](uint64_t first,
+                                 absl::Span<const uint32_t> ids) {
+        for (size_t k = 0; k < ids.size(); ++k) {
+          const uint32_t id = ids[k];
+          lo = std::min(lo, id);
+          hi = std::max(hi, id);
+          if (id >= V) {
+            if (r.ids_out_of_range == 0) {
+              r.first_out_of_range = first + k;
+              r.first_out_of_range_id = id;
+            }
+            ++r.ids_out_of_range;
+          }
         }
-        ++r.ids_out_of_range;
-      }
-    }
+        return absl::OkStatus();
+      }));
+  r.file_bytes = info.file_bytes;
+  r.header = info.header;
+  r.num_tokens = info.num_tokens;
+  r.contexts = NumContexts(info.num_tokens, config.T);
+  if (r.num_tokens > 0) {
     r.min_id = lo;
     r.max_id = hi;
   }
   if (!source.empty()) {
-    ASSIGN_OR_RETURN(StalenessReport s, cache.Staleness(source));
+    ASSIGN_OR_RETURN(StalenessReport s, CacheStaleness(path, r.header, source));
     r.staleness = s;
   }
   return r;
+}
+
+// The failure of a cache with ids >= V of `config` (empty when none): the
+// first offending token, its byte offset and id, and the count.
+std::string CacheIdsProblem(const CacheReport& r, const ModelConfig& config) {
+  if (r.ids_out_of_range == 0) return "";
+  return absl::StrCat(
+      r.path, ": token ", r.first_out_of_range, " (byte offset ",
+      kTokenCacheHeaderBytes + kTokenBytes * r.first_out_of_range,
+      ") has id ", r.first_out_of_range_id, ", expected < ", config.V,
+      " (the vocabulary size of config ", config.name, "); ids >= ",
+      config.V, ": ", r.ids_out_of_range);
 }
 
 void PrintCache(const CacheReport& r, const ModelConfig& config,
@@ -1013,25 +1034,21 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
     }
     case FileKind::kCache:
     case FileKind::kAuto: {
-      absl::StatusOr<TokenCache> cache = TokenCache::Open(path);
+      absl::StatusOr<CacheReport> cache = AnalyzeCache(path, o.source, config);
       if (!cache.ok()) {
         v.failures.push_back(std::string(cache.status().message()));
         return v;
       }
-      absl::Status ids = cache->CheckIdRange(static_cast<uint32_t>(config.V));
-      if (!ids.ok()) v.failures.push_back(std::string(ids.message()));
-      if (!o.source.empty()) {
-        absl::StatusOr<StalenessReport> s = cache->Staleness(o.source);
-        if (!s.ok()) {
-          v.failures.push_back(std::string(s.status().message()));
-        } else if (s->staleness != Staleness::kFresh) {
-          v.failures.push_back(absl::StrCat(
-              path, ": header (offset 0: mtime ", s->header.mtime_ns,
-              ", size ", s->header.size_bytes, "): ",
-              StalenessName(s->staleness), "; source ", o.source,
-              " now has mtime ", s->source.mtime_ns, ", size ",
-              s->source.size_bytes));
-        }
+      const std::string ids = CacheIdsProblem(*cache, config);
+      if (!ids.empty()) v.failures.push_back(ids);
+      if (cache->staleness &&
+          cache->staleness->staleness != Staleness::kFresh) {
+        const StalenessReport& s = *cache->staleness;
+        v.failures.push_back(absl::StrCat(
+            path, ": header (offset 0: mtime ", s.header.mtime_ns, ", size ",
+            s.header.size_bytes, "): ", StalenessName(s.staleness),
+            "; source ", o.source, " now has mtime ", s.source.mtime_ns,
+            ", size ", s.source.size_bytes));
       }
       return v;
     }
@@ -1079,8 +1096,8 @@ std::string FormatTick(double v) {
 }
 
 // Runs `run` on `paths` with "-" (stdin, at most once) replaced by a spool
-// of stdin: a temporary file under $TMPDIR (caches and checkpoints are
-// mapped, so they need a file), removed afterwards. The status, and the
+// of stdin: a temporary file under $TMPDIR (checkpoints are mapped, caches
+// and results read by offset, so they need a file), removed afterwards. The status, and the
 // report when `report_names_paths`, name "-", not the spool.
 absl::Status WithStdinSpooled(
     const std::vector<std::string>& paths, bool report_names_paths,
@@ -1482,13 +1499,9 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
       PrintCache(r, d.config, d.config_source, o.json, out);
       // Ids the config's vocabulary does not have: reported above, then
       // DataLoss (verify fails the same cache).
-      if (r.ids_out_of_range == 0) return absl::OkStatus();
-      return absl::DataLossError(absl::StrCat(
-          o.path, ": token ", r.first_out_of_range, " (byte offset ",
-          kTokenCacheHeaderBytes + kTokenBytes * r.first_out_of_range,
-          ") has id ", r.first_out_of_range_id, ", expected < ", d.config.V,
-          " (the vocabulary size of config ", d.config.name, "); ids >= ",
-          d.config.V, ": ", r.ids_out_of_range));
+      const std::string ids = CacheIdsProblem(r, d.config);
+      if (ids.empty()) return absl::OkStatus();
+      return absl::DataLossError(ids);
     }
   }
   return absl::InternalError("inspect: unhandled kind");

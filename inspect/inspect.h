@@ -125,7 +125,9 @@ struct InspectOptions {
 //               last window means, device/host time per step from the
 //               timestamp table, error notifier, input stat, host status,
 //               predictions (decoded with `vocab` when given).
-// A file the readers refuse is an error (the reader's status). A file that
+// Caches are read with pread in bounded chunks (inspect/cache_reader.h), so
+// one that shrinks while it is read is DataLoss naming the offset, not a
+// crash. A file the readers refuse is an error (the reader's status). A file that
 // opens but is corrupt or incomplete (a failed chunk digest; an incomplete
 // result, its forward record never written, or the inconsistencies verify
 // checks; a cache with ids >= V of the config) is reported in full, then

@@ -1,0 +1,58 @@
+// File: inspect/cache_reader.h
+//
+// inspect's reader of token caches (layout: tokencache/token_cache.h and
+// docs/FORMATS.md "Token cache": a 16-byte header, then N u32 LE ids). It
+// reads with pread in bounded chunks instead of mapping the file as
+// TokenCache does: a cache that shrinks while inspect reads it (a truncate,
+// another writer) is a one-line DataLoss naming the offset, not a SIGBUS.
+//
+// Errors name the file: NotFound (missing), InvalidArgument (not a regular
+// file), DataLoss (size not 16 + 4 N; "file shrank while being read" with
+// the offset where the bytes ran out), other errno failures as ErrnoStatus.
+#ifndef COPPELIUS_INSPECT_CACHE_READER_H_
+#define COPPELIUS_INSPECT_CACHE_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "tokencache/token_cache.h"
+
+namespace coppelius {
+
+// What the header and the size (at open) say.
+struct CacheFileInfo {
+  uint64_t file_bytes = 0;  // 16 + 4 num_tokens
+  SourceStat header;        // bytes 0-15
+  uint64_t num_tokens = 0;
+};
+
+// Called for consecutive runs of ids in file order; `first` is the index of
+// ids[0]. A non-OK status stops the read and is returned as is.
+using CacheIdsVisitor =
+    std::function<absl::Status(uint64_t first, absl::Span<const uint32_t> ids)>;
+
+// Ids per read (4 MiB).
+inline constexpr size_t kCacheReadIds = size_t{1} << 20;
+
+// Opens `path`, checks its size (>= 16 and 16 + 4 N, as TokenCache::Open),
+// reads the header and, when `visit` is set, the N ids counted at open, at
+// most `chunk_ids` (>= 1) per pread, handing each run to `visit`.
+absl::StatusOr<CacheFileInfo> ReadCacheChunked(
+    const std::string& path, const CacheIdsVisitor& visit,
+    size_t chunk_ids = kCacheReadIds);
+
+// The header against the current stat of `source`, classified as
+// TokenCache::Staleness does (a missing source is kSourceMissing; size
+// compared before mtime). Other stat failures are errors naming `path`.
+absl::StatusOr<StalenessReport> CacheStaleness(const std::string& path,
+                                               const SourceStat& header,
+                                               const std::string& source);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_INSPECT_CACHE_READER_H_
