@@ -28,6 +28,7 @@
 #include "checkpoint/sha256.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "inspect/cache_reader.h"
 #include "inspect/json_writer.h"
 #include "tokencache/token_cache.h"
@@ -1141,9 +1142,15 @@ absl::Status WithStdinSpooled(
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out);
 
 static absl::Status CheckThreads(int threads) {
-  if (threads >= 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--threads=", threads, ": expected an integer >= 1"));
+  if (threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads=", threads, ": expected an integer >= 1"));
+  }
+  if (threads > kMaxThreadCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads=", threads, ": expected at most ", kMaxThreadCount));
+  }
+  return absl::OkStatus();
 }
 
 static absl::Status CheckSmoothing(int steps) {

@@ -110,7 +110,7 @@ struct InspectOptions {
   std::string vocab;                 // result: .tiktoken to decode predictions
   bool json = false;
   int smoothing_steps = 100;         // window of the smoothed curve (>= 1)
-  int threads = 2;                   // digest threads (>= 1)
+  int threads = 2;                   // digest threads (1..kMaxThreadCount)
   std::ostream* warnings = nullptr;  // one-line warnings; null: std::cerr
 };
 
@@ -138,7 +138,8 @@ struct InspectOptions {
 // FailedPrecondition naming every differing field; with the config inferred,
 // a refusal is only reported (the status is the checkpoint's integrity).
 // `--source` for a non-cache or `--vocab` for a non-result writes a warning.
-// InvalidArgument for threads or smoothing_steps < 1.
+// InvalidArgument for threads outside 1..kMaxThreadCount (1,024) or
+// smoothing_steps < 1.
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out);
 
 struct VerifyOptions {
@@ -147,7 +148,7 @@ struct VerifyOptions {
   std::string config;  // "" infers each file's config
   std::string source;  // caches: also fail when stale against this source
   bool json = false;
-  int threads = 2;     // >= 1
+  int threads = 2;     // 1..kMaxThreadCount (common/threads.h)
   std::ostream* warnings = nullptr;  // null: std::cerr
 };
 
@@ -200,7 +201,7 @@ struct ExportOptions {
   std::string checkpoint;  // "-": stdin, spooled
   std::string output;  // safetensors path; "-" writes to `out`
   std::string config;  // "" infers it from the checkpoint's identity
-  int threads = 2;     // >= 1
+  int threads = 2;     // 1..kMaxThreadCount (common/threads.h)
 };
 
 // Exports the P plane of a verified checkpoint as safetensors: one F32

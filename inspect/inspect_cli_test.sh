@@ -147,7 +147,14 @@ grep -q "starts at context c0 16, expected 32" "$d/p.err" || fail "plot: $(cat "
 
 # Bad flag values: exit 2; unused flags: a one-line warning.
 "$inspect" --threads=-1 "$d/model.ckpt" > /dev/null 2> "$d/t.err"; [[ $? == 2 ]] || fail "--threads=-1"
-grep -q -- "--threads=-1: expected an integer >= 0 (0 = all cores)" "$d/t.err" || fail "$(cat "$d/t.err")"
+grep -q -- "--threads=-1: expected 0..1024 (0 = all cores)" "$d/t.err" || fail "$(cat "$d/t.err")"
+# At most 1,024 threads, as train (common/threads.h kMaxThreadCount).
+for t in 1025 100000; do
+  "$inspect" verify --threads=$t "$d/model.ckpt" > "$d/t.out" 2> "$d/t.err"; [[ $? == 2 ]] || fail "--threads=$t"
+  [[ ! -s "$d/t.out" && $(cat "$d/t.err") == "inspect: INVALID_ARGUMENT: --threads=$t: expected 0..1024 (0 = all cores)" ]] \
+    || fail "--threads=$t: $(cat "$d/t.out" "$d/t.err")"
+done
+"$inspect" verify --threads=1024 "$d/model.ckpt" > /dev/null || fail "--threads=1024"
 "$inspect" --threads=0 "$d/model.ckpt" > /dev/null 2>&1 || fail "--threads=0 (all cores)"
 "$inspect" plot --smoothing=0 "$d/complete.res" -o - > /dev/null 2>&1; [[ $? == 2 ]] || fail "--smoothing=0"
 "$inspect" --vocab="$d/vocab.tiktoken" "$d/model.ckpt" > /dev/null 2> "$d/w.err" || fail "--vocab on a checkpoint"

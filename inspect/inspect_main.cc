@@ -16,7 +16,7 @@
 // report shows the identity and any refusal.
 //
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
-// status 1 (2 for usage errors, --threads or --smoothing < 1). A flag the
+// status 1 (2 for usage errors, --threads outside 0..1024 or --smoothing < 1). A flag the
 // mode or file kind does not use (--source, --vocab) gets a one-line warning.
 #include <algorithm>
 #include <iostream>
@@ -84,14 +84,17 @@ int main(int argc, char** argv) {
   auto kind = coppelius::ParseFileKind(absl::GetFlag(FLAGS_kind));
   if (!kind.ok()) return Fail(kind.status());
   const std::string mode = rest.empty() ? "" : rest[0];
-  // 0 = all cores, as in the other tools.
-  if (absl::GetFlag(FLAGS_threads) == 0) {
-    absl::SetFlag(&FLAGS_threads, coppelius::ResolveThreadCount(0));
-  }
-  if (absl::GetFlag(FLAGS_threads) < 1) {
+  // 0 = all cores, at most kMaxThreadCount, as in the other tools.
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0 || threads > coppelius::kMaxThreadCount) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--threads=", absl::GetFlag(FLAGS_threads),
-        ": expected an integer >= 0 (0 = all cores)")));
+        "--threads=", threads, ": expected 0..", coppelius::kMaxThreadCount,
+        " (0 = all cores)")));
+  }
+  if (threads == 0) {
+    absl::SetFlag(&FLAGS_threads,
+                  std::min(coppelius::ResolveThreadCount(0),
+                           coppelius::kMaxThreadCount));
   }
   if (absl::GetFlag(FLAGS_smoothing) < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(

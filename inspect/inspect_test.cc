@@ -684,6 +684,29 @@ TEST_F(InspectTest, BadFlagValues) {
   e.output = "-";
   e.threads = 0;
   EXPECT_EQ(RunExport(e, out).code(), absl::StatusCode::kInvalidArgument);
+  // At most 1,024 threads (common/threads.h), as train: 1,025 and 100,000
+  // are refused before any file is read; 1,024 is taken.
+  for (int threads : {1025, 100000}) {
+    const std::string message =
+        absl::StrCat("--threads=", threads, ": expected at most 1024");
+    i.threads = threads;
+    i.smoothing_steps = 100;
+    s = RunInspect(i, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), message);
+    v.threads = threads;
+    s = RunVerify(v, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), message);
+    e.threads = threads;
+    s = RunExport(e, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), message);
+  }
+  v.threads = 1024;
+  v.config = "tiny";
+  std::ostringstream report;
+  EXPECT_TRUE(RunVerify(v, report).ok()) << report.str();
 }
 
 TEST_F(InspectTest, WarnsAboutFlagsTheKindDoesNotUse) {
