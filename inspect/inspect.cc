@@ -88,10 +88,15 @@ uint64_t LeU64(absl::string_view b, size_t at) {
   return v;
 }
 
+// `ns` since the Unix epoch and its UTC date. An int64 holds times up to
+// 2262-04-11T23:47:16.854775807Z; a larger u64 is no real time (a corrupt or
+// hostile field) and says so rather than print that date.
 std::string FormatUnixNs(uint64_t ns) {
   if (ns == 0) return "0 (unknown)";
-  absl::Time t = absl::FromUnixNanos(static_cast<int64_t>(
-      std::min<uint64_t>(ns, std::numeric_limits<int64_t>::max())));
+  if (ns > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::StrCat(ns, " (beyond 2262-04-11, not a real time)");
+  }
+  const absl::Time t = absl::FromUnixNanos(static_cast<int64_t>(ns));
   return absl::StrCat(ns, " (",
                       absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ", t,
                                        absl::UTCTimeZone()),

@@ -554,6 +554,43 @@ std::string U64(uint64_t v) {
   return std::string(reinterpret_cast<char*>(&v), 8);
 }
 
+TEST_F(InspectTest, TimesBeyondInt64AreNotPrintedAsDates) {
+  // 2^63 - 1 ns is 2262-04-11T23:47:16.854775807Z, the last time an int64
+  // holds; 2^63 and 2^64 - 1 are no real time and must not print as that
+  // date. Cache header mtimes (read with --kind=cache).
+  const struct {
+    uint64_t ns;
+    std::string text;
+  } cases[] = {
+      {9223372036854775807ull,
+       "9223372036854775807 (2262-04-11T23:47:16.854775807Z)"},
+      {9223372036854775808ull,
+       "9223372036854775808 (beyond 2262-04-11, not a real time)"},
+      {18446744073709551615ull,
+       "18446744073709551615 (beyond 2262-04-11, not a real time)"},
+  };
+  std::string cache = ReadFile(Path("cache.tok"))->substr(0, 16 + 4 * 10);
+  for (const auto& c : cases) {
+    cache.replace(0, 8, U64(c.ns));
+    cache.replace(8, 8, U64(1u << 20));
+    ASSERT_TRUE(WriteFileAtomically(Path("future.tok"), cache).ok());
+    std::string report;
+    (void)Inspect("future.tok", &report, "tiny");
+    EXPECT_THAT(report, HasSubstr(absl::StrCat("header: source mtime ",
+                                               c.text, ", source size")));
+  }
+  // A result's wall clock (host status at 26944: start at +72, end at +80;
+  // both set to 2^64 - 1, so end >= start holds).
+  PatchResult(Path("complete.res"), Path("future.res"),
+              {{26944 + 72, U64(~0ull)}, {26944 + 80, U64(~0ull)}});
+  const std::string text = Report("future.res");
+  EXPECT_THAT(text, HasSubstr("wall: start 18446744073709551615 (beyond "
+                              "2262-04-11, not a real time), end "
+                              "18446744073709551615 (beyond 2262-04-11, not "
+                              "a real time);"));
+  EXPECT_THAT(text, Not(HasSubstr("2262-04-11T")));
+}
+
 TEST_F(InspectTest, VerifyChecksNonFiniteStepsAgainstTheNotifier) {
   // tiny layout (trainer/result_file.h): windows at 6144, 256 bytes each;
   // error notifier at 26880 (i64 first step, u64 count).
