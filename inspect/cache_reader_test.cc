@@ -104,7 +104,8 @@ TEST(ReadCacheChunked, FileThatShrinksWhileReadIsDataLossNamingTheOffset) {
 }
 
 TEST(ReadCacheChunked, RefusesBadSizesAndNonFiles) {
-  ASSERT_TRUE(WriteFileAtomically(Path("short.tok"), std::string(15, 'a')).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(Path("short.tok"), std::string(15, 'a')).ok());
   absl::Status s = ReadCacheChunked(Path("short.tok"), nullptr).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("15 bytes, shorter than the 16-byte"));
@@ -112,7 +113,8 @@ TEST(ReadCacheChunked, RefusesBadSizesAndNonFiles) {
   s = ReadCacheChunked(Path("odd.tok"), nullptr).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("size 18 bytes is not 16 + 4*N"));
-  ASSERT_TRUE(WriteFileAtomically(Path("empty.tok"), CacheBytes(0, 0, {})).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(Path("empty.tok"), CacheBytes(0, 0, {})).ok());
   absl::StatusOr<CacheFileInfo> empty =
       ReadCacheChunked(Path("empty.tok"), [](uint64_t, auto) {
         return absl::InternalError("no ids to visit");
@@ -123,6 +125,38 @@ TEST(ReadCacheChunked, RefusesBadSizesAndNonFiles) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(ReadCacheChunked(testing::TempDir(), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CacheHeaderProblem, MakeCachesRuleForASourcesHeader) {
+  // now = 1,700,000,000 s: tomorrow is 1,700,086,400 s.
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  const uint64_t tomorrow = 1700086400000000000ull;
+  auto problem = [&](uint64_t mtime, uint64_t size, uint64_t tokens) {
+    CacheFileInfo info;
+    info.header = SourceStat{mtime, size};
+    info.num_tokens = tokens;
+    info.file_bytes = 16 + 4 * tokens;
+    return CacheHeaderProblem("c.tok", info, now);
+  };
+  EXPECT_EQ(problem(0, 0, 0), "");             // empty stdin
+  EXPECT_EQ(problem(0, 5, 5), "");             // stdin, one byte per token
+  EXPECT_EQ(problem(tomorrow, 9, 1), "");      // a day ahead: still a source
+  EXPECT_EQ(problem(tomorrow + 1, 9, 1),
+            "c.tok: header (offset 0: source mtime 1700086400000000001 ns; "
+            "offset 8: source size 9 bytes) cannot be a source's: source "
+            "mtime after tomorrow (1700086400000000000 ns); make-cache "
+            "refuses it as not a token cache");
+  EXPECT_EQ(problem(1, 4, 5),
+            "c.tok: header (offset 0: source mtime 1 ns; offset 8: source "
+            "size 4 bytes) cannot be a source's: fewer source bytes than its "
+            "5 tokens (each token covers >= 1 byte); make-cache refuses it "
+            "as not a token cache");
+  EXPECT_EQ(problem(~0ull, 0, 1),
+            "c.tok: header (offset 0: source mtime 18446744073709551615 ns; "
+            "offset 8: source size 0 bytes) cannot be a source's: source "
+            "mtime after tomorrow (1700086400000000000 ns); fewer source "
+            "bytes than its 1 tokens (each token covers >= 1 byte); "
+            "make-cache refuses it as not a token cache");
 }
 
 TEST(CacheStaleness, ClassifiesAgainstTheSourceStat) {

@@ -146,6 +146,8 @@ struct CacheReport {
   uint64_t first_out_of_range = 0;
   uint32_t first_out_of_range_id = 0;
   std::optional<StalenessReport> staleness;
+  // Why the header cannot be a source's (make-cache's rule), or "".
+  std::string header_problem;
 };
 
 // Reads the cache with pread in bounded chunks (inspect/cache_reader.h), not
@@ -180,6 +182,7 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
   r.header = info.header;
   r.num_tokens = info.num_tokens;
   r.contexts = NumContexts(info.num_tokens, config.T);
+  r.header_problem = CacheHeaderProblem(path, info, absl::Now());
   if (r.num_tokens > 0) {
     r.min_id = lo;
     r.max_id = hi;
@@ -191,16 +194,22 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
   return r;
 }
 
-// The failure of a cache with ids >= V of `config` (empty when none): the
-// first offending token, its byte offset and id, and the count.
-std::string CacheIdsProblem(const CacheReport& r, const ModelConfig& config) {
-  if (r.ids_out_of_range == 0) return "";
-  return absl::StrCat(
+// What makes a cache fail, one line each: ids >= V of `config` (the first
+// offending token, its byte offset and id, and the count), then a header
+// that cannot be a source's.
+std::vector<std::string> CacheProblems(const CacheReport& r,
+                                       const ModelConfig& config) {
+  std::vector<std::string> problems;
+  if (r.ids_out_of_range > 0) {
+    problems.push_back(absl::StrCat(
       r.path, ": token ", r.first_out_of_range, " (byte offset ",
       kTokenCacheHeaderBytes + kTokenBytes * r.first_out_of_range,
       ") has id ", r.first_out_of_range_id, ", expected < ", config.V,
       " (the vocabulary size of config ", config.name, "); ids >= ",
-      config.V, ": ", r.ids_out_of_range);
+      config.V, ": ", r.ids_out_of_range));
+  }
+  if (!r.header_problem.empty()) problems.push_back(r.header_problem);
+  return problems;
 }
 
 void PrintCache(const CacheReport& r, const ModelConfig& config,
@@ -214,6 +223,8 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
     j.FieldUint("file_bytes", r.file_bytes);
     j.FieldUint("source_mtime_ns", r.header.mtime_ns);
     j.FieldUint("source_size_bytes", r.header.size_bytes);
+    j.FieldBool("header_plausible", r.header_problem.empty());
+    j.Field("header_problem", r.header_problem);
     j.FieldUint("num_tokens", r.num_tokens);
     j.Field("config", config.name);
     j.FieldInt("context_tokens", config.T);
@@ -241,6 +252,9 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
   out << "token cache " << r.path << " (" << r.file_bytes << " bytes)\n";
   out << "  header: source mtime " << FormatUnixNs(r.header.mtime_ns)
       << ", source size " << r.header.size_bytes << " bytes\n";
+  if (!r.header_problem.empty()) {
+    out << "  PROBLEM: " << r.header_problem << "\n";
+  }
   if (r.staleness) {
     out << "  staleness: " << StalenessName(r.staleness->staleness)
         << " (source now: mtime " << r.staleness->source.mtime_ns << ", size "
@@ -1045,8 +1059,7 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
         v.failures.push_back(std::string(cache.status().message()));
         return v;
       }
-      const std::string ids = CacheIdsProblem(*cache, config);
-      if (!ids.empty()) v.failures.push_back(ids);
+      v.failures = CacheProblems(*cache, config);
       if (cache->staleness &&
           cache->staleness->staleness != Staleness::kFresh) {
         const StalenessReport& s = *cache->staleness;
@@ -1509,11 +1522,16 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
       ASSIGN_OR_RETURN(CacheReport r,
                        AnalyzeCache(o.path, o.source, d.config));
       PrintCache(r, d.config, d.config_source, o.json, out);
-      // Ids the config's vocabulary does not have: reported above, then
-      // DataLoss (verify fails the same cache).
-      const std::string ids = CacheIdsProblem(r, d.config);
-      if (ids.empty()) return absl::OkStatus();
-      return absl::DataLossError(ids);
+      // Ids the config's vocabulary does not have, a header no source has:
+      // reported above, then DataLoss (verify fails the same cache).
+      const std::vector<std::string> problems = CacheProblems(r, d.config);
+      if (problems.empty()) return absl::OkStatus();
+      return absl::DataLossError(
+          problems.size() == 1
+              ? problems[0]
+              : absl::StrCat(problems[0], " (and ", problems.size() - 1,
+                             " more problem", problems.size() > 2 ? "s" : "",
+                             ")"));
     }
   }
   return absl::InternalError("inspect: unhandled kind");

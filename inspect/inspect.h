@@ -127,14 +127,15 @@ struct InspectOptions {
 //               predictions (decoded with `vocab` when given).
 // Caches are read with pread in bounded chunks (inspect/cache_reader.h), so
 // one that shrinks while it is read is DataLoss naming the offset, not a
-// crash. A file the readers refuse is an error (the reader's status). A file that
-// opens but is corrupt or incomplete (a failed chunk digest; an incomplete
-// result, its forward record never written, or the inconsistencies verify
-// checks; a cache with ids >= V of the config) is reported in full, then
-// DataLoss naming the first problem. A checkpoint that a run of the config
-// named by `config` refuses (`train --config=NAME --checkpoint-in=FILE`'s
-// check, CheckpointReader::CheckIdentity against RunCheckpointIdentity: the
-// five identities, payload size, chunk size and run steps) is reported, then
+// crash. A file the readers refuse is an error (the reader's status). A file
+// that opens but is corrupt or incomplete (a failed chunk digest; an
+// incomplete result, its forward record never written, or the
+// inconsistencies verify checks; a cache with ids >= V of the config or a
+// header no source has, as verify checks) is reported in full, then DataLoss
+// naming the first problem. A checkpoint that a run of the config named by
+// `config` refuses (`train --config=NAME --checkpoint-in=FILE`'s check,
+// CheckpointReader::CheckIdentity against RunCheckpointIdentity: the five
+// identities, payload size, chunk size and run steps) is reported, then
 // FailedPrecondition naming every differing field; with the config inferred,
 // a refusal is only reported (the status is the checkpoint's integrity).
 // `--source` for a non-cache or `--vocab` for a non-result writes a warning.
@@ -161,8 +162,10 @@ struct VerifyOptions {
 // the config, is complete, parses, its forward record was written (marker
 // gone), the error notifier's non-finite step count (and first step)
 // equal those of the step windows' means, and the row T-1 prediction's valid
-// flag equals "the final record is all finite"; a cache has a valid size and
-// every id < V (and is fresh against `source` when given). Writes "OK <path>
+// flag equals "the final record is all finite"; a cache has a valid size,
+// every id < V, a header a source can have (make-cache's rule: source mtime
+// not after tomorrow, at least one source byte per id) and is fresh against
+// `source` when given. Writes "OK <path>
 // (<kind>)" or one "FAIL <path>: <reason>" line per failure (or a JSON
 // object). Returns OK only if every file passed, else DataLoss
 // "verify: N of M files failed".

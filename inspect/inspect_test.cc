@@ -304,7 +304,8 @@ TEST_F(InspectTest, CacheReport) {
   EXPECT_THAT(text, HasSubstr("contexts of 64 (tiny, --config): 20 "));
   // ids (7 i) mod 500 over 1281 ids cover 0..499.
   EXPECT_THAT(text, HasSubstr("id range: min 0, max 499; ids >= V=512: 0"));
-  EXPECT_THAT(text, HasSubstr("source size 100 bytes"));
+  EXPECT_THAT(text, HasSubstr("source size 2000 bytes"));
+  EXPECT_THAT(text, Not(HasSubstr("PROBLEM")));
   EXPECT_THAT(text, HasSubstr("staleness: fresh"));
   const std::string bad = Report("bad_ids.tok", false, "", "",
                                  absl::StatusCode::kDataLoss);
@@ -816,15 +817,62 @@ TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   EXPECT_THAT(lines[7], HasSubstr("600"));
 }
 
+TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
+  // cache.tok's 1,281 ids under other headers (read as caches by their
+  // extension). make-cache calls a file whose header has a source mtime
+  // more than a day ahead, or fewer source bytes than ids, not a token
+  // cache; verify fails it and the report ends in DataLoss after printing.
+  const std::string ids = ReadFile(Path("cache.tok"))->substr(16);
+  auto write = [&](const std::string& name, uint64_t mtime, uint64_t size) {
+    ASSERT_TRUE(
+        WriteFileAtomically(Path(name), U64(mtime) + U64(size) + ids).ok());
+  };
+  write("max_header.tok", ~0ull, ~0ull);
+  write("few_bytes.tok", 1700000000000000000ull, 1280);
+  write("stdin.tok", 0, 1281);  // stdin, one byte per id: a source's
+  const std::string max = Path("max_header.tok");
+  std::string report;
+  absl::Status s = Verify({"max_header.tok"}, &report);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 1) << report;
+  EXPECT_THAT(report, HasSubstr(absl::StrCat(
+                          "FAIL ", max, ": ", max,
+                          ": header (offset 0: source mtime "
+                          "18446744073709551615 ns; offset 8: source size "
+                          "18446744073709551615 bytes) cannot be a source's: "
+                          "source mtime after tomorrow (")));
+  EXPECT_THAT(report, HasSubstr(" ns); make-cache refuses it as not a token "
+                                "cache\n"));
+  const std::string few = Path("few_bytes.tok");
+  s = Verify({"few_bytes.tok"}, &report);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report,
+            absl::StrCat("FAIL ", few, ": ", few,
+                         ": header (offset 0: source mtime "
+                         "1700000000000000000 ns; offset 8: source size 1280 "
+                         "bytes) cannot be a source's: fewer source bytes "
+                         "than its 1281 tokens (each token covers >= 1 byte); "
+                         "make-cache refuses it as not a token cache\n"));
+  EXPECT_TRUE(Verify({"stdin.tok"}, &report).ok()) << report;
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("stdin.tok"), " (cache)\n"));
+  // The report: printed in full with the problem, then DataLoss.
+  s = Inspect("few_bytes.tok", &report, "tiny");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("fewer source bytes than its 1281"));
+  EXPECT_THAT(report, HasSubstr("  PROBLEM: " + few + ": header"));
+  EXPECT_THAT(report, HasSubstr("tokens: 1281\n"));
+  EXPECT_TRUE(Inspect("stdin.tok", &report, "tiny").ok()) << report;
+}
+
 TEST_F(InspectTest, VerifyStaleCache) {
   const std::string source2 = Path("source2.txt");
-  ASSERT_TRUE(WriteFileAtomically(source2, std::string(101, 'y')).ok());
+  ASSERT_TRUE(WriteFileAtomically(source2, std::string(2001, 'y')).ok());
   std::string report;
   absl::Status s = Verify({"cache.tok"}, &report, "source2.txt");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(report, HasSubstr("FAIL " + Path("cache.tok")));
-  EXPECT_THAT(report, HasSubstr("size 100"));
-  EXPECT_THAT(report, HasSubstr("size 101"));
+  EXPECT_THAT(report, HasSubstr("size 2000"));
+  EXPECT_THAT(report, HasSubstr("size 2001"));
 }
 
 TEST_F(InspectTest, HostileInputs) {

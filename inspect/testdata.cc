@@ -185,7 +185,7 @@ absl::Status CorruptPayloadByte(const std::string& path,
 
 absl::Status WriteInspectTestFiles(const std::string& dir) {
   const std::string source = absl::StrCat(dir, "/source.txt");
-  RETURN_IF_ERROR(WriteFileAtomically(source, std::string(100, 'x')));
+  RETURN_IF_ERROR(WriteFileAtomically(source, std::string(2000, 'x')));
   ASSIGN_OR_RETURN(SourceStat stat, StatSource(source));
   RETURN_IF_ERROR(WriteCache(absl::StrCat(dir, "/cache.tok"), stat, false));
   RETURN_IF_ERROR(WriteCache(absl::StrCat(dir, "/bad_ids.tok"), stat, true));

@@ -5,7 +5,8 @@
 // running the code under test (testonly).
 //
 // WriteInspectTestFiles(dir) writes, in `dir`:
-//   source.txt         100 bytes of text (the cache's source)
+//   source.txt         2,000 bytes of text (the cache's source: at least one
+//                      byte per id, as make-cache's rule for a cache wants)
 //   cache.tok          header = source.txt's stat; N = 1,281 ids,
 //                      id[i] = (7 i) mod 500 -> 20 contexts of 64, ids 0..499
 //   bad_ids.tok        as cache.tok but id[1000] = 600 (>= V)
