@@ -27,6 +27,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/sha256.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
 #include "inspect/cache_reader.h"
@@ -1575,10 +1576,12 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
       continue;
     }
     if (v.failures.empty()) {
-      out << "OK " << path << " (" << v.kind << ")\n";
+      out << "OK " << EscapeControlCharacters(path) << " (" << v.kind
+          << ")\n";
     }
     for (const std::string& f : v.failures) {
-      out << "FAIL " << path << ": " << f << "\n";
+      out << "FAIL " << EscapeControlCharacters(path) << ": "
+          << EscapeControlCharacters(f) << "\n";
     }
   }
   j.EndArray();

@@ -33,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "inspect/inspect.h"
 
 ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
@@ -68,7 +69,7 @@ void WarnUnused(absl::string_view mode, bool given, absl::string_view flag) {
 }
 
 int Fail(const absl::Status& status) {
-  std::cerr << "inspect: " << status.ToString() << std::endl;
+  std::cerr << coppelius::StatusLine("inspect", status) << std::endl;
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 

@@ -77,6 +77,18 @@ printf '\276\272\376\312\276\272\376\312windows' > "$tmp/victim.res"
 "$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/rand.u32" -o "$tmp/victim.res" 2> "$tmp/err"
 check "decode -o result file refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/victim.res: exists and is a Coppelius result file"
 check "result file untouched" test "$(tail -c 7 "$tmp/victim.res")" = windows
+# A complete result of config tiny (27,744 bytes, FORMATS.md) starts with
+# logits; its host tag CPLSRES1 is at byte 26,944.
+python3 - "$tmp/done.res" <<'PY'
+import sys
+b = bytearray(b"\x00\x00\x80\x3f" * (27744 // 4))
+b[26944:26952] = b"CPLSRES1"
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+cp "$tmp/done.res" "$tmp/done.orig"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/done.res" 2> "$tmp/err"
+check "encode -o complete result refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/done.res: exists and is a Coppelius result file (config tiny"
+check "complete result untouched" cmp -s "$tmp/done.res" "$tmp/done.orig"
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/rand.u32" &&
   "$bin" train "$tmp/corpus.txt" -o "$tmp/v2.tiktoken" --vocab-size=300 --progress=false
 check "ordinary outputs are still replaced" cmp -s "$tmp/v.tiktoken" "$tmp/v2.tiktoken"

@@ -7,6 +7,10 @@
 //
 // A flag given on the command line that the subcommand does not use (e.g.
 // encode --vocab-size) gets a one-line warning and is ignored, as in inspect.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <iostream>
 #include <set>
 #include <string>
@@ -20,9 +24,13 @@
 #include "absl/strings/string_view.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
+#include "common/status_macros.h"
 #include "common/threads.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/tokenize.h"
+#include "trainer/model_config.h"
+#include "trainer/result_file.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (encode, decode)");
 ABSL_FLAG(bool, allow_special, false,
@@ -96,6 +104,40 @@ void WarnUnusedFlags(absl::string_view command,
   }
 }
 
+// A complete (or killed-after-its-forward-record) result file starts with
+// fp32 logits, not its marker, so output_checks.h does not see it: its host
+// tag "CPLSRES1" sits at the host status offset of its config's layout
+// (docs/FORMATS.md "Result file"). FailedPrecondition if `output` holds the
+// tag there for one of the configs `train` runs.
+absl::Status CheckNotAResultFile(const std::string& output) {
+  if (output == "-") return absl::OkStatus();
+  struct stat st;
+  if (stat(output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::OkStatus();
+  }
+  for (const char* name : {"coppelius", "tiny"}) {  // train's configs
+    absl::StatusOr<coppelius::ModelConfig> config =
+        coppelius::ModelConfigByName(name);
+    if (!config.ok()) continue;
+    const coppelius::ResultLayout layout = coppelius::ComputeResultLayout(
+        {config->V, config->T, config->run_steps});
+    if (st.st_size < layout.complete_bytes) continue;
+    const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return absl::OkStatus();  // the write reports its own error
+    char tag[8] = {};
+    const ssize_t n = pread(fd, tag, sizeof(tag), layout.host_offset);
+    close(fd);
+    if (n == 8 && absl::string_view(tag, 8) ==
+                      absl::string_view(coppelius::kResultHostTag, 8)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "-o ", output, ": exists and is a Coppelius result file (config ",
+          name, ", host tag at byte ", layout.host_offset,
+          "); refusing to replace it (choose another output path)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const std::vector<char*>& args,
                  const std::set<std::string>& given_flags) {
   if (args.size() != 3) {
@@ -119,6 +161,7 @@ absl::Status Run(const std::vector<char*>& args,
   }
   const std::string output = absl::GetFlag(FLAGS_o);
   if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
+  RETURN_IF_ERROR(CheckNotAResultFile(output));
   absl::StatusOr<coppelius::IdFormat> format = coppelius::IdFormat::kU32;
   if (command == "encode" || command == "decode") {
     format = coppelius::ParseIdFormat(absl::GetFlag(FLAGS_format));
@@ -179,7 +222,7 @@ int main(int argc, char** argv) {
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   absl::Status status = Run(args, given_flags);
   if (!status.ok()) {
-    std::cerr << "tokenize: " << status << std::endl;
+    std::cerr << coppelius::StatusLine("tokenize", status) << std::endl;
     return 1;
   }
   return 0;
