@@ -119,23 +119,11 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(const std::string& path,
 
 std::string CacheHeaderProblem(const std::string& path,
                                const CacheFileInfo& info, absl::Time now) {
-  const int64_t tomorrow = absl::ToUnixNanos(now + absl::Hours(24));
-  const bool future = tomorrow < 0 || info.header.mtime_ns >
-                                          static_cast<uint64_t>(tomorrow);
-  const bool too_few_bytes = info.num_tokens > info.header.size_bytes;
-  if (!future && !too_few_bytes) return "";
-  std::string why;
-  if (future) {
-    why = absl::StrCat("source mtime after tomorrow (", tomorrow, " ns)");
-  }
-  if (too_few_bytes) {
-    absl::StrAppend(&why, future ? "; " : "", "fewer source bytes than its ",
-                    info.num_tokens, " tokens (each token covers >= 1 byte)");
-  }
-  return absl::StrCat(path, ": header (offset 0: source mtime ",
-                      info.header.mtime_ns, " ns; offset 8: source size ",
-                      info.header.size_bytes,
-                      " bytes) cannot be a source's: ", why,
+  // No vocabulary here: the rule without its upper bound.
+  const std::string why = ::coppelius::CacheHeaderProblem(
+      info.header, info.num_tokens, /*max_token_bytes=*/0, now);
+  if (why.empty()) return "";
+  return absl::StrCat(path, ": ", why,
                       "; make-cache refuses it as not a token cache");
 }
 

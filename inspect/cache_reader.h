@@ -47,14 +47,10 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(
     const std::string& path, const CacheIdsVisitor& visit,
     size_t chunk_ids = kCacheReadIds);
 
-// Why the header cannot be a source's (one line naming `path`, the header
-// fields at offsets 0 and 8 and the rule), or "" when it can: the source's
-// mtime is not after `now` + 24 hours (0, stdin, passes) and the source has
-// at least one byte per token (a token covers at least one byte). This is
-// make-cache's rule for "is a token cache" (LooksLikeTokenCache in
-// tokencache/make_cache.cc, which is private there), restated here so that
-// `inspect verify` fails what make-cache calls not a token cache; the two
-// should move to one shared function in tokencache/.
+// Why the header cannot be a source's (one line naming `path`), or "" when
+// it can: tokencache/token_cache.h CacheHeaderProblem, make-cache's rule,
+// without its bound from the vocabulary (inspect has none), so that
+// `inspect verify` fails what make-cache calls not a token cache.
 std::string CacheHeaderProblem(const std::string& path,
                                const CacheFileInfo& info, absl::Time now);
 

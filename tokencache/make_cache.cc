@@ -54,38 +54,6 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
                 total / 1e6, rate, eta);
 }
 
-// Why an openable cache's header could not have been written for its ids
-// ("" if it could): the source modification time must not be after
-// tomorrow (0 for stdin), and the source must hold at least one byte and at
-// most `max_token_bytes` (the vocabulary's longest token) per token. Text,
-// checkpoints and result files fail the first (their first 8 bytes read as
-// a time centuries ahead); raw u32 id files (`tokenize encode`) and
-// safetensors files fail the last (their bytes 8..15 read as gigabytes or
-// more of source for a few tokens).
-std::string NotACacheReason(const TokenCache& cache, size_t max_token_bytes) {
-  const uint64_t tomorrow_ns =
-      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now() + absl::Hours(24)));
-  const uint64_t mtime = cache.header().mtime_ns;
-  const uint64_t bytes = cache.header().size_bytes;
-  const uint64_t tokens = cache.num_tokens();
-  if (mtime > tomorrow_ns) {
-    return absl::StrFormat("its header's source mtime %d ns is in the future",
-                           mtime);
-  }
-  if (tokens > bytes) {
-    return absl::StrFormat("its header names %d source bytes for %d tokens",
-                           bytes, tokens);
-  }
-  if (tokens > 0 && static_cast<unsigned __int128>(tokens) * max_token_bytes <
-                        bytes) {
-    return absl::StrFormat(
-        "its header names %d source bytes for %d tokens, more than the "
-        "vocabulary's longest token (%d bytes) per token",
-        bytes, tokens, max_token_bytes);
-  }
-  return "";
-}
-
 // Why a cache whose header matches its source must still be rebuilt ("" if
 // it need not): the vocabulary file changed after the cache was written, a
 // non-empty source with no tokens (a cache cut short), or an id the
@@ -181,7 +149,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
       for (const std::string& t : vocabulary->tokens()) {
         max_token_bytes = std::max(max_token_bytes, t.size());
       }
-      not_a_cache = NotACacheReason(*existing, max_token_bytes);
+      not_a_cache = CacheHeaderProblem(existing->header(),
+                                       existing->num_tokens(),
+                                       max_token_bytes, absl::Now());
     }
     if (!not_a_cache.empty()) {
       return absl::FailedPreconditionError(absl::StrFormat(

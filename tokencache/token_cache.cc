@@ -184,6 +184,31 @@ absl::StatusOr<StalenessReport> TokenCache::Staleness(
   return report;
 }
 
+std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
+                               uint64_t max_token_bytes, absl::Time now) {
+  const int64_t tomorrow = absl::ToUnixNanos(now + absl::Hours(24));
+  if (tomorrow < 0 || header.mtime_ns > static_cast<uint64_t>(tomorrow)) {
+    return absl::StrFormat(
+        "its header's source mtime %d ns (offset 0) is more than a day ahead",
+        header.mtime_ns);
+  }
+  if (num_tokens > header.size_bytes) {
+    return absl::StrFormat(
+        "its header names %d source bytes (offset 8) for %d tokens, fewer "
+        "than one per token",
+        header.size_bytes, num_tokens);
+  }
+  if (max_token_bytes > 0 && num_tokens > 0 &&
+      static_cast<unsigned __int128>(num_tokens) * max_token_bytes <
+          header.size_bytes) {
+    return absl::StrFormat(
+        "its header names %d source bytes (offset 8) for %d tokens, more than "
+        "the vocabulary's longest token (%d bytes) per token",
+        header.size_bytes, num_tokens, max_token_bytes);
+  }
+  return "";
+}
+
 // ---------------------------------------------------------------------------
 // TokenCacheWriter
 

@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -54,6 +55,16 @@ struct SourceStat {
   }
   bool operator!=(const SourceStat& o) const { return !(*this == o); }
 };
+
+// Why a cache header could not have been written for `num_tokens` ids ("" if
+// it could): the source's mtime is at most a day after `now` (0, stdin,
+// passes) and the source holds at least one byte per id and, when
+// `max_token_bytes` > 0 (the vocabulary's longest token), at most that many
+// bytes per id. The header has no magic number (docs/FORMATS.md), so this
+// is what tells a cache from another file: make-cache refuses to replace a
+// file that fails it without --force, and `inspect verify` fails it.
+std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
+                               uint64_t max_token_bytes, absl::Time now);
 
 // stat(2) of `path`: NotFound if missing, InvalidArgument if not a regular
 // file.

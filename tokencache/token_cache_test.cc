@@ -244,6 +244,24 @@ TEST(TokenCacheWriter, KeepsOldCacheUntilCommit) {
   EXPECT_EQ(ReadBytes(path), MakeCacheBytes(1, 2, {1}));
 }
 
+TEST(CacheHeaderProblem, TheRuleThatTellsACacheFromOtherFiles) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  const uint64_t tomorrow = 1700086400000000000ull;
+  EXPECT_EQ(CacheHeaderProblem({0, 0}, 0, 13, now), "");  // empty stdin
+  EXPECT_EQ(CacheHeaderProblem({tomorrow, 5}, 5, 13, now), "");
+  EXPECT_EQ(CacheHeaderProblem({1, 65}, 5, 13, now), "");  // 13 bytes per id
+  EXPECT_THAT(CacheHeaderProblem({tomorrow + 1, 5}, 5, 13, now),
+              testing::HasSubstr("more than a day ahead"));
+  EXPECT_THAT(CacheHeaderProblem({1, 4}, 5, 13, now),
+              testing::HasSubstr("fewer than one per token"));
+  EXPECT_EQ(CacheHeaderProblem({1, 66}, 5, 13, now),
+            "its header names 66 source bytes (offset 8) for 5 tokens, more "
+            "than the vocabulary's longest token (13 bytes) per token");
+  EXPECT_EQ(CacheHeaderProblem({1, 66}, 5, 0, now), "");  // no vocabulary
+  // No overflow for huge counts.
+  EXPECT_EQ(CacheHeaderProblem({1, ~0ull}, 1ull << 62, 64, now), "");
+}
+
 TEST(TokenCacheWriter, RemovesTemporariesOfDeadProcesses) {
   std::string path = TestDir() + "/killed.tok";
   // A child that dies leaves its pid unused (reaped).
