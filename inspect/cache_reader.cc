@@ -74,21 +74,9 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(const std::string& path,
   CacheFileInfo info;
   info.file_bytes = static_cast<uint64_t>(st.st_size);
   const uint64_t size = info.file_bytes;
-  if (size < kTokenCacheHeaderBytes) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: %d bytes, shorter than the 16-byte token cache header "
-        "(expected 16 + 4*N bytes)",
-        path, size));
-  }
-  if ((size - kTokenCacheHeaderBytes) % kTokenBytes != 0) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: size %d bytes is not 16 + 4*N (%d bytes after the header, %d "
-        "past the last whole u32 id at offset %d): truncated or corrupt",
-        path, size, size - kTokenCacheHeaderBytes,
-        (size - kTokenCacheHeaderBytes) % kTokenBytes,
-        size - (size - kTokenCacheHeaderBytes) % kTokenBytes));
-  }
-  info.num_tokens = (size - kTokenCacheHeaderBytes) / kTokenBytes;
+  absl::StatusOr<uint64_t> num_tokens = TokenCountOfFileSize(path, size);
+  if (!num_tokens.ok()) return num_tokens.status();
+  info.num_tokens = *num_tokens;
   unsigned char header[kTokenCacheHeaderBytes];
   absl::Status s = ReadAt(fd.get(), header, sizeof(header), 0, size, path);
   if (!s.ok()) return s;

@@ -77,26 +77,15 @@ absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
         path, ": not a regular file, expected a token cache"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size < kTokenCacheHeaderBytes) {
+  const absl::StatusOr<uint64_t> num_tokens = TokenCountOfFileSize(path, size);
+  if (!num_tokens.ok()) {
     close(fd);
-    return absl::DataLossError(absl::StrFormat(
-        "%s: %d bytes, shorter than the 16-byte token cache header "
-        "(expected 16 + 4*N bytes)",
-        path, size));
-  }
-  if ((size - kTokenCacheHeaderBytes) % kTokenBytes != 0) {
-    close(fd);
-    return absl::DataLossError(absl::StrFormat(
-        "%s: size %d bytes is not 16 + 4*N (%d bytes after the header, %d "
-        "past the last whole u32 id at offset %d): truncated or corrupt",
-        path, size, size - kTokenCacheHeaderBytes,
-        (size - kTokenCacheHeaderBytes) % kTokenBytes,
-        size - (size - kTokenCacheHeaderBytes) % kTokenBytes));
+    return num_tokens.status();
   }
   TokenCache cache;
   cache.path_ = path;
   cache.file_size_ = size;
-  cache.num_tokens_ = (size - kTokenCacheHeaderBytes) / kTokenBytes;
+  cache.num_tokens_ = *num_tokens;
   void* mapping = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (mapping == MAP_FAILED) {
     int e = errno;
@@ -182,6 +171,25 @@ absl::StatusOr<StalenessReport> TokenCache::Staleness(
     report.staleness = ::coppelius::Staleness::kFresh;
   }
   return report;
+}
+
+absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,
+                                              uint64_t size) {
+  if (size < kTokenCacheHeaderBytes) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: %d bytes, shorter than the 16-byte token cache header "
+        "(expected 16 + 4*N bytes)",
+        path, size));
+  }
+  if ((size - kTokenCacheHeaderBytes) % kTokenBytes != 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: size %d bytes is not 16 + 4*N (%d bytes after the header, %d "
+        "past the last whole u32 id at offset %d): truncated or corrupt",
+        path, size, size - kTokenCacheHeaderBytes,
+        (size - kTokenCacheHeaderBytes) % kTokenBytes,
+        size - (size - kTokenCacheHeaderBytes) % kTokenBytes));
+  }
+  return (size - kTokenCacheHeaderBytes) / kTokenBytes;
 }
 
 std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,

@@ -56,6 +56,12 @@ struct SourceStat {
   bool operator!=(const SourceStat& o) const { return !(*this == o); }
 };
 
+// The number of ids in a cache file of `size` bytes (16 + 4·N); DataLoss
+// naming `path` when the size is shorter than the header or leaves a partial
+// id (a truncated or corrupt file).
+absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,
+                                              uint64_t size);
+
 // Why a cache header could not have been written for `num_tokens` ids ("" if
 // it could): the source's mtime is at most a day after `now` (0, stdin,
 // passes) and the source holds at least one byte per id and, when
