@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -16,37 +17,75 @@
 #include "common/file_io.h"
 
 namespace coppelius {
+namespace {
+
+// The contents a lock file may hold: nothing, or a pid and a newline.
+bool IsLockFileContent(absl::string_view content) {
+  if (content.empty()) return true;
+  if (content.size() > 21 || content.back() != '\n') return false;
+  int64_t pid = 0;
+  return absl::SimpleAtoi(content.substr(0, content.size() - 1), &pid) &&
+         pid > 0;
+}
+
+}  // namespace
 
 absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
                                            absl::string_view what) {
+  // Never through a symbolic link, never onto another kind of file.
   int fd;
+  bool writable = true;
   do {
-    fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
+              0644);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return ErrnoStatus(errno, "creating lock file", lock_path);
+  if (fd < 0 && errno == EACCES) {
+    // Another user's lock file (mode 0644): a read-only descriptor takes the
+    // lock as well; the pid is then not written.
+    writable = false;
+    do {
+      fd = open(lock_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+  }
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": its lock file ", lock_path,
+          " is a symbolic link; refusing to follow it (remove it)"));
+    }
+    return ErrnoStatus(errno, "creating lock file", lock_path);
+  }
+  struct stat st;
+  char buffer[32] = {};
+  const ssize_t n =
+      fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
+          ? pread(fd, buffer, sizeof(buffer), 0)
+          : -1;
+  if (n < 0 || !IsLockFileContent(absl::string_view(buffer, n))) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": ", lock_path,
+        " exists and is not a lock file (a lock file is empty or holds a pid "
+        "and a newline); refusing to take it over (remove or rename it)"));
+  }
   int rc;
   do {
     rc = flock(fd, LOCK_EX | LOCK_NB);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     const int err = errno;
+    close(fd);
     if (err == ENOLCK || err == EOPNOTSUPP || err == EINVAL) {
-      close(fd);
       return FileLock(-1);  // no flock here: unlocked, as documented
     }
-    std::string holder;
     if (err == EWOULDBLOCK) {
-      char buffer[32] = {};
-      const ssize_t n = pread(fd, buffer, sizeof(buffer) - 1, 0);
       int64_t pid = 0;
-      if (n > 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(
+      const std::string holder =
+          n > 1 && absl::SimpleAtoi(absl::StripAsciiWhitespace(
                                         absl::string_view(buffer, n)),
-                                    &pid)) {
-        holder = absl::StrCat("pid ", pid, ", ");
-      }
-    }
-    close(fd);
-    if (err == EWOULDBLOCK) {
+                                    &pid)
+              ? absl::StrCat("pid ", pid, " wrote it last, ")
+              : "";
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": in use by another process (", holder,
                        "lock file ", lock_path, ")"));
@@ -55,9 +94,11 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
   }
   // Holder's pid for the next process's message (best effort: the lock is
   // what counts).
-  const std::string pid = absl::StrCat(getpid(), "\n");
-  if (ftruncate(fd, 0) == 0) {
-    (void)!pwrite(fd, pid.data(), pid.size(), 0);
+  if (writable) {
+    const std::string pid = absl::StrCat(getpid(), "\n");
+    if (ftruncate(fd, 0) == 0) {
+      (void)!pwrite(fd, pid.data(), pid.size(), 0);
+    }
   }
   return FileLock(fd);
 }

@@ -8,6 +8,13 @@
 // holds the holder's pid (decimal, newline), for the error message of the
 // process that is refused.
 //
+// The lock file is never taken through a symbolic link (O_NOFOLLOW), and an
+// existing file that is not regular or holds anything but a pid and a
+// newline is refused rather than truncated: a name that happens to collide
+// with another program's file (a package manager's "x.lock") is never
+// damaged. Another user's lock file (mode 0644) is locked through a
+// read-only descriptor (its pid is then not rewritten).
+//
 // Advisory: it excludes processes that take the same lock, nothing else.
 // Where the file system does not support flock (ENOLCK, EOPNOTSUPP, as some
 // network file systems), Acquire returns an unlocked FileLock (locked()
@@ -26,9 +33,10 @@ class FileLock {
  public:
   // Opens or creates (mode 0644) `lock_path` and takes the lock.
   // FailedPrecondition when another holder has it: "`what`: in use by
-  // another process (pid N, lock file `lock_path`)"; the errno status of
-  // open(2)/flock(2) (NotFound, PermissionDenied, ...) naming the lock file
-  // otherwise.
+  // another process (pid N wrote it last, lock file `lock_path`)", or when
+  // `lock_path` is a symbolic link, not a regular file, or holds anything
+  // but a pid; the errno status of open(2)/flock(2) (NotFound,
+  // PermissionDenied, ...) naming the lock file otherwise.
   static absl::StatusOr<FileLock> Acquire(const std::string& lock_path,
                                           absl::string_view what);
 

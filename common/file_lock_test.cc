@@ -2,9 +2,11 @@
 #include "common/file_lock.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -33,7 +35,7 @@ TEST(FileLockTest, SecondHolderIsRefusedUntilTheFirstReleases) {
     EXPECT_EQ(second.status().message(),
               absl::StrCat("--checkpoint-out out.ckpt: in use by another "
                            "process (pid ",
-                           getpid(), ", lock file ", path, ")"));
+                           getpid(), " wrote it last, lock file ", path, ")"));
     // Moving keeps the lock held.
     FileLock moved = std::move(*first);
     EXPECT_FALSE(FileLock::Acquire(path, "x").ok());
@@ -70,6 +72,45 @@ TEST(FileLockTest, AKilledHolderLeavesNoLock) {
   EXPECT_TRUE(taken.ok()) << taken.status();
   close(ready[0]);
   close(ready[1]);
+}
+
+// A name that collides with another file is refused, never truncated.
+TEST(FileLockTest, OtherFilesAndSymbolicLinksAreNeverTakenOver) {
+  const std::string dir = TestDir();
+  const std::string other = dir + "/poetry.lock";
+  {
+    FILE* f = fopen(other.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("[[package]]\nname = \"x\"\n", f);
+    fclose(f);
+  }
+  auto lock = FileLock::Acquire(other, "--result=poetry");
+  ASSERT_FALSE(lock.ok());
+  EXPECT_EQ(lock.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(lock.status().message().find("is not a lock file"),
+            absl::string_view::npos)
+      << lock.status();
+  struct stat st;
+  ASSERT_EQ(stat(other.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 23);  // untouched
+  // A symbolic link, even to an empty file, is not followed.
+  const std::string target = dir + "/target.txt";
+  FILE* t = fopen(target.c_str(), "w");
+  ASSERT_NE(t, nullptr);
+  fclose(t);
+  const std::string link = dir + "/x.ckpt.lock";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  lock = FileLock::Acquire(link, "--checkpoint-out=x.ckpt");
+  ASSERT_FALSE(lock.ok());
+  EXPECT_NE(lock.status().message().find("symbolic link"),
+            absl::string_view::npos)
+      << lock.status();
+  ASSERT_EQ(stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  // A directory is refused as well.
+  const std::string sub = dir + "/d.lock";
+  ASSERT_EQ(mkdir(sub.c_str(), 0755), 0);
+  EXPECT_FALSE(FileLock::Acquire(sub, "d").ok());
 }
 
 TEST(FileLockTest, MissingDirectoryIsNotFound) {

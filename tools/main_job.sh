@@ -67,11 +67,13 @@ else
 fi
 # One result per invocation, named by its first context c0.
 RESULT=$DATA/run/result-c$(printf %08d "$c0").bin
-# A train still running on these outputs holds OUT.lock (common/file_lock.h):
-# leave its files alone (train itself would refuse to start).
+# A train still running on these outputs holds .NAME.lock beside each
+# (common/file_lock.h): leave its files alone (train itself would refuse to
+# start).
 for f in "$CKPT" "$RESULT"; do
-  if [[ -e "$f.lock" ]] && command -v flock >/dev/null && ! flock -n "$f.lock" true; then
-    log "$f is in use by a running train (lock $f.lock); not starting another"
+  lock="$(dirname "$f")/.$(basename "$f").lock"
+  if [[ -f "$lock" ]] && command -v flock >/dev/null && ! flock -n "$lock" true; then
+    log "$f is in use by a running train (lock $lock); not starting another"
     exit 1
   fi
 done

@@ -133,6 +133,17 @@ std::string WithoutTrailingSlashes(std::string path) {
   return path;
 }
 
+// The lock file of a file output (common/file_lock.h): ".NAME.lock" beside
+// the file that `path` names after symbolic links and ".." are resolved (the
+// path itself resolved as far as it exists).
+std::string LockPathFor(const std::string& path) {
+  char buffer[PATH_MAX];
+  const std::string real = realpath(path.c_str(), buffer) != nullptr
+                               ? std::string(buffer)
+                               : ResolvedPath(WithoutTrailingSlashes(path));
+  return absl::StrCat(DirName(real), "/.", BaseName(real), ".lock");
+}
+
 // The history directory must not hold the output checkpoint (the history's
 // update-NNNNNNNN.ckpt names would collide with it) and must be on the
 // output checkpoint's filesystem (history entries are hard links of it);
@@ -141,6 +152,22 @@ std::string WithoutTrailingSlashes(std::string path) {
 absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   if (o.checkpoint_history_dir.empty()) return absl::OkStatus();
   const std::string history = WithoutTrailingSlashes(o.checkpoint_history_dir);
+  struct stat existing_history;
+  if (stat(history.c_str(), &existing_history) == 0 &&
+      !S_ISDIR(existing_history.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint-history=", o.checkpoint_history_dir,
+        ": exists and is not a directory"));
+  }
+  for (const std::string* file :
+       {&o.tokens_path, &o.checkpoint_in, &o.checkpoint_out, &o.result_path}) {
+    if (ResolvedPath(history) == ResolvedPath(*file)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--checkpoint-history=", o.checkpoint_history_dir,
+          " names the same path as ", *file,
+          "; the history directory must be a path of its own"));
+    }
+  }
   char buffer[PATH_MAX];
   const std::string resolved_history =
       realpath(history.c_str(), buffer) != nullptr ? std::string(buffer)
@@ -346,10 +373,23 @@ class ProgressLine {
 
 }  // namespace
 
-absl::Status RunTrain(const TrainOptions& options,
+absl::Status RunTrain(const TrainOptions& given,
                       const BackendFactory& backend_factory,
                       std::ostream& progress) {
   const uint64_t start_wall = WallNs();
+  // Outputs given as symbolic links are published to their targets (the
+  // link stays), as WriteFileAtomically does: a rename over the link would
+  // replace the link and leave the target behind.
+  TrainOptions resolved = given;
+  for (std::string* path : {&resolved.checkpoint_out, &resolved.result_path}) {
+    struct stat st;
+    char buffer[PATH_MAX];
+    if (lstat(path->c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
+        realpath(path->c_str(), buffer) != nullptr) {
+      *path = buffer;
+    }
+  }
+  const TrainOptions& options = resolved;
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(options.config));
   RETURN_IF_ERROR(ValidateModelConfig(config));
   if (options.backend != "cuda" && options.backend != "reference") {
@@ -382,26 +422,36 @@ absl::Status RunTrain(const TrainOptions& options,
   // --- One train process per output (common/file_lock.h), held to the end:
   // a second run on the same checkpoint would interleave its publications
   // with this one's, and on the same result would move this run's
-  // incomplete result aside.
+  // incomplete result aside. The lock files are hidden and named after the
+  // canonical path, so every spelling of one file (symlinks, "..", "dir/.")
+  // takes the same lock: ".NAME.lock" beside a file output, ".lock" inside
+  // the history directory (created now if it does not exist).
   ASSIGN_OR_RETURN(
       FileLock checkpoint_lock,
-      FileLock::Acquire(ResolvedPath(options.checkpoint_out) + ".lock",
+      FileLock::Acquire(LockPathFor(options.checkpoint_out),
                         absl::StrCat("--checkpoint-out=",
                                      options.checkpoint_out)));
   ASSIGN_OR_RETURN(
       FileLock result_lock,
-      FileLock::Acquire(ResolvedPath(options.result_path) + ".lock",
+      FileLock::Acquire(LockPathFor(options.result_path),
                         absl::StrCat("--result=", options.result_path)));
   std::optional<FileLock> history_lock;
   if (!options.checkpoint_history_dir.empty()) {
-    // Beside the directory (it may not exist yet): DIR.lock.
+    if (mkdir(options.checkpoint_history_dir.c_str(), 0755) != 0 &&
+        errno != EEXIST) {
+      return ErrnoStatus(errno, "creating --checkpoint-history directory",
+                         options.checkpoint_history_dir);
+    }
+    char buffer[PATH_MAX];
+    if (realpath(options.checkpoint_history_dir.c_str(), buffer) == nullptr) {
+      return ErrnoStatus(errno, "resolving --checkpoint-history directory",
+                         options.checkpoint_history_dir);
+    }
     ASSIGN_OR_RETURN(
         history_lock,
-        FileLock::Acquire(
-            ResolvedPath(WithoutTrailingSlashes(
-                options.checkpoint_history_dir)) + ".lock",
-            absl::StrCat("--checkpoint-history=",
-                         options.checkpoint_history_dir)));
+        FileLock::Acquire(absl::StrCat(buffer, "/.lock"),
+                          absl::StrCat("--checkpoint-history=",
+                                       options.checkpoint_history_dir)));
   }
 
   // --- The input checkpoint: 0 bytes = fresh, else a verified envelope.
@@ -478,12 +528,6 @@ absl::Status RunTrain(const TrainOptions& options,
                            "staging the token stream"));
   std::vector<float>().swap(pmv);  // the backend holds its own copy
 
-  if (!options.checkpoint_history_dir.empty() &&
-      mkdir(options.checkpoint_history_dir.c_str(), 0755) != 0 &&
-      errno != EEXIST) {
-    return ErrnoStatus(errno, "creating --checkpoint-history directory",
-                       options.checkpoint_history_dir);
-  }
   ASSIGN_OR_RETURN(auto stale_removed,
                    CleanStaleTemporaries(options.checkpoint_out,
                                          options.checkpoint_history_dir));

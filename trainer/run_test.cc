@@ -154,8 +154,8 @@ TEST_F(RunTrainTest, OutputsInUseByAnotherRunAreRefused) {
     std::string lock;
     std::string flag;
   };
-  for (const Case& c : {Case{real_dir + "/out.ckpt.lock", "--checkpoint-out="},
-                        Case{real_dir + "/out.res.lock", "--result="}}) {
+  for (const Case& c : {Case{real_dir + "/.out.ckpt.lock", "--checkpoint-out="},
+                        Case{real_dir + "/.out.res.lock", "--result="}}) {
     SCOPED_TRACE(c.lock);
     auto held = FileLock::Acquire(c.lock, "the first run");
     ASSERT_TRUE(held.ok()) << held.status();

@@ -52,8 +52,8 @@ run --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a2.res --checkpoint-
 # Another process holds the checkpoint's lock (as a running train does):
 # refused, one line, nothing written; released, the same run goes through.
 if command -v flock >/dev/null; then
-  exec 9>c2.ckpt.lock
-  flock -n 9 || { echo "FAIL: could not take c2.ckpt.lock"; exit 1; }
+  exec 9>.c2.ckpt.lock
+  flock -n 9 || { echo "FAIL: could not take .c2.ckpt.lock"; exit 1; }
   expect_refusal "checkpoint in use by another process" "in use by another process" \
     --checkpoint-in=fresh.ckpt --checkpoint-out=c2.ckpt --result=c2.res
   [[ -e c2.ckpt || -e c2.res ]] && { echo "FAIL: refused run left outputs"; fail=1; }
@@ -64,14 +64,38 @@ fi
 # The output checkpoint inside its own history directory: refused.
 expect_refusal "checkpoint-out inside the history" "outside its history directory" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=hist/x.ckpt --result=x.res --checkpoint-history=hist/
-# Another process holds the history directory's lock: refused.
+# Another process holds the history directory's lock: refused, also when
+# the directory is named through a symbolic link or as "hist/.".
+ln -s hist histlink
 if command -v flock >/dev/null; then
-  exec 9>hist.lock
-  flock -n 9 || { echo "FAIL: could not take hist.lock"; exit 1; }
-  expect_refusal "history in use by another process" "in use by another process" \
-    --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a3.res --checkpoint-history=hist
+  exec 9>hist/.lock
+  flock -n 9 || { echo "FAIL: could not take hist/.lock"; exit 1; }
+  for h in hist histlink hist/.; do
+    expect_refusal "history ($h) in use by another process" "in use by another process" \
+      --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a3.res --checkpoint-history=$h
+  done
   exec 9>&-
 fi
+# The history directory named like the result: refused before any lock.
+expect_refusal "history = result" "names the same path as" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=h.ckpt --result=h.res --checkpoint-history=h.res
+[[ -e h.res || -e .h.ckpt.lock ]] && { echo "FAIL: refused run left files"; fail=1; }
+# A lock file name taken by another file: refused, that file untouched.
+printf 'not a lock\n' > .p.ckpt.lock
+expect_refusal "lock name taken" "is not a lock file" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=p.ckpt --result=p.res
+[[ $(cat .p.ckpt.lock) == "not a lock" ]] || { echo "FAIL: .p.ckpt.lock changed"; fail=1; }
+# An output given as a symbolic link is published to its target.
+run --checkpoint-in=fresh.ckpt --checkpoint-out=target.ckpt --result=t1.res \
+  || { echo "FAIL: run for target.ckpt"; fail=1; }
+ln -s target.ckpt link.ckpt
+before=$(sha256sum < target.ckpt)
+run --checkpoint-in=link.ckpt --checkpoint-out=link.ckpt --result=t2.res \
+  || { echo "FAIL: continuation through link.ckpt"; fail=1; }
+[[ -L link.ckpt ]] || { echo "FAIL: link.ckpt replaced by a file"; fail=1; }
+[[ $(sha256sum < target.ckpt) != "$before" ]] || { echo "FAIL: target.ckpt not republished"; fail=1; }
+echo "ok: published through link.ckpt to target.ckpt"
+
 # Killed after its second publication, with the history link of that
 # publication missing (as a kill between the rename and the link leaves
 # it, checkpoint/publisher.h): the resumed run links the input checkpoint
