@@ -128,9 +128,9 @@ TEST(ReadCacheChunked, RefusesBadSizesAndNonFiles) {
 }
 
 TEST(CacheHeaderProblem, MakeCachesRuleForASourcesHeader) {
-  // now = 1,700,000,000 s: tomorrow is 1,700,086,400 s.
+  // now = 1,700,000,000 s: a year ahead is 1,731,536,000 s.
   const absl::Time now = absl::FromUnixSeconds(1700000000);
-  const uint64_t tomorrow = 1700086400000000000ull;
+  const uint64_t year_ahead = 1731536000000000000ull;
   auto problem = [&](uint64_t mtime, uint64_t size, uint64_t tokens) {
     CacheFileInfo info;
     info.header = SourceStat{mtime, size};
@@ -140,19 +140,19 @@ TEST(CacheHeaderProblem, MakeCachesRuleForASourcesHeader) {
   };
   EXPECT_EQ(problem(0, 0, 0), "");             // empty stdin
   EXPECT_EQ(problem(0, 5, 5), "");             // stdin, one byte per token
-  EXPECT_EQ(problem(tomorrow, 9, 1), "");      // a day ahead: still a source
-  EXPECT_EQ(problem(tomorrow + 1, 9, 1),
-            "c.tok: its header's source mtime 1700086400000000001 ns (offset "
-            "0) is more than a day ahead; make-cache refuses it as not a "
+  EXPECT_EQ(problem(year_ahead, 9, 1), "");    // a year ahead: still a source
+  EXPECT_EQ(problem(~0ull, 9, 1), "");         // 1 ns before 1970
+  EXPECT_EQ(problem(year_ahead + 1, 9, 1),
+            "c.tok: its header's source mtime 1731536000000000001 ns (offset "
+            "0) is more than a year ahead; make-cache refuses it as not a "
             "token cache");
   EXPECT_EQ(problem(1, 4, 5),
             "c.tok: its header names 4 source bytes (offset 8) for 5 tokens, "
             "fewer than one per token; make-cache refuses it as not a token "
             "cache");
-  EXPECT_EQ(problem(~0ull, 0, 1),
-            "c.tok: its header's source mtime 18446744073709551615 ns (offset "
-            "0) is more than a day ahead; make-cache refuses it as not a "
-            "token cache");
+  EXPECT_EQ(problem(1, 16, 0),
+            "c.tok: its header names 16 source bytes (offset 8) but it holds "
+            "no tokens; make-cache refuses it as not a token cache");
   // No upper bound without a vocabulary: many bytes per token pass here.
   EXPECT_EQ(problem(1, 1ull << 40, 1), "");
 }

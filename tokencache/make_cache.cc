@@ -144,7 +144,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
     std::string not_a_cache;
     if (!existing.ok()) {
       not_a_cache = std::string(existing.status().message());
-    } else {
+    } else if (from_stdin || existing->header() != source_stat) {
+      // A header that matches the source's stat is this source's cache
+      // (fresh or to be rebuilt below); any other must look like a cache.
       size_t max_token_bytes = Vocabulary::kEndOfText.size();
       for (const std::string& t : vocabulary->tokens()) {
         max_token_bytes = std::max(max_token_bytes, t.size());

@@ -171,6 +171,32 @@ TEST(RunMakeCache, StaleCacheIsRebuilt) {
 
 // A file that is not a token cache may be anything (a checkpoint, a
 // result): kept unless --force.
+// Caches of sources with unusual modification times stay make-cache's own:
+// before 1970 (a negative st_mtim) and days ahead (break-it round 2: the
+// unchanged rerun called them "not a token cache").
+TEST(RunMakeCache, CachesOfOddlyDatedSourcesAreRebuiltNotRefused) {
+  const std::string source = TestDir() + "/odd.txt";
+  MakeCacheOptions o = Options(source, TestDir() + "/odd.tok");
+  const int64_t now = static_cast<int64_t>(time(nullptr));
+  for (int64_t seconds : {int64_t{-315619200}, now + 3 * 86400}) {  // 1960, +3 days
+    SCOPED_TRACE(seconds);
+    WriteFile(source, "hello");
+    struct timespec times[2] = {{0, UTIME_OMIT}, {seconds, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, source.c_str(), times, 0), 0);
+    MakeCacheReport report;
+    absl::Status s = RunMakeCache(o, &report);
+    ASSERT_TRUE(s.ok()) << s;
+    s = RunMakeCache(o, &report);  // unchanged: fresh
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(report.was_fresh);
+    WriteFile(source, "world!");  // changed, same odd date: rebuilt
+    ASSERT_EQ(utimensat(AT_FDCWD, source.c_str(), times, 0), 0);
+    s = RunMakeCache(o, &report);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_FALSE(report.was_fresh);
+  }
+}
+
 TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {
   const std::string source = TestDir() + "/corrupt.txt";
   WriteFile(source, "ab");
@@ -187,7 +213,8 @@ TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {
   for (const std::string& bytes :
        {std::string("garbage!!"),  // 9 bytes: not 16 + 4·N
         std::string("this text is 24 bytes!!\n"),  // opens; a header from the future
-        raw_ids, safetensors}) {
+        raw_ids, safetensors,
+        std::string("version\n1.2.3.4\n")}) {  // 16 bytes: source bytes, no ids
     WriteFile(o.output_path, bytes);
     const absl::Status s = RunMakeCache(o);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;

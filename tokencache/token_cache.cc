@@ -194,11 +194,19 @@ absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,
 
 std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
                                uint64_t max_token_bytes, absl::Time now) {
-  const int64_t tomorrow = absl::ToUnixNanos(now + absl::Hours(24));
-  if (tomorrow < 0 || header.mtime_ns > static_cast<uint64_t>(tomorrow)) {
+  // st_mtim as written: before 1970 it is negative (two's complement). A
+  // source may be dated ahead (clock skew, touch); text read as a time is
+  // at least year 2043 (eight bytes >= 0x20), so a year ahead is allowed.
+  const int64_t mtime = static_cast<int64_t>(header.mtime_ns);
+  if (mtime > absl::ToUnixNanos(now + absl::Hours(24 * 365))) {
     return absl::StrFormat(
-        "its header's source mtime %d ns (offset 0) is more than a day ahead",
+        "its header's source mtime %d ns (offset 0) is more than a year ahead",
         header.mtime_ns);
+  }
+  if (num_tokens == 0 && header.size_bytes > 0) {
+    return absl::StrFormat(
+        "its header names %d source bytes (offset 8) but it holds no tokens",
+        header.size_bytes);
   }
   if (num_tokens > header.size_bytes) {
     return absl::StrFormat(

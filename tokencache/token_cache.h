@@ -63,10 +63,11 @@ absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,
                                               uint64_t size);
 
 // Why a cache header could not have been written for `num_tokens` ids ("" if
-// it could): the source's mtime is at most a day after `now` (0, stdin,
-// passes) and the source holds at least one byte per id and, when
-// `max_token_bytes` > 0 (the vocabulary's longest token), at most that many
-// bytes per id. The header has no magic number (docs/FORMATS.md), so this
+// it could): the source's mtime (signed: before 1970 is negative) is at
+// most a year after `now` (0, stdin, passes; text read as a time is year
+// 2043 or later); a source with bytes has ids;
+// and the source holds at least one byte per id and, when `max_token_bytes`
+// > 0 (the vocabulary's longest token), at most that many bytes per id. The header has no magic number (docs/FORMATS.md), so this
 // is what tells a cache from another file: make-cache refuses to replace a
 // file that fails it without --force, and `inspect verify` fails it.
 std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,

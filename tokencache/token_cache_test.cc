@@ -246,18 +246,27 @@ TEST(TokenCacheWriter, KeepsOldCacheUntilCommit) {
 
 TEST(CacheHeaderProblem, TheRuleThatTellsACacheFromOtherFiles) {
   const absl::Time now = absl::FromUnixSeconds(1700000000);
-  const uint64_t tomorrow = 1700086400000000000ull;
+  const uint64_t year_ahead = 1700000000000000000ull + 365ull * 86400 * 1000000000;
   EXPECT_EQ(CacheHeaderProblem({0, 0}, 0, 13, now), "");  // empty stdin
-  EXPECT_EQ(CacheHeaderProblem({tomorrow, 5}, 5, 13, now), "");
+  EXPECT_EQ(CacheHeaderProblem({year_ahead, 5}, 5, 13, now), "");
   EXPECT_EQ(CacheHeaderProblem({1, 65}, 5, 13, now), "");  // 13 bytes per id
-  EXPECT_THAT(CacheHeaderProblem({tomorrow + 1, 5}, 5, 13, now),
-              testing::HasSubstr("more than a day ahead"));
+  EXPECT_THAT(CacheHeaderProblem({year_ahead + 1, 5}, 5, 13, now),
+              testing::HasSubstr("more than a year ahead"));
+  // Text read as a time: "the cat " is centuries ahead.
+  EXPECT_THAT(CacheHeaderProblem({0x2074616320656874ull, 5}, 5, 13, now),
+              testing::HasSubstr("more than a year ahead"));
   EXPECT_THAT(CacheHeaderProblem({1, 4}, 5, 13, now),
               testing::HasSubstr("fewer than one per token"));
   EXPECT_EQ(CacheHeaderProblem({1, 66}, 5, 13, now),
             "its header names 66 source bytes (offset 8) for 5 tokens, more "
             "than the vocabulary's longest token (13 bytes) per token");
   EXPECT_EQ(CacheHeaderProblem({1, 66}, 5, 0, now), "");  // no vocabulary
+  // Before 1970: a negative st_mtim, stored two's complement.
+  EXPECT_EQ(CacheHeaderProblem({static_cast<uint64_t>(-315619200000000000LL), 5},
+                               5, 13, now),
+            "");
+  EXPECT_THAT(CacheHeaderProblem({1, 16}, 0, 13, now),
+              testing::HasSubstr("holds no tokens"));
   // No overflow for huge counts.
   EXPECT_EQ(CacheHeaderProblem({1, ~0ull}, 1ull << 62, 64, now), "");
 }
