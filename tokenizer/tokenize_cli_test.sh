@@ -89,6 +89,20 @@ cp "$tmp/done.res" "$tmp/done.orig"
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/done.res" 2> "$tmp/err"
 check "encode -o complete result refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/done.res: exists and is a Coppelius result file (config tiny"
 check "complete result untouched" cmp -s "$tmp/done.res" "$tmp/done.orig"
+# A token cache (16-byte header: source mtime, source size; then u32 ids).
+python3 - "$tmp/c.tok" <<'PY'
+import struct, sys
+ids = [104, 101, 108, 108, 111] * 10
+open(sys.argv[1], "wb").write(struct.pack("<QQ", 1700000000 * 10**9, 60) + struct.pack("<50I", *ids))
+PY
+cp "$tmp/c.tok" "$tmp/c.orig"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/c.tok" 2> "$tmp/err"
+check "encode -o token cache refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/c.tok: exists and is a Coppelius token cache"
+check "token cache untouched" cmp -s "$tmp/c.tok" "$tmp/c.orig"
+# An earlier encode output is replaced as before.
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/again.u32" && \
+  "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/again.u32"
+check "encode output replaced by encode" test $? -eq 0
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/rand.u32" &&
   "$bin" train "$tmp/corpus.txt" -o "$tmp/v2.tiktoken" --vocab-size=300 --progress=false
 check "ordinary outputs are still replaced" cmp -s "$tmp/v.tiktoken" "$tmp/v2.tiktoken"
