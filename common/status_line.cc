@@ -1,6 +1,11 @@
 // File: common/status_line.cc
 #include "common/status_line.h"
 
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -29,6 +34,24 @@ std::string EscapeControlCharacters(absl::string_view text) {
 std::string StatusLine(absl::string_view program, const absl::Status& status) {
   return absl::StrCat(program, ": ",
                       EscapeControlCharacters(status.ToString()));
+}
+
+namespace {
+const char* g_program = "coppelius";
+
+void OutOfMemory() {
+  // No allocation here: write(2) of fixed pieces.
+  const char* parts[] = {g_program, ": RESOURCE_EXHAUSTED: out of memory\n"};
+  for (const char* p : parts) {
+    (void)!write(STDERR_FILENO, p, std::strlen(p));
+  }
+  _exit(1);
+}
+}  // namespace
+
+void ExitOnOutOfMemory(const char* program) {
+  g_program = program;
+  std::set_new_handler(OutOfMemory);
 }
 
 }  // namespace coppelius

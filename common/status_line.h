@@ -22,6 +22,13 @@ std::string EscapeControlCharacters(absl::string_view text);
 // trailing newline).
 std::string StatusLine(absl::string_view program, const absl::Status& status);
 
+// For main() only: installs a new-handler (std::set_new_handler) under
+// which an allocation that fails ends the process with the one line
+// "<program>: RESOURCE_EXHAUSTED: out of memory" on stderr and exit code 1,
+// instead of an uncaught std::bad_alloc (abort, rc 134, two lines).
+// `program` must outlive the process (a string literal).
+void ExitOnOutOfMemory(const char* program);
+
 }  // namespace coppelius
 
 #endif  // COPPELIUS_COMMON_STATUS_LINE_H_

@@ -1,6 +1,8 @@
 // File: common/status_line_test.cc
 #include "common/status_line.h"
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 
@@ -19,6 +21,17 @@ TEST(StatusLineTest, OneLineForAPathWithANewline) {
   const absl::Status s = absl::NotFoundError("opening no\nsuch: No such file");
   EXPECT_EQ(StatusLine("tokenize", s),
             "tokenize: NOT_FOUND: opening no\\nsuch: No such file");
+}
+
+// An allocation that cannot succeed ends the process with one line, rc 1.
+TEST(StatusLineDeathTest, OutOfMemoryIsOneLineAndExitCodeOne) {
+  EXPECT_EXIT(
+      {
+        ExitOnOutOfMemory("tool");
+        std::vector<char> huge;
+        huge.reserve(static_cast<size_t>(1) << 62);  // fails
+      },
+      testing::ExitedWithCode(1), "^tool: RESOURCE_EXHAUSTED: out of memory\n$");
 }
 
 }  // namespace

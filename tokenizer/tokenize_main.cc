@@ -214,6 +214,7 @@ absl::Status Run(const std::vector<char*>& args,
 
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
+  coppelius::ExitOnOutOfMemory("tokenize");
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   const std::set<std::string> given_flags =

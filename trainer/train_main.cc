@@ -36,6 +36,7 @@ ABSL_FLAG(int, crash_after_publications, 0,
 
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
+  coppelius::ExitOnOutOfMemory("train");
   absl::SetProgramUsageMessage(
       "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
       "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference] "
