@@ -104,6 +104,18 @@ std::string FormatUnixNs(uint64_t ns) {
                       ")");
 }
 
+// A cache header's source mtime (i64 in the file: a source dated before
+// 1970 is negative) and its UTC date.
+std::string FormatSourceMtime(uint64_t raw) {
+  const int64_t ns = static_cast<int64_t>(raw);
+  if (ns >= 0) return FormatUnixNs(raw);
+  return absl::StrCat(ns, " (",
+                      absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ",
+                                       absl::FromUnixNanos(ns),
+                                       absl::UTCTimeZone()),
+                      ")");
+}
+
 std::string Hex(absl::string_view bytes) {
   return absl::BytesToHexString(bytes);
 }
@@ -222,7 +234,7 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
     j.Field("kind", "cache");
     j.Field("path", r.path);
     j.FieldUint("file_bytes", r.file_bytes);
-    j.FieldUint("source_mtime_ns", r.header.mtime_ns);
+    j.FieldInt("source_mtime_ns", static_cast<int64_t>(r.header.mtime_ns));
     j.FieldUint("source_size_bytes", r.header.size_bytes);
     j.FieldBool("header_plausible", r.header_problem.empty());
     j.Field("header_problem", r.header_problem);
@@ -242,7 +254,8 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
       j.BeginObject();
       j.Field("state", StalenessName(r.staleness->staleness));
       j.FieldBool("fresh", r.staleness->staleness == Staleness::kFresh);
-      j.FieldUint("source_mtime_ns", r.staleness->source.mtime_ns);
+      j.FieldInt("source_mtime_ns",
+                 static_cast<int64_t>(r.staleness->source.mtime_ns));
       j.FieldUint("source_size_bytes", r.staleness->source.size_bytes);
       j.EndObject();
     }
@@ -251,7 +264,7 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
     return;
   }
   out << "token cache " << r.path << " (" << r.file_bytes << " bytes)\n";
-  out << "  header: source mtime " << FormatUnixNs(r.header.mtime_ns)
+  out << "  header: source mtime " << FormatSourceMtime(r.header.mtime_ns)
       << ", source size " << r.header.size_bytes << " bytes\n";
   if (!r.header_problem.empty()) {
     out << "  PROBLEM: " << r.header_problem << "\n";
@@ -1266,25 +1279,6 @@ bool LooksLikeText(absl::string_view head) {
   return true;
 }
 
-// Whether the first bytes of `head` (at most `forward_bytes`, the forward
-// record's 12 V) read as fp32 logits: every value is 0, non-finite (a run
-// that diverged) or of magnitude 2^-64 .. 2^64 (biased exponent 63 .. 190).
-// Logits are far from both ends; random bytes pass this with probability
-// about 2^-1000 over 1,024 values, and a length-prefixed header (such as a
-// safetensors file: a small u64 whose low word is a denormal, then JSON
-// text) fails it at offset 0.
-bool LooksLikeLogits(absl::string_view head, uint64_t forward_bytes) {
-  const size_t n = std::min<uint64_t>(head.size(), forward_bytes) / 4 * 4;
-  if (n == 0) return false;
-  for (size_t at = 0; at < n; at += 4) {
-    const uint32_t bits = LeU32(head, at);
-    const uint32_t exponent = (bits >> 23) & 0xff;
-    if ((bits & 0x7fffffffu) == 0 || exponent == 0xff) continue;
-    if (exponent < 63 || exponent > 190) return false;
-  }
-  return true;
-}
-
 struct KnownLayout {
   ModelConfig config;
   ResultLayout layout;
@@ -1345,7 +1339,7 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
     for (const KnownLayout& k : known) {
       if (p.size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
           p.size <= static_cast<uint64_t>(k.layout.complete_bytes) &&
-          LooksLikeLogits(head, k.layout.forward_bytes)) {
+          LooksLikeForwardRecord(head, k.layout.forward_bytes)) {
         return FileKind::kResult;
       }
     }

@@ -565,10 +565,11 @@ TEST_F(InspectTest, TimesBeyondInt64AreNotPrintedAsDates) {
   } cases[] = {
       {9223372036854775807ull,
        "9223372036854775807 (2262-04-11T23:47:16.854775807Z)"},
+      // A cache's source mtime is an i64 (FORMATS.md): the high half of
+      // the u64 range is before 1970.
       {9223372036854775808ull,
-       "9223372036854775808 (beyond 2262-04-11, not a real time)"},
-      {18446744073709551615ull,
-       "18446744073709551615 (beyond 2262-04-11, not a real time)"},
+       "-9223372036854775808 (1677-09-21T00:12:43.145224192Z)"},
+      {18446744073709551615ull, "-1 (1969-12-31T23:59:59.999999999Z)"},
   };
   std::string cache = ReadFile(Path("cache.tok"))->substr(0, 16 + 4 * 10);
   for (const auto& c : cases) {
@@ -830,6 +831,8 @@ TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
   write("max_header.tok", 1ull << 62, ~0ull);  // year 2116
   write("few_bytes.tok", 1700000000000000000ull, 1280);
   write("stdin.tok", 0, 1281);  // stdin, one byte per id: a source's
+  // A source dated before 1970 (a negative i64): a source's, its date shown.
+  write("old.tok", static_cast<uint64_t>(-315619199500000000LL), 2000);
   const std::string max = Path("max_header.tok");
   std::string report;
   absl::Status s = Verify({"max_header.tok"}, &report);
@@ -858,6 +861,9 @@ TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
   EXPECT_THAT(report, HasSubstr("  PROBLEM: " + few + ": its header names 1280"));
   EXPECT_THAT(report, HasSubstr("tokens: 1281\n"));
   EXPECT_TRUE(Inspect("stdin.tok", &report, "tiny").ok()) << report;
+  EXPECT_TRUE(Inspect("old.tok", &report, "tiny").ok()) << report;
+  EXPECT_THAT(report, HasSubstr("source mtime -315619199500000000 "
+                                "(1960-01-01T00:00:00.500000000Z)"));
 }
 
 TEST_F(InspectTest, VerifyStaleCache) {

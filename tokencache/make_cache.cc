@@ -4,6 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -82,8 +86,26 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
 
 }  // namespace
 
-absl::Status RunMakeCache(const MakeCacheOptions& options,
+absl::Status RunMakeCache(const MakeCacheOptions& given,
                           MakeCacheReport* report) {
+  // An output given as a symbolic link is published to its target (the
+  // rename would replace the link); a link to nothing is refused.
+  MakeCacheOptions resolved = given;
+  {
+    struct stat st;
+    char buffer[PATH_MAX];
+    if (resolved.output_path != "-" &&
+        lstat(resolved.output_path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      if (realpath(resolved.output_path.c_str(), buffer) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "-o ", resolved.output_path,
+            ": a symbolic link to a missing file or a loop (",
+            std::strerror(errno), "); give the target's path"));
+      }
+      resolved.output_path = buffer;
+    }
+  }
+  const MakeCacheOptions& options = resolved;
   const Clock::time_point start = Clock::now();
   MakeCacheReport local_report;
   if (report == nullptr) report = &local_report;
@@ -128,6 +150,16 @@ absl::Status RunMakeCache(const MakeCacheOptions& options,
     absl::StatusOr<SourceStat> stat = StatSource(options.source_path);
     if (!stat.ok()) return Annotate(stat.status(), "source");
     source_stat = *stat;
+    // A cache of a source dated more than a year ahead would not pass the
+    // rule that tells caches from other files (CacheHeaderProblem) once the
+    // source changed: refused before anything is written.
+    if (static_cast<int64_t>(source_stat.mtime_ns) >
+        absl::ToUnixNanos(absl::Now() + absl::Hours(24 * 365))) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: modification time %d ns is more than a year ahead; correct "
+          "it (touch) or the clock",
+          options.source_path, source_stat.mtime_ns));
+    }
   }
   // The vocabulary is loaded (and so checked) even when the cache turns out
   // fresh: a cache is fresh only for a usable vocabulary. The encoder's

@@ -197,6 +197,41 @@ TEST(RunMakeCache, CachesOfOddlyDatedSourcesAreRebuiltNotRefused) {
   }
 }
 
+// An output given as a symbolic link is published to its target; a link to
+// nothing is refused; a source dated more than a year ahead is refused.
+TEST(RunMakeCache, LinksAndFarFutureSources) {
+  const std::string source = TestDir() + "/linked.txt";
+  WriteFile(source, "hello");
+  MakeCacheOptions o = Options(source, TestDir() + "/target.tok");
+  ASSERT_TRUE(RunMakeCache(o).ok());
+  const std::string link = TestDir() + "/link.tok";
+  ASSERT_EQ(symlink((TestDir() + "/target.tok").c_str(), link.c_str()), 0);
+  WriteFile(source, "world, longer");
+  o.output_path = link;
+  ASSERT_TRUE(RunMakeCache(o).ok());
+  struct stat st;
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced";
+  auto now = StatSource(source);
+  EXPECT_EQ(ReadBytes(TestDir() + "/target.tok"),
+            ExpectedCache("world, longer", now->mtime_ns, 13));
+  const std::string dangling = TestDir() + "/dangling.tok";
+  ASSERT_EQ(symlink((TestDir() + "/nothing.tok").c_str(), dangling.c_str()), 0);
+  o.output_path = dangling;
+  absl::Status s = RunMakeCache(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("symbolic link to a missing file"), std::string::npos);
+  // Two years ahead.
+  struct timespec times[2] = {
+      {0, UTIME_OMIT}, {static_cast<time_t>(time(nullptr) + 2 * 366 * 86400), 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, source.c_str(), times, 0), 0);
+  o.output_path = TestDir() + "/future.tok";
+  s = RunMakeCache(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("more than a year ahead"), std::string::npos) << s;
+  EXPECT_NE(access(o.output_path.c_str(), F_OK), 0);
+}
+
 TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {
   const std::string source = TestDir() + "/corrupt.txt";
   WriteFile(source, "ab");

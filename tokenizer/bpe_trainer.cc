@@ -405,6 +405,8 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
   RETURN_IF_ERROR(CheckOutputIsNotInput(options.output_path, "corpus",
                                         options.corpus_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
+  // No vocabulary yet: no bound on source bytes per id.
+  RETURN_IF_ERROR(CheckNotATokenCache(options.output_path, 0));
   ASSIGN_OR_RETURN(std::string corpus, ReadFile(options.corpus_path));
   const Clock::time_point start = Clock::now();
   absl::StatusOr<BpeTrainingResult> result = TrainBpe(

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -11,7 +12,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "common/file_io.h"
+#include "tokencache/token_cache.h"
 
 namespace coppelius {
 namespace {
@@ -84,6 +88,34 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
       what, " ", input, " is also the output (standard output, -o -): a ",
       "shell `> ", input, "` empties it before tokenize starts; write the ",
       "output to another file"));
+}
+
+absl::Status CheckNotATokenCache(const std::string& output,
+                                 uint64_t max_token_bytes) {
+  struct stat st;
+  if (output == "-" || stat(output.c_str(), &st) != 0 ||
+      !S_ISREG(st.st_mode) || st.st_size == 0) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<TokenCache> cache = TokenCache::Open(output);
+  if (!cache.ok()) return absl::OkStatus();
+  if (!CacheHeaderProblem(cache->header(), cache->num_tokens(),
+                          max_token_bytes, absl::Now())
+           .empty()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "-o ", output, ": exists and is a Coppelius token cache (",
+      cache->num_tokens(),
+      " ids); refusing to replace it (choose another output path)"));
+}
+
+uint64_t LongestTokenBytes(const Vocabulary& vocabulary) {
+  uint64_t longest = Vocabulary::kEndOfText.size();
+  for (const std::string& t : vocabulary.tokens()) {
+    longest = std::max<uint64_t>(longest, t.size());
+  }
+  return longest;
 }
 
 }  // namespace coppelius

@@ -6,10 +6,12 @@
 #ifndef COPPELIUS_TOKENIZER_OUTPUT_CHECKS_H_
 #define COPPELIUS_TOKENIZER_OUTPUT_CHECKS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "tokenizer/vocabulary.h"
 
 namespace coppelius {
 
@@ -45,6 +47,20 @@ absl::Status CheckNotCoppeliusFile(const std::string& output);
 absl::Status CheckOutputIsNotInput(const std::string& output,
                                    absl::string_view what,
                                    const std::string& input);
+
+// Refuses (FailedPrecondition "-o OUTPUT: exists and is a Coppelius token
+// cache (N ids); refusing to replace it ...") to replace an existing file
+// that opens as a token cache and whose header can be a source's
+// (tokencache/token_cache.h CacheHeaderProblem, with `max_token_bytes` the
+// vocabulary's longest token, 0 when there is no vocabulary: no upper bound
+// on source bytes per id). A raw u32 id file, what encode writes, almost
+// never passes with the bound (its bytes 8..15 read as gigabytes of source
+// for a few ids). OK for "-", a missing, empty or non-regular output.
+absl::Status CheckNotATokenCache(const std::string& output,
+                                 uint64_t max_token_bytes);
+
+// The longest token of `vocabulary` in bytes, <|endoftext|> included.
+uint64_t LongestTokenBytes(const Vocabulary& vocabulary);
 
 }  // namespace coppelius
 

@@ -1,8 +1,5 @@
 #include "tokenizer/tokenize.h"
 
-#include <sys/stat.h>
-
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -17,10 +14,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
-#include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/output_checks.h"
 #include "tokenizer/vocabulary.h"
@@ -126,36 +121,6 @@ absl::Status CheckOutputIsNotAnInput(const std::string& output,
   return CheckOutputIsNotInput(output, "vocabulary file", vocab);
 }
 
-// Refuses to replace an existing token cache (a file that opens as one and
-// whose header can be a source's under `vocabulary`: tokencache/
-// token_cache.h CacheHeaderProblem), as make-cache refuses to replace other
-// files: a mistyped -o would otherwise destroy it. A raw u32 id file, which
-// is what encode writes, almost never passes (its bytes 8..15 read as
-// gigabytes of source for a few ids).
-absl::Status CheckNotATokenCache(const std::string& output,
-                                 const Vocabulary& vocabulary) {
-  struct stat st;
-  if (output == "-" || stat(output.c_str(), &st) != 0 ||
-      !S_ISREG(st.st_mode) || st.st_size == 0) {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<TokenCache> cache = TokenCache::Open(output);
-  if (!cache.ok()) return absl::OkStatus();
-  uint64_t longest = Vocabulary::kEndOfText.size();
-  for (const std::string& t : vocabulary.tokens()) {
-    longest = std::max<uint64_t>(longest, t.size());
-  }
-  if (!CacheHeaderProblem(cache->header(), cache->num_tokens(), longest,
-                          absl::Now())
-           .empty()) {
-    return absl::OkStatus();
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "-o ", output, ": exists and is a Coppelius token cache (",
-      cache->num_tokens(),
-      " ids); refusing to replace it (choose another output path)"));
-}
-
 }  // namespace
 
 absl::Status RunEncode(const EncodeOptions& options) {
@@ -164,7 +129,8 @@ absl::Status RunEncode(const EncodeOptions& options) {
                                           options.vocab_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
-  RETURN_IF_ERROR(CheckNotATokenCache(options.output_path, vocabulary));
+  RETURN_IF_ERROR(
+      CheckNotATokenCache(options.output_path, LongestTokenBytes(vocabulary)));
   Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
   std::vector<uint32_t> ids;
@@ -194,7 +160,8 @@ absl::Status RunDecode(const DecodeOptions& options) {
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   // Decoding only concatenates token bytes: no Encoder (BPE tables) needed.
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
-  RETURN_IF_ERROR(CheckNotATokenCache(options.output_path, vocabulary));
+  RETURN_IF_ERROR(
+      CheckNotATokenCache(options.output_path, LongestTokenBytes(vocabulary)));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
   ASSIGN_OR_RETURN(std::vector<uint32_t> ids,
                    ParseIds(data, options.format, options.input_path));

@@ -99,6 +99,21 @@ cp "$tmp/c.tok" "$tmp/c.orig"
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/c.tok" 2> "$tmp/err"
 check "encode -o token cache refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/c.tok: exists and is a Coppelius token cache"
 check "token cache untouched" cmp -s "$tmp/c.tok" "$tmp/c.orig"
+# A tiny result killed after its forward record and 4 step windows (6,144 +
+# 4 x 256 bytes, logits of magnitude 0.5..8).
+python3 - "$tmp/killed.res" <<'PY'
+import random, struct, sys
+r = random.Random(1)
+vals = [r.uniform(0.5, 8.0) * r.choice((-1, 1)) for _ in range((6144 + 4 * 256) // 4)]
+open(sys.argv[1], "wb").write(struct.pack("<%df" % len(vals), *vals))
+PY
+cp "$tmp/killed.res" "$tmp/killed.orig"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/killed.res" 2> "$tmp/err"
+check "encode -o killed run's result refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/killed.res: exists and is a Coppelius result file (config tiny, incomplete"
+check "killed run's result untouched" cmp -s "$tmp/killed.res" "$tmp/killed.orig"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/c.tok" --vocab-size=300 --progress=false 2> "$tmp/err"
+check "train -o token cache refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/c.tok: exists and is a Coppelius token cache"
+check "token cache untouched by train" cmp -s "$tmp/c.tok" "$tmp/c.orig"
 # An earlier encode output is replaced as before.
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/again.u32" && \
   "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/again.u32"

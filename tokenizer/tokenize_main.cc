@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 #include <string>
@@ -121,17 +122,34 @@ absl::Status CheckNotAResultFile(const std::string& output) {
     if (!config.ok()) continue;
     const coppelius::ResultLayout layout = coppelius::ComputeResultLayout(
         {config->V, config->T, config->run_steps});
-    if (st.st_size < layout.complete_bytes) continue;
     const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return absl::OkStatus();  // the write reports its own error
     char tag[8] = {};
-    const ssize_t n = pread(fd, tag, sizeof(tag), layout.host_offset);
+    const bool tagged =
+        st.st_size >= layout.complete_bytes &&
+        pread(fd, tag, sizeof(tag), layout.host_offset) == 8 &&
+        absl::string_view(tag, 8) ==
+            absl::string_view(coppelius::kResultHostTag, 8);
+    // Killed after its forward record: the forward record and k step
+    // windows, the forward record reading as logits.
+    const int64_t forward = layout.forward_bytes;
+    const int64_t window = 4 * config->T;
+    bool incomplete = false;
+    if (!tagged && st.st_size >= forward &&
+        (st.st_size - forward) % window == 0 &&
+        (st.st_size - forward) / window <= config->run_steps) {
+      std::string head(std::min<int64_t>(forward, 4096), '\0');
+      incomplete = pread(fd, head.data(), head.size(), 0) ==
+                       static_cast<ssize_t>(head.size()) &&
+                   coppelius::LooksLikeForwardRecord(head, forward);
+    }
     close(fd);
-    if (n == 8 && absl::string_view(tag, 8) ==
-                      absl::string_view(coppelius::kResultHostTag, 8)) {
+    if (tagged || incomplete) {
       return absl::FailedPreconditionError(absl::StrCat(
           "-o ", output, ": exists and is a Coppelius result file (config ",
-          name, ", host tag at byte ", layout.host_offset,
+          name,
+          tagged ? absl::StrCat(", host tag at byte ", layout.host_offset)
+                 : std::string(", incomplete: a killed run's"),
           "); refusing to replace it (choose another output path)"));
     }
   }

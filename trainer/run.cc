@@ -172,11 +172,21 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   const std::string resolved_history =
       realpath(history.c_str(), buffer) != nullptr ? std::string(buffer)
                                                    : ResolvedPath(history);
-  if (DirName(ResolvedPath(o.checkpoint_out)) == resolved_history) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--checkpoint-out=%s is inside --checkpoint-history=%s; the output "
-        "checkpoint must live outside its history directory",
-        o.checkpoint_out, o.checkpoint_history_dir));
+  // Outputs inside the history directory could be named like an entry the
+  // run publishes or relinks (update-NNNNNNNN.ckpt), which would replace
+  // them; the checkpoint's entries are its hard links.
+  struct Output {
+    const char* flag;
+    const std::string* path;
+  };
+  for (const Output& out : {Output{"checkpoint-out", &o.checkpoint_out},
+                            Output{"result", &o.result_path}}) {
+    if (DirName(ResolvedPath(*out.path)) == resolved_history) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--%s=%s is inside --checkpoint-history=%s; the run's outputs must "
+          "live outside its history directory",
+          out.flag, *out.path, o.checkpoint_history_dir));
+    }
   }
   struct stat out_dir, history_dir;
   const std::string existing = stat(history.c_str(), &history_dir) == 0
@@ -380,14 +390,19 @@ absl::Status RunTrain(const TrainOptions& given,
   // Outputs given as symbolic links are published to their targets (the
   // link stays), as WriteFileAtomically does: a rename over the link would
   // replace the link and leave the target behind.
+  // A link to nothing (or a loop) cannot be published through: refused.
   TrainOptions resolved = given;
   for (std::string* path : {&resolved.checkpoint_out, &resolved.result_path}) {
     struct stat st;
     char buffer[PATH_MAX];
-    if (lstat(path->c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
-        realpath(path->c_str(), buffer) != nullptr) {
-      *path = buffer;
+    if (lstat(path->c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
+    if (realpath(path->c_str(), buffer) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path == &resolved.checkpoint_out ? "--checkpoint-out=" : "--result=",
+          *path, ": a symbolic link to a missing file or a loop (",
+          std::strerror(errno), "); give the target's path"));
     }
+    *path = buffer;
   }
   const TrainOptions& options = resolved;
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(options.config));
@@ -419,6 +434,18 @@ absl::Status RunTrain(const TrainOptions& given,
                                   options.overwrite));
   RETURN_IF_ERROR(CheckDistinctPaths(options));
   RETURN_IF_ERROR(CheckHistoryPlacement(options));
+  // The inputs must not be the outputs' lock files (taking the lock would
+  // write into them).
+  for (const std::string* input : {&options.tokens_path, &options.checkpoint_in}) {
+    for (const std::string* output :
+         {&options.checkpoint_out, &options.result_path}) {
+      if (ResolvedPath(*input) == LockPathFor(*output)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            *input, " is the lock file of ", *output,
+            " (train writes its pid there); give another input"));
+      }
+    }
+  }
   // --- One train process per output (common/file_lock.h), held to the end:
   // a second run on the same checkpoint would interleave its publications
   // with this one's, and on the same result would move this run's

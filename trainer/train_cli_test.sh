@@ -80,6 +80,19 @@ fi
 expect_refusal "history = result" "names the same path as" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=h.ckpt --result=h.res --checkpoint-history=h.res
 [[ -e h.res || -e .h.ckpt.lock ]] && { echo "FAIL: refused run left files"; fail=1; }
+# The result inside the history directory (it could be named like an entry
+# the run publishes): refused. An output that is a link to nothing: refused.
+# An input that is an output's lock file: refused.
+expect_refusal "result inside the history" "must live outside its history directory" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=q.ckpt --result=hist/r.res --checkpoint-history=hist
+ln -s missing.res dangling.res
+expect_refusal "dangling result link" "a symbolic link to a missing file" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=d.ckpt --result=dangling.res
+[[ -e missing.res ]] && { echo "FAIL: dangling link target created"; fail=1; }
+: > .m.ckpt.lock
+expect_refusal "input is an output's lock file" "is the lock file of" \
+  --checkpoint-in=.m.ckpt.lock --checkpoint-out=m.ckpt --result=m.res
+[[ -s .m.ckpt.lock ]] && { echo "FAIL: .m.ckpt.lock written"; fail=1; }
 # A lock file name taken by another file: refused, that file untouched.
 printf 'not a lock\n' > .p.ckpt.lock
 expect_refusal "lock name taken" "is not a lock file" \
