@@ -193,13 +193,10 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
                                  absl::string_view contents) {
   if (path_or_link == "-") return WriteAll(STDOUT_FILENO, contents.data(),
                                            contents.size(), "<stdout>");
-  // A symbolic link is followed: its target is replaced, not the link.
-  std::string path = path_or_link;
-  struct stat lst;
-  if (lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
-    char resolved[PATH_MAX];
-    if (realpath(path.c_str(), resolved) != nullptr) path = resolved;
-  }
+  // A symbolic link is followed: its target is replaced, not the link (a
+  // link to nothing is replaced, as before OutputTarget existed).
+  absl::StatusOr<std::string> target = OutputTarget(path_or_link, "");
+  const std::string path = target.ok() ? *target : path_or_link;
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode)) {
@@ -229,6 +226,21 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
     return status;
   }
   return FsyncDirectory(DirName(path));
+}
+
+absl::StatusOr<std::string> OutputTarget(const std::string& path,
+                                         absl::string_view what) {
+  struct stat st;
+  if (path == "-" || lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+    return path;
+  }
+  char buffer[PATH_MAX];
+  if (realpath(path.c_str(), buffer) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, path, ": a symbolic link to a missing file or a loop (",
+        std::strerror(errno), "); give the target's path"));
+  }
+  return std::string(buffer);
 }
 
 int RemoveStaleTemporaries(const std::string& path) {

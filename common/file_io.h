@@ -61,6 +61,13 @@ absl::Status WriteAll(int fd, const void* data, size_t size,
 absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
                       absl::string_view path);
 
+// The file an output path publishes to: the target of a symbolic link
+// (resolved through every link), else `path` itself ("-" included).
+// InvalidArgument "`what`PATH: a symbolic link to a missing file or a loop"
+// for a link that leads nowhere: renaming over it would replace the link.
+absl::StatusOr<std::string> OutputTarget(const std::string& path,
+                                         absl::string_view what);
+
 // Writes `contents` to `path` through a temporary in the same directory
 // ("<path>.tmp-<pid>-<8 hex>", after RemoveStaleTemporaries(path)),
 // fsync, rename, fsync(directory); "-" writes to stdout. On error the

@@ -4,10 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -91,20 +87,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // An output given as a symbolic link is published to its target (the
   // rename would replace the link); a link to nothing is refused.
   MakeCacheOptions resolved = given;
-  {
-    struct stat st;
-    char buffer[PATH_MAX];
-    if (resolved.output_path != "-" &&
-        lstat(resolved.output_path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-      if (realpath(resolved.output_path.c_str(), buffer) == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "-o ", resolved.output_path,
-            ": a symbolic link to a missing file or a loop (",
-            std::strerror(errno), "); give the target's path"));
-      }
-      resolved.output_path = buffer;
-    }
-  }
+  ASSIGN_OR_RETURN(resolved.output_path, OutputTarget(given.output_path, "-o "));
   const MakeCacheOptions& options = resolved;
   const Clock::time_point start = Clock::now();
   MakeCacheReport local_report;
@@ -179,13 +162,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     } else if (from_stdin || existing->header() != source_stat) {
       // A header that matches the source's stat is this source's cache
       // (fresh or to be rebuilt below); any other must look like a cache.
-      size_t max_token_bytes = Vocabulary::kEndOfText.size();
-      for (const std::string& t : vocabulary->tokens()) {
-        max_token_bytes = std::max(max_token_bytes, t.size());
-      }
       not_a_cache = CacheHeaderProblem(existing->header(),
                                        existing->num_tokens(),
-                                       max_token_bytes, absl::Now());
+                                       vocabulary->longest_token_bytes(),
+                                       absl::Now());
     }
     if (!not_a_cache.empty()) {
       return absl::FailedPreconditionError(absl::StrFormat(

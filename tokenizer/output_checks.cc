@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -108,14 +107,6 @@ absl::Status CheckNotATokenCache(const std::string& output,
       "-o ", output, ": exists and is a Coppelius token cache (",
       cache->num_tokens(),
       " ids); refusing to replace it (choose another output path)"));
-}
-
-uint64_t LongestTokenBytes(const Vocabulary& vocabulary) {
-  uint64_t longest = Vocabulary::kEndOfText.size();
-  for (const std::string& t : vocabulary.tokens()) {
-    longest = std::max<uint64_t>(longest, t.size());
-  }
-  return longest;
 }
 
 }  // namespace coppelius

@@ -11,7 +11,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "tokenizer/vocabulary.h"
 
 namespace coppelius {
 
@@ -58,9 +57,6 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
 // for a few ids). OK for "-", a missing, empty or non-regular output.
 absl::Status CheckNotATokenCache(const std::string& output,
                                  uint64_t max_token_bytes);
-
-// The longest token of `vocabulary` in bytes, <|endoftext|> included.
-uint64_t LongestTokenBytes(const Vocabulary& vocabulary);
 
 }  // namespace coppelius
 

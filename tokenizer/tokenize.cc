@@ -130,7 +130,7 @@ absl::Status RunEncode(const EncodeOptions& options) {
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
   RETURN_IF_ERROR(
-      CheckNotATokenCache(options.output_path, LongestTokenBytes(vocabulary)));
+      CheckNotATokenCache(options.output_path, vocabulary.longest_token_bytes()));
   Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
   std::vector<uint32_t> ids;
@@ -161,7 +161,7 @@ absl::Status RunDecode(const DecodeOptions& options) {
   // Decoding only concatenates token bytes: no Encoder (BPE tables) needed.
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
   RETURN_IF_ERROR(
-      CheckNotATokenCache(options.output_path, LongestTokenBytes(vocabulary)));
+      CheckNotATokenCache(options.output_path, vocabulary.longest_token_bytes()));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
   ASSIGN_OR_RETURN(std::vector<uint32_t> ids,
                    ParseIds(data, options.format, options.input_path));

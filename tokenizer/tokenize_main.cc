@@ -116,44 +116,44 @@ absl::Status CheckNotAResultFile(const std::string& output) {
   if (stat(output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::OkStatus();
   }
+  const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::OkStatus();  // the write reports its own error
+  // The first bytes, for the forward record of any config (at most 4,096).
+  std::string head(4096, '\0');
+  const ssize_t head_bytes = pread(fd, head.data(), head.size(), 0);
+  head.resize(head_bytes > 0 ? head_bytes : 0);
+  std::string found;
   for (const char* name : {"coppelius", "tiny"}) {  // train's configs
     absl::StatusOr<coppelius::ModelConfig> config =
         coppelius::ModelConfigByName(name);
     if (!config.ok()) continue;
     const coppelius::ResultLayout layout = coppelius::ComputeResultLayout(
         {config->V, config->T, config->run_steps});
-    const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return absl::OkStatus();  // the write reports its own error
     char tag[8] = {};
-    const bool tagged =
-        st.st_size >= layout.complete_bytes &&
+    if (st.st_size >= layout.complete_bytes &&
         pread(fd, tag, sizeof(tag), layout.host_offset) == 8 &&
         absl::string_view(tag, 8) ==
-            absl::string_view(coppelius::kResultHostTag, 8);
+            absl::string_view(coppelius::kResultHostTag, 8)) {
+      found = absl::StrCat(name, ", host tag at byte ", layout.host_offset);
+      break;
+    }
     // Killed after its forward record: the forward record and k step
     // windows, the forward record reading as logits.
-    const int64_t forward = layout.forward_bytes;
-    const int64_t window = 4 * config->T;
-    bool incomplete = false;
-    if (!tagged && st.st_size >= forward &&
-        (st.st_size - forward) % window == 0 &&
-        (st.st_size - forward) / window <= config->run_steps) {
-      std::string head(std::min<int64_t>(forward, 4096), '\0');
-      incomplete = pread(fd, head.data(), head.size(), 0) ==
-                       static_cast<ssize_t>(head.size()) &&
-                   coppelius::LooksLikeForwardRecord(head, forward);
-    }
-    close(fd);
-    if (tagged || incomplete) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "-o ", output, ": exists and is a Coppelius result file (config ",
-          name,
-          tagged ? absl::StrCat(", host tag at byte ", layout.host_offset)
-                 : std::string(", incomplete: a killed run's"),
-          "); refusing to replace it (choose another output path)"));
+    const int64_t windows = st.st_size - layout.windows_offset;
+    if (windows >= 0 && windows % layout.window_bytes == 0 &&
+        windows / layout.window_bytes <= config->run_steps &&
+        static_cast<int64_t>(head.size()) >=
+            std::min<int64_t>(layout.forward_bytes, 4096) &&
+        coppelius::LooksLikeForwardRecord(head, layout.forward_bytes)) {
+      found = absl::StrCat(name, ", incomplete: a killed run's");
+      break;
     }
   }
-  return absl::OkStatus();
+  close(fd);
+  if (found.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "-o ", output, ": exists and is a Coppelius result file (config ", found,
+      "); refusing to replace it (choose another output path)"));
 }
 
 absl::Status Run(const std::vector<char*>& args,

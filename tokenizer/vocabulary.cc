@@ -1,5 +1,6 @@
 #include "tokenizer/vocabulary.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -301,6 +302,14 @@ std::string Vocabulary::Serialize() const {
 absl::Status Vocabulary::Save(const std::string& path) const {
   return Annotate(WriteFileAtomically(path, Serialize()),
                   absl::StrCat("writing vocabulary ", path));
+}
+
+uint64_t Vocabulary::longest_token_bytes() const {
+  uint64_t longest = kEndOfText.size();
+  for (const std::string& t : tokens_) {
+    longest = std::max<uint64_t>(longest, t.size());
+  }
+  return longest;
 }
 
 }  // namespace coppelius

@@ -71,6 +71,9 @@ class Vocabulary {
   // Bytes of rank `rank` (precondition: rank < N).
   absl::string_view token(uint32_t rank) const { return tokens_[rank]; }
   const std::vector<std::string>& tokens() const { return tokens_; }
+  // The most bytes one id decodes to: the longest token, or <|endoftext|>'s
+  // 13 (O(V); the bound CacheHeaderProblem puts on source bytes per id).
+  uint64_t longest_token_bytes() const;
 
   // Appends the bytes of `ids` to `bytes`; id N decodes to "<|endoftext|>".
   // InvalidArgument "id X at position I is out of range [0, V)" for an

@@ -133,14 +133,19 @@ std::string WithoutTrailingSlashes(std::string path) {
   return path;
 }
 
-// The lock file of a file output (common/file_lock.h): ".NAME.lock" beside
-// the file that `path` names after symbolic links and ".." are resolved (the
-// path itself resolved as far as it exists).
-std::string LockPathFor(const std::string& path) {
+// `path` with symbolic links and ".." resolved: realpath when it exists,
+// else its directory resolved (ResolvedPath) and trailing slashes dropped.
+std::string CanonicalPath(const std::string& path) {
   char buffer[PATH_MAX];
-  const std::string real = realpath(path.c_str(), buffer) != nullptr
-                               ? std::string(buffer)
-                               : ResolvedPath(WithoutTrailingSlashes(path));
+  return realpath(path.c_str(), buffer) != nullptr
+             ? std::string(buffer)
+             : ResolvedPath(WithoutTrailingSlashes(path));
+}
+
+// The lock file of a file output (common/file_lock.h): ".NAME.lock" beside
+// the file that `path` names (CanonicalPath).
+std::string LockPathFor(const std::string& path) {
+  const std::string real = CanonicalPath(path);
   return absl::StrCat(DirName(real), "/.", BaseName(real), ".lock");
 }
 
@@ -152,9 +157,9 @@ std::string LockPathFor(const std::string& path) {
 absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   if (o.checkpoint_history_dir.empty()) return absl::OkStatus();
   const std::string history = WithoutTrailingSlashes(o.checkpoint_history_dir);
-  struct stat existing_history;
-  if (stat(history.c_str(), &existing_history) == 0 &&
-      !S_ISDIR(existing_history.st_mode)) {
+  struct stat history_st;
+  const bool history_exists = stat(history.c_str(), &history_st) == 0;
+  if (history_exists && !S_ISDIR(history_st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint-history=", o.checkpoint_history_dir,
         ": exists and is not a directory"));
@@ -168,10 +173,7 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
           "; the history directory must be a path of its own"));
     }
   }
-  char buffer[PATH_MAX];
-  const std::string resolved_history =
-      realpath(history.c_str(), buffer) != nullptr ? std::string(buffer)
-                                                   : ResolvedPath(history);
+  const std::string resolved_history = CanonicalPath(history);
   // Outputs inside the history directory could be named like an entry the
   // run publishes or relinks (update-NNNNNNNN.ckpt), which would replace
   // them; the checkpoint's entries are its hard links.
@@ -188,13 +190,11 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
           out.flag, *out.path, o.checkpoint_history_dir));
     }
   }
-  struct stat out_dir, history_dir;
-  const std::string existing = stat(history.c_str(), &history_dir) == 0
-                                   ? history
-                                   : DirName(history);
+  struct stat out_dir, history_fs;
   if (stat(DirName(o.checkpoint_out).c_str(), &out_dir) == 0 &&
-      stat(existing.c_str(), &history_dir) == 0 &&
-      out_dir.st_dev != history_dir.st_dev) {
+      stat(history_exists ? history.c_str() : DirName(history).c_str(),
+           &history_fs) == 0 &&
+      out_dir.st_dev != history_fs.st_dev) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--checkpoint-history=%s is on another filesystem than "
         "--checkpoint-out=%s; history entries are hard links of the output "
@@ -208,13 +208,8 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
 // would publish, unless `overwrite`: they are another run's checkpoints.
 absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
                           uint64_t c0) {
+  // (That it is a directory, CheckHistoryPlacement has checked.)
   if (o.checkpoint_history_dir.empty() || o.overwrite) return absl::OkStatus();
-  struct stat dir;
-  if (stat(o.checkpoint_history_dir.c_str(), &dir) == 0 && !S_ISDIR(dir.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--checkpoint-history=", o.checkpoint_history_dir,
-        ": exists and is not a directory"));
-  }
   for (int64_t s = config.checkpoint_interval; s <= config.run_steps;
        s += config.checkpoint_interval) {
     std::string path = absl::StrFormat("%s/update-%08d.ckpt",
@@ -392,18 +387,10 @@ absl::Status RunTrain(const TrainOptions& given,
   // replace the link and leave the target behind.
   // A link to nothing (or a loop) cannot be published through: refused.
   TrainOptions resolved = given;
-  for (std::string* path : {&resolved.checkpoint_out, &resolved.result_path}) {
-    struct stat st;
-    char buffer[PATH_MAX];
-    if (lstat(path->c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
-    if (realpath(path->c_str(), buffer) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path == &resolved.checkpoint_out ? "--checkpoint-out=" : "--result=",
-          *path, ": a symbolic link to a missing file or a loop (",
-          std::strerror(errno), "); give the target's path"));
-    }
-    *path = buffer;
-  }
+  ASSIGN_OR_RETURN(resolved.checkpoint_out,
+                   OutputTarget(given.checkpoint_out, "--checkpoint-out="));
+  ASSIGN_OR_RETURN(resolved.result_path,
+                   OutputTarget(given.result_path, "--result="));
   const TrainOptions& options = resolved;
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(options.config));
   RETURN_IF_ERROR(ValidateModelConfig(config));
@@ -469,14 +456,10 @@ absl::Status RunTrain(const TrainOptions& given,
       return ErrnoStatus(errno, "creating --checkpoint-history directory",
                          options.checkpoint_history_dir);
     }
-    char buffer[PATH_MAX];
-    if (realpath(options.checkpoint_history_dir.c_str(), buffer) == nullptr) {
-      return ErrnoStatus(errno, "resolving --checkpoint-history directory",
-                         options.checkpoint_history_dir);
-    }
     ASSIGN_OR_RETURN(
         history_lock,
-        FileLock::Acquire(absl::StrCat(buffer, "/.lock"),
+        FileLock::Acquire(
+            CanonicalPath(options.checkpoint_history_dir) + "/.lock",
                           absl::StrCat("--checkpoint-history=",
                                        options.checkpoint_history_dir)));
   }
