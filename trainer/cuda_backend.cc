@@ -40,6 +40,7 @@
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/cuda_status.h"
 #include "trainer/kernels/embedding.h"
+#include "trainer/kernels/fused_matmul.h"
 #include "trainer/kernels/layernorm.h"
 #include "trainer/kernels/matmul.h"
 #include "trainer/kernels/rope.h"
@@ -772,6 +773,13 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                                     stream_),
                        "StageContext");
   const float* P = pmv_;
+  // Products with their elementwise successor fused (fused_matmul.h) where
+  // the tuning asks for them and the shapes allow (the configuration's
+  // column tile BN: 3C a multiple of BN, H of BN/2; BN ≤ 128).
+  const bool fused_qkv = g_tuning.fused_epilogues && HS == 64 &&
+                         C % 64 == 0 && (3 * C) % 128 == 0;
+  const bool fused_gate_up =
+      g_tuning.fused_epilogues && C % 64 == 0 && H % 64 == 0;
   CUDA_RETURN_IF_ERROR(
       EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
       "EmbeddingForward");
@@ -784,13 +792,25 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                            mean1_[l], rstd1_[l], stream_),
           "LayerNormForward(attention_norm)");
     }
-    if (!Skip(kPartForwardProducts)) {
-      RETURN_IF_ERROR(Mm(kQkvForward, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
-    }
-    if (!Skip(kPartRope)) {
-      CUDA_RETURN_IF_ERROR(
-          RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
-          "RopeForward");
+    if (fused_qkv) {
+      // The product with RoPE in its epilogue (fused_matmul.h); the
+      // ablation's kPartRope then has nothing of its own to leave out.
+      if (!Skip(kPartForwardProducts)) {
+        CUDA_RETURN_IF_ERROR(
+            QkvRopeMatmul(h1_[l], p16_ + o.qkv, rope_table_, T, C, NH, HS,
+                          qkv16_[l], g_tuning.fused_config, stream_),
+            "QkvRopeMatmul");
+      }
+    } else {
+      if (!Skip(kPartForwardProducts)) {
+        RETURN_IF_ERROR(
+            Mm(kQkvForward, h1_[l], p16_ + o.qkv, nullptr, qkv32_));
+      }
+      if (!Skip(kPartRope)) {
+        CUDA_RETURN_IF_ERROR(
+            RopeForward(qkv32_, rope_table_, T, NH, HS, qkv16_[l], stream_),
+            "RopeForward");
+      }
     }
     if (!Skip(kPartAttentionForward)) {
       CUDA_RETURN_IF_ERROR(AttentionForward(qkv16_[l], T, NH, HS, y16_[l],
@@ -809,12 +829,23 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                            stream_),
           "LayerNormForward(mlp_norm)");
     }
-    if (!Skip(kPartForwardProducts)) {
-      RETURN_IF_ERROR(Mm(kGateUpForward, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
-    }
-    if (!Skip(kPartSwiglu)) {
-      CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l], T, H, a16_[l], stream_),
-                           "SwigluForward");
+    if (fused_gate_up) {
+      // The product with SwiGLU in its epilogue (fused_matmul.h).
+      if (!Skip(kPartForwardProducts)) {
+        CUDA_RETURN_IF_ERROR(
+            GateUpSwigluMatmul(h2_[l], p16_ + o.gate, T, C, H, gu_[l],
+                               a16_[l], g_tuning.fused_config, stream_),
+            "GateUpSwigluMatmul");
+      }
+    } else {
+      if (!Skip(kPartForwardProducts)) {
+        RETURN_IF_ERROR(
+            Mm(kGateUpForward, h2_[l], p16_ + o.gate, nullptr, gu_[l]));
+      }
+      if (!Skip(kPartSwiglu)) {
+        CUDA_RETURN_IF_ERROR(SwigluForward(gu_[l], T, H, a16_[l], stream_),
+                             "SwigluForward");
+      }
     }
     if (!Skip(kPartForwardProducts)) {
       RETURN_IF_ERROR(
@@ -1394,6 +1425,7 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       check("adamw_schedule", tuning.adamw_schedule, kNumAdamWPoints));
   RETURN_IF_ERROR(check("side_priority", tuning.side_priority, 3));
   RETURN_IF_ERROR(check("adamw_priority", tuning.adamw_priority, 3));
+  RETURN_IF_ERROR(check("fused_config", tuning.fused_config, kFusedConfigs));
   if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));

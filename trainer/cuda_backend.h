@@ -120,6 +120,12 @@ struct CudaStepTuning {
   // 2.735 against 2.771 ms/step for 0, 2.764 for 33, 2.750 for 56, 3.19
   // for 22 (docs/PERFORMANCE.md run 9).
   int side_sms = 44;
+  // The qkv and gate|up forward products as our own TMA/wgmma kernels with
+  // RoPE / SwiGLU in their epilogue (kernels/fused_matmul.h), where the
+  // shapes allow, instead of cuBLASLt products followed by RopeForward /
+  // SwigluForward; `fused_config` is their tile configuration.
+  bool fused_epilogues = false;
+  int fused_config = 0;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

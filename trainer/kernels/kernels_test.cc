@@ -25,6 +25,7 @@
 #include "trainer/kernels/attention_items.h"
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/embedding.h"
+#include "trainer/kernels/fused_matmul.h"
 #include "trainer/kernels/layernorm.h"
 #include "trainer/kernels/matmul.h"
 #include "trainer/kernels/rope.h"
@@ -386,6 +387,155 @@ TEST(RopeTest, ForwardAgainstDouble) {
   RunRopeCase(37, 3, 16);
   RunRopeCase(29, 8, 64);
   EXPECT_EQ(RopeForward(nullptr, nullptr, 4, 2, 12, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+// ---------------------------------------------------------- fused matmul
+
+// y[t, n] = Σ_k h[t, k] · w[n, k] in double (h, w: bf16 values).
+std::vector<double> ProductDouble(const std::vector<float>& h,
+                                  const std::vector<float>& w, int T, int C,
+                                  int N) {
+  std::vector<double> y(static_cast<size_t>(T) * N);
+  for (int t = 0; t < T; ++t) {
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < C; ++k) {
+        acc += static_cast<double>(h[static_cast<size_t>(t) * C + k]) *
+               w[static_cast<size_t>(n) * C + k];
+      }
+      y[static_cast<size_t>(t) * N + n] = acc;
+    }
+  }
+  return y;
+}
+
+// Elementwise: |got − ref| ≤ 2⁻⁷·|ref| + 2⁻⁷·rms(ref) (one bf16 rounding
+// plus the fp32 accumulation), and every element finite (outputs start
+// poisoned with NaN, so an element never written fails).
+void ExpectBf16Close(const std::vector<float>& got,
+                     const std::vector<double>& ref, const char* what) {
+  ASSERT_EQ(got.size(), ref.size());
+  double ss = 0;
+  for (double r : ref) ss += r * r;
+  const double rms = std::sqrt(ss / ref.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " " << i;
+    ASSERT_LE(std::abs(got[i] - ref[i]),
+              std::abs(ref[i]) / 128.0 + rms / 128.0)
+        << what << " " << i << ": " << got[i] << " vs " << ref[i];
+  }
+  EXPECT_LT(RelErr(got, ref), kBf16OutTol) << what;
+}
+
+void RunQkvRopeCase(int T, int NH, int config) {
+  SCOPED_TRACE(testing::Message()
+               << "T=" << T << " NH=" << NH << " config=" << config);
+  const int HS = 64, C = NH * HS, N = 3 * C;
+  const auto h = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(T) * C, 1.0f, &Rng())));
+  const auto w = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(N) * C, 0.05f, &Rng())));
+  const std::vector<float> rope = RopeTable(T, HS, 10000.0);
+  Bf16Buffer dh(h.size()), dw(w.size()), dout(static_cast<size_t>(T) * N);
+  DeviceBuffer<float> drope(rope.size());
+  dh.Upload(ToBf16(h));
+  dw.Upload(ToBf16(w));
+  drope.Upload(rope);
+  ASSERT_EQ(QkvRopeMatmul(AsBf16(dh), AsBf16(dw), drope.get(), T, C, NH, HS,
+                          AsBf16(dout), config, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // Reference: the product in double, then rope.h's rotation of q and k
+  // (the table's fp32 cos/sin) in double.
+  auto ref = ProductDouble(h, w, T, C, N);
+  const int half = HS / 2;
+  for (int t = 0; t < T; ++t) {
+    double* row = ref.data() + static_cast<size_t>(t) * N;
+    for (int head = 0; head < 2 * NH; ++head) {
+      for (int i = 0; i < half; ++i) {
+        const double cs = rope[t * half + i];
+        const double sn = rope[T * half + t * half + i];
+        const double a = row[head * HS + i], b = row[head * HS + i + half];
+        row[head * HS + i] = a * cs - b * sn;
+        row[head * HS + i + half] = b * cs + a * sn;
+      }
+    }
+  }
+  ExpectBf16Close(FromBf16(dout.Download()), ref, "qkv");
+}
+
+TEST(FusedMatmulTest, QkvRopeAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  for (int config = 0; config < kFusedConfigs; ++config) {
+    RunQkvRopeCase(200, 2, config);  // a partial row tile
+    RunQkvRopeCase(70, 2, config);   // two K steps: fewer than the stages
+    RunQkvRopeCase(1024, 8, config);  // coppelius
+  }
+  RunQkvRopeCase(130, 1, 2);  // one K step; 3C = 192 tiles only by 64
+  RunQkvRopeCase(130, 1, 3);
+  Bf16Buffer dummy(64 * 192);
+  DeviceBuffer<float> table(64);
+  EXPECT_EQ(QkvRopeMatmul(AsBf16(dummy), AsBf16(dummy), table.get(), 4, 64,
+                          1, 64, AsBf16(dummy), 0, nullptr),
+            cudaErrorInvalidValue);  // 3C = 192 is not a multiple of 128
+  EXPECT_EQ(QkvRopeMatmul(AsBf16(dummy), AsBf16(dummy), table.get(), 4, 64,
+                          2, 32, AsBf16(dummy), 2, nullptr),
+            cudaErrorInvalidValue);  // HS = 32
+  EXPECT_EQ(QkvRopeMatmul(AsBf16(dummy), AsBf16(dummy), table.get(), 4, 128,
+                          2, 64, AsBf16(dummy), kFusedConfigs, nullptr),
+            cudaErrorInvalidValue);  // no such configuration
+}
+
+void RunGateUpSwigluCase(int T, int C, int H, int config) {
+  SCOPED_TRACE(testing::Message() << "T=" << T << " C=" << C << " H=" << H
+                                  << " config=" << config);
+  const int N = 2 * H;
+  const auto h = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(T) * C, 1.0f, &Rng())));
+  const auto w = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(N) * C, 0.08f, &Rng())));
+  Bf16Buffer dh(h.size()), dw(w.size()), da(static_cast<size_t>(T) * H);
+  DeviceBuffer<float> dgu(static_cast<size_t>(T) * N);
+  dh.Upload(ToBf16(h));
+  dw.Upload(ToBf16(w));
+  ASSERT_EQ(GateUpSwigluMatmul(AsBf16(dh), AsBf16(dw), T, C, H, dgu.get(),
+                               AsBf16(da), config, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto ref = ProductDouble(h, w, T, C, N);
+  const auto gu = dgu.Download();
+  for (float x : gu) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_LT(RelErr(gu, ref), kFp32Tol);
+  std::vector<double> ref_a(static_cast<size_t>(T) * H);
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < H; ++j) {
+      const double g = ref[static_cast<size_t>(t) * N + j];
+      const double u = ref[static_cast<size_t>(t) * N + H + j];
+      ref_a[static_cast<size_t>(t) * H + j] = g / (1.0 + std::exp(-g)) * u;
+    }
+  }
+  ExpectBf16Close(FromBf16(da.Download()), ref_a, "a");
+}
+
+TEST(FusedMatmulTest, GateUpSwigluAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  for (int config = 0; config < kFusedConfigs; ++config) {
+    RunGateUpSwigluCase(200, 128, 192, config);
+    RunGateUpSwigluCase(70, 64, 64, config);  // one K step
+    RunGateUpSwigluCase(1024, 512, 1408, config);  // coppelius
+  }
+  RunGateUpSwigluCase(33, 64, 96, 2);  // H a multiple of 32, not of 64
+  Bf16Buffer dummy(64 * 128);
+  DeviceBuffer<float> gu(64 * 128);
+  EXPECT_EQ(GateUpSwigluMatmul(AsBf16(dummy), AsBf16(dummy), 4, 64, 96,
+                               gu.get(), AsBf16(dummy), 0, nullptr),
+            cudaErrorInvalidValue);  // H not a multiple of 64
+  EXPECT_EQ(GateUpSwigluMatmul(AsBf16(dummy), AsBf16(dummy), 4, 32, 64,
+                               gu.get(), AsBf16(dummy), 0, nullptr),
+            cudaErrorInvalidValue);  // C not a multiple of 64
+  EXPECT_EQ(GateUpSwigluMatmul(AsBf16(dummy), AsBf16(dummy), 4, 64, 64,
+                               gu.get(), AsBf16(dummy), -1, nullptr),
+            cudaErrorInvalidValue);  // no such configuration
 }
 
 // ------------------------------------------------------------- attention

@@ -31,6 +31,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "trainer/backend.h"
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_products.h"
@@ -39,6 +40,7 @@
 #include "trainer/kernels/attention.h"
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/embedding.h"
+#include "trainer/kernels/fused_matmul.h"
 #include "trainer/kernels/launch.h"
 #include "trainer/kernels/layernorm.h"
 #include "trainer/kernels/matmul.h"
@@ -62,6 +64,11 @@ ABSL_FLAG(int, adamw_priority, coppelius::CudaStepTuning().adamw_priority,
           "AdamW stream priority: 0 below main, 1 least, 2 main's");
 ABSL_FLAG(int, side_sms, coppelius::CudaStepTuning().side_sms,
           "SM count target of the side stream's dW products (0: whole device)");
+ABSL_FLAG(bool, fused_epilogues, coppelius::CudaStepTuning().fused_epilogues,
+          "qkv and gate|up forward products with RoPE / SwiGLU fused "
+          "(fused_matmul.h)");
+ABSL_FLAG(int, fused_config, coppelius::CudaStepTuning().fused_config,
+          "the fused products' tile configuration (fused_matmul.h)");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -314,6 +321,31 @@ int KernelBench() {
                         return RopeForward(qkv, table, T, NH, HS, out, g_stream) == cudaSuccess;
                       }),
                       T * 3 * C * 6.0, 0});
+    // The fused products (fused_matmul.h): qkv with RoPE, gate|up with
+    // SwiGLU, against the cuBLASLt product + kernel pairs above.
+    bf* h = B(T * C);
+    bf* w_qkv = B(3 * C * C);
+    bf* w_gu = B(2 * H * C);
+    float* gu = F(T * 2 * H);
+    bf* a = B(T * H);
+    for (int config = 0; config < kFusedConfigs; ++config) {
+      g_rows.push_back({absl::StrCat("qkv forward + rope (fused, config ",
+                                     config, ")"),
+                        TimeIt([&] {
+                          return QkvRopeMatmul(h, w_qkv, table, T, C, NH, HS,
+                                               out, config,
+                                               g_stream) == cudaSuccess;
+                        }),
+                        0, 2.0 * T * 3 * C * C});
+      g_rows.push_back({absl::StrCat("gate|up forward + swiglu (fused, "
+                                     "config ", config, ")"),
+                        TimeIt([&] {
+                          return GateUpSwigluMatmul(h, w_gu, T, C, H, gu, a,
+                                                    config,
+                                                    g_stream) == cudaSuccess;
+                        }),
+                        0, 2.0 * T * 2 * H * C});
+    }
   }
   {
     float* gu = F(T * 2 * H);
@@ -537,6 +569,8 @@ int Main(int argc, char** argv) {
   tuning.side_priority = absl::GetFlag(FLAGS_side_priority);
   tuning.adamw_priority = absl::GetFlag(FLAGS_adamw_priority);
   tuning.side_sms = absl::GetFlag(FLAGS_side_sms);
+  tuning.fused_epilogues = absl::GetFlag(FLAGS_fused_epilogues);
+  tuning.fused_config = absl::GetFlag(FLAGS_fused_config);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),

@@ -1,0 +1,440 @@
+// File: trainer/kernels/fused_matmul.cu (see fused_matmul.h for the math,
+// the tiling and the requirements).
+//
+// Shared memory of a CTA (1024-byte aligned: the 128-byte swizzle repeats
+// every 8 rows of 128 bytes), for stage s of `kStages`:
+//   A[s]: BM rows × 64 bf16 of h (row r at 128·r, its 16-byte chunks
+//         permuted by r % 8: the TMA's CU_TENSOR_MAP_SWIZZLE_128B, which is
+//         wgmma's 128-byte-swizzle K-major layout)
+//   B[s]: BN rows × 64 bf16 of W, the same layout; rows [0, BN/2) from W's
+//         row b_lo, rows [BN/2, BN) from row b_hi (qkv: b_hi = b_lo + BN/2,
+//         contiguous; gate|up: the up rows H + b_lo beside the gate rows)
+// then the mbarriers full[kStages] and empty[kStages] (8 bytes each).
+#include "trainer/kernels/fused_matmul.h"
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "trainer/kernels/launch.cuh"
+
+namespace coppelius {
+namespace {
+
+// ------------------------------------------------------------ PTX helpers
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void BarrierInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+
+__device__ __forceinline__ void BarrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar)
+               : "memory");
+}
+
+// Arrives and adds `bytes` to the transactions the current phase awaits.
+__device__ __forceinline__ void BarrierArriveExpectBytes(uint32_t bar,
+                                                         uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                   bar),
+               "r"(bytes)
+               : "memory");
+}
+
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void BarrierWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// TMA: the box at (column c0, row c1) of `map` into shared `dst`,
+// completing `bytes` on `bar`.
+__device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map,
+                                        int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor"):
+// bits 0-13 start address / 16, 16-29 leading-dimension byte offset / 16
+// (unused by swizzled K-major layouts: 1), 32-45 stride byte offset / 16
+// (1024: from one 8-row group to the next), 62-63 swizzle (1: 128 bytes).
+// Within a 128-byte row the K slice k16 starts 32·k16 bytes further on.
+__device__ __forceinline__ uint64_t Descriptor(uint32_t address) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (static_cast<uint64_t>(1) << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending)
+               : "memory");
+}
+
+// Ties the accumulators to this point of the instruction stream (the
+// compiler must not read them before the wgmma that writes them is waited
+// for).
+template <int kN>
+__device__ __forceinline__ void PinAccumulators(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d += A · Bᵀ for a 64 × kBN × 16 slice (A: 64 rows, B: kBN rows, both
+// K-major in shared memory), fp32 accumulators d[kBN / 2].
+template <int kBN>
+__device__ __forceinline__ void Wgmma(float (&d)[kBN / 2], uint64_t desc_a,
+                                      uint64_t desc_b);
+
+template <>
+__device__ __forceinline__ void Wgmma<64>(float (&d)[32], uint64_t desc_a,
+                                          uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void Wgmma<128>(float (&d)[64], uint64_t desc_a,
+                                          uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// ------------------------------------------------------------------ kernel
+
+enum Epilogue { kRope = 0, kSwiglu = 1 };
+
+struct EpilogueArgs {
+  // kRope: qkv16 [T, 3C]; kSwiglu: gu [T, 2H] (fp32) and a [T, H].
+  void* out0 = nullptr;
+  void* out1 = nullptr;
+  const float* rope_table = nullptr;  // [2, T, 32]
+  int C = 0;
+  int H = 0;
+};
+
+template <int kWG, int kBN, int kStages>
+struct Tile {
+  static constexpr int kRows = 64 * kWG;  // BM
+  static constexpr int kThreads = 128 * (kWG + 1);
+  static constexpr int kABytes = kRows * 128;
+  static constexpr int kBBytes = kBN * 128;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // + the barriers, + slack to align the base to 1024 bytes.
+  static constexpr int kSharedBytes = kStages * kStageBytes + 16 * kStages +
+                                      1024;
+};
+
+// Grid (N / BN, ⌈T / BM⌉); block: warpgroup 0 the producer (one thread
+// issues the TMA loads), warpgroups 1..kWG the consumers. W's rows for
+// column tile n: [n·b_step, n·b_step + BN/2) into B's first half and
+// [n·b_step + b_offset, ... + BN/2) into its second.
+template <int kWG, int kBN, int kStages, int kEpi>
+__global__ void __launch_bounds__(128 * (kWG + 1), 1)
+    FusedMatmulKernel(const __grid_constant__ CUtensorMap map_h,
+                      const __grid_constant__ CUtensorMap map_w, int T, int K,
+                      int b_step, int b_offset, EpilogueArgs args) {
+  using Tl = Tile<kWG, kBN, kStages>;
+  GridDependencyWait();
+  extern __shared__ uint8_t shared_raw[];
+  const uint32_t raw = SharedAddress(shared_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t full = base + kStages * Tl::kStageBytes;
+  const uint32_t empty = full + 8 * kStages;
+  const int k_steps = K / 64;
+  const int m0 = blockIdx.y * Tl::kRows;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      BarrierInit(full + 8 * s, 1);
+      BarrierInit(empty + 8 * s, 128 * kWG);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // Producer.
+    if (threadIdx.x == 0) {
+      const int b_lo = blockIdx.x * b_step;
+      const int b_hi = b_lo + b_offset;
+      for (int kt = 0; kt < k_steps; ++kt) {
+        const int s = kt % kStages;
+        if (kt >= kStages) BarrierWait(empty + 8 * s, ((kt / kStages) - 1) & 1);
+        const uint32_t a_dst = base + s * Tl::kStageBytes;
+        const uint32_t b_dst = a_dst + Tl::kABytes;
+        BarrierArriveExpectBytes(full + 8 * s, Tl::kStageBytes);
+        TmaLoad(a_dst, &map_h, kt * 64, m0, full + 8 * s);
+        TmaLoad(b_dst, &map_w, kt * 64, b_lo, full + 8 * s);
+        TmaLoad(b_dst + Tl::kBBytes / 2, &map_w, kt * 64, b_hi, full + 8 * s);
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup cw multiplies rows [64·cw, 64·cw + 64) of the tile.
+  const int cw = warpgroup - 1;
+  float acc[kBN / 2];
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
+  for (int kt = 0; kt < k_steps; ++kt) {
+    const int s = kt % kStages;
+    BarrierWait(full + 8 * s, (kt / kStages) & 1);
+    const uint32_t a_tile = base + s * Tl::kStageBytes + cw * 64 * 128;
+    const uint32_t b_tile = base + s * Tl::kStageBytes + Tl::kABytes;
+    WgmmaFence();
+#pragma unroll
+    for (int k16 = 0; k16 < 4; ++k16) {
+      Wgmma<kBN>(acc, Descriptor(a_tile + 32 * k16),
+                 Descriptor(b_tile + 32 * k16));
+    }
+    WgmmaCommit();
+    // The previous slice's group is complete: its buffer may be refilled.
+    WgmmaWait<1>();
+    if (kt > 0) BarrierArrive(empty + 8 * ((kt - 1) % kStages));
+  }
+  WgmmaWait<0>();
+  PinAccumulators(acc);
+
+  // Epilogue. acc[4j + 2h + e] is row 16·warp + lane/4 + 8h of the
+  // warpgroup's 64, column 8j + 2·(lane % 4) + e of the tile.
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int q2 = 2 * (lane % 4);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int t = m0 + cw * 64 + warp * 16 + lane / 4 + 8 * h;
+    if (t >= T) continue;
+    if constexpr (kEpi == kRope) {
+      const int C = args.C, N = 3 * C;
+      __nv_bfloat16* row =
+          static_cast<__nv_bfloat16*>(args.out0) + static_cast<int64_t>(t) * N;
+      const float* cos_row = args.rope_table + t * 32;
+      const float* sin_row = args.rope_table + T * 32 + t * 32;
+#pragma unroll
+      for (int head = 0; head < kBN / 64; ++head) {
+        const int hc = blockIdx.x * kBN + head * 64;  // the head's column 0
+        const bool rotate = hc < 2 * C;               // q or k
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const int i = 8 * jj + q2;
+          const int lo = 4 * (head * 8 + jj) + 2 * h;
+          const int hi = 4 * (head * 8 + jj + 4) + 2 * h;
+          float2 out_lo = make_float2(acc[lo], acc[lo + 1]);
+          float2 out_hi = make_float2(acc[hi], acc[hi + 1]);
+          if (rotate) {
+            const float2 cs = *reinterpret_cast<const float2*>(cos_row + i);
+            const float2 sn = *reinterpret_cast<const float2*>(sin_row + i);
+            const float a0 = out_lo.x, a1 = out_lo.y;
+            const float b0 = out_hi.x, b1 = out_hi.y;
+            out_lo = make_float2(a0 * cs.x - b0 * sn.x, a1 * cs.y - b1 * sn.y);
+            out_hi = make_float2(b0 * cs.x + a0 * sn.x, b1 * cs.y + a1 * sn.y);
+          }
+          *reinterpret_cast<__nv_bfloat162*>(row + hc + i) =
+              __float22bfloat162_rn(out_lo);
+          *reinterpret_cast<__nv_bfloat162*>(row + hc + i + 32) =
+              __float22bfloat162_rn(out_hi);
+        }
+      }
+    } else {
+      const int H = args.H;
+      float* gu_row = static_cast<float*>(args.out0) + static_cast<int64_t>(t) * 2 * H;
+      __nv_bfloat16* a_row =
+          static_cast<__nv_bfloat16*>(args.out1) + static_cast<int64_t>(t) * H;
+      const int g0 = blockIdx.x * (kBN / 2);
+#pragma unroll
+      for (int j = 0; j < kBN / 16; ++j) {
+        const int col = g0 + 8 * j + q2;
+        const int gi = 4 * j + 2 * h;
+        const int ui = 4 * (j + kBN / 16) + 2 * h;
+        const float g[2] = {acc[gi], acc[gi + 1]};
+        const float u[2] = {acc[ui], acc[ui + 1]};
+        *reinterpret_cast<float2*>(gu_row + col) = make_float2(g[0], g[1]);
+        *reinterpret_cast<float2*>(gu_row + H + col) = make_float2(u[0], u[1]);
+        float out[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          // swiglu.cu's expression, term for term.
+          const float sig = 1.0f / (1.0f + expf(-g[e]));
+          out[e] = g[e] * sig * u[e];
+        }
+        *reinterpret_cast<__nv_bfloat162*>(a_row + col) =
+            __float22bfloat162_rn(make_float2(out[0], out[1]));
+      }
+    }
+  }
+}
+
+// -------------------------------------------------------------------- host
+
+// cuTensorMapEncodeTiled's signature (cuda.h), fetched from the driver
+// through the runtime so that nothing links libcuda directly.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType,
+                                   cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                   CUtensorMapFloatOOBfill);
+
+EncodeTiledFn EncodeTiled() {
+  static EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                         cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<EncodeTiledFn>(nullptr);
+    }
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+// A row-major bf16 matrix [rows, cols] (cols contiguous, a multiple of 64)
+// read in boxes of box_rows × 64 with the 128-byte swizzle; rows beyond
+// `rows` read as zeros.
+cudaError_t MakeMap(const __nv_bfloat16* data, int rows, int cols,
+                    int box_rows, CUtensorMap* map) {
+  const EncodeTiledFn encode = EncodeTiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols),
+                              static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+             const_cast<__nv_bfloat16*>(data), dims, strides, box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <int kWG, int kBN, int kStages, int kEpi>
+cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
+                       int T, int K, int w_rows, int b_step, int b_offset,
+                       const EpilogueArgs& args, cudaStream_t stream) {
+  using Tl = Tile<kWG, kBN, kStages>;
+  const auto kernel = FusedMatmulKernel<kWG, kBN, kStages, kEpi>;
+  static const cudaError_t attribute = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSharedBytes);
+  if (attribute != cudaSuccess) return attribute;
+  CUtensorMap map_h, map_w;
+  cudaError_t e = MakeMap(h, T, K, Tl::kRows, &map_h);
+  if (e != cudaSuccess) return e;
+  e = MakeMap(w, w_rows, K, kBN / 2, &map_w);
+  if (e != cudaSuccess) return e;
+  const int n_tiles = kEpi == kRope ? 3 * args.C / kBN : args.H / (kBN / 2);
+  const dim3 grid(n_tiles, (T + Tl::kRows - 1) / Tl::kRows);
+  return LaunchKernel(kernel, grid, Tl::kThreads, Tl::kSharedBytes, stream,
+                      map_h, map_w, T, K, b_step, b_offset, args);
+}
+
+// Column-tile width of each configuration (fused_matmul.h).
+constexpr int kConfigBN[kFusedConfigs] = {128, 128, 64, 64};
+
+template <int kEpi>
+cudaError_t Launch(int config, const __nv_bfloat16* h,
+                   const __nv_bfloat16* w, int T, int K, int w_rows,
+                   int b_step, int b_offset, const EpilogueArgs& args,
+                   cudaStream_t stream) {
+  switch (config) {
+    case 0:
+      return LaunchTile<2, 128, 5, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
+                                         args, stream);
+    case 1:
+      return LaunchTile<1, 128, 4, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
+                                         args, stream);
+    case 2:
+      return LaunchTile<2, 64, 4, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
+                                        args, stream);
+    case 3:
+      return LaunchTile<1, 64, 4, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
+                                        args, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
+                          const float* rope_table, int T, int C, int NH,
+                          int HS, __nv_bfloat16* qkv16, int config,
+                          cudaStream_t stream) {
+  if (config < 0 || config >= kFusedConfigs || T < 1 || NH < 1 || HS != 64 ||
+      C != NH * HS || (3 * C) % kConfigBN[config] != 0 || !Aligned16(h) ||
+      !Aligned16(w_qkv) || !Aligned16(qkv16) || rope_table == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  EpilogueArgs args;
+  args.out0 = qkv16;
+  args.rope_table = rope_table;
+  args.C = C;
+  const int bn = kConfigBN[config];
+  return Launch<kRope>(config, h, w_qkv, T, C, 3 * C, bn, bn / 2, args,
+                       stream);
+}
+
+cudaError_t GateUpSwigluMatmul(const __nv_bfloat16* h,
+                               const __nv_bfloat16* w_gate_up, int T, int C,
+                               int H, float* gu, __nv_bfloat16* a, int config,
+                               cudaStream_t stream) {
+  if (config < 0 || config >= kFusedConfigs || T < 1 || C < 64 ||
+      C % 64 != 0 || H < 1 || H % (kConfigBN[config] / 2) != 0 ||
+      !Aligned16(h) || !Aligned16(w_gate_up) || !Aligned16(gu) ||
+      !Aligned16(a)) {
+    return cudaErrorInvalidValue;
+  }
+  EpilogueArgs args;
+  args.out0 = gu;
+  args.out1 = a;
+  args.H = H;
+  const int half = kConfigBN[config] / 2;
+  return Launch<kSwiglu>(config, h, w_gate_up, T, C, 2 * H, half, H, args,
+                         stream);
+}
+
+}  // namespace coppelius

@@ -1,0 +1,71 @@
+// File: trainer/kernels/fused_matmul.h
+//
+// Two of a block's forward products with their elementwise successor in
+// the epilogue, so that the successor's kernel (and, for qkv, the
+// product's fp32 output) leaves the forward chain. Both multiply
+// activations h [T, C] bf16 (row-major) by a weight W [N, C] bf16
+// (row-major, the SPEC's [out, in]: y = h · Wᵀ) with fp32 accumulation.
+//
+// QkvRopeMatmul (N = 3C, HS = 64): qkv = h · W_qkvᵀ, then RoPE (rope.h:
+// rotate-half pairs (i, i + 32) of each q and k head, angles from
+// `rope_table`, RopeTable's layout) in fp32, the whole [T, 3C] rounded to
+// bf16 into `qkv16` (v unrotated): what RopeForward writes from the unfused
+// product's fp32 output.
+//
+// GateUpSwigluMatmul (N = 2H, W = the adjacent [gate; up] rows): gu =
+// h · Wᵀ in fp32 [T, 2H] (the SwiGLU backward reads it), and a = silu(g) · u
+// rounded to bf16 [T, H] (swiglu.h's formula): what SwigluForward writes
+// from gu.
+//
+// Kernel (Hopper, sm_90a): a CTA computes a tile of BM = 64 · WG rows × BN
+// columns. One producer warp loads K slices of 64 columns of h and W with
+// the Tensor Memory Accelerator (cp.async.bulk.tensor, 128-byte swizzle)
+// into a ring of `stages` shared-memory buffers, signalled by mbarriers
+// (a "full" barrier per buffer counting the transaction bytes, an "empty"
+// one the consumers arrive at); WG consumer warpgroups each multiply their
+// 64 rows with wgmma.mma_async m64nBNk16 (both operands K-major from
+// shared memory, fp32 accumulators in registers: PTX ISA, "Asynchronous
+// Warpgroup Level Matrix Multiply-Accumulate"), one wgmma group in flight
+// behind the current one. The epilogue works on the accumulators in
+// registers: a thread holds columns 8j + 2·(lane % 4) + {0, 1} of rows
+// 16·warp + lane / 4 (+ 8), so columns c and c + 32 of a 64-column head and
+// the tile's gate column c and its up column c + BN/2 are in the same
+// thread. Accumulation is k-ascending, 16 at a time, one accumulator per
+// element, no split of K: the same order for every tile configuration.
+//
+// Tile configurations (kFusedConfigs; the same results for all):
+//   0: WG 2, BN 128, 5 stages (161 KB of shared memory, 1 CTA per SM)
+//   1: WG 1, BN 128, 4 stages (97 KB, 2 CTAs per SM)
+//   2: WG 2, BN 64, 4 stages (97 KB)
+//   3: WG 1, BN 64, 4 stages (65 KB, 3 CTAs per SM)
+//
+// Rows beyond T are read as zeros (the TMA's out-of-bounds fill) and not
+// stored. Requirements (else cudaErrorInvalidValue): T ≥ 1, C a positive
+// multiple of 64; h and W 16-byte aligned; qkv: HS = 64, NH ≥ 1,
+// C = NH · HS; gate|up: H a positive multiple of BN/2; 0 ≤ config <
+// kFusedConfigs. The tensor-map encoder comes from the driver through
+// cudaGetDriverEntryPointByVersion; cudaErrorNotSupported if it is missing.
+// Outputs must not alias inputs.
+#ifndef COPPELIUS_TRAINER_KERNELS_FUSED_MATMUL_H_
+#define COPPELIUS_TRAINER_KERNELS_FUSED_MATMUL_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace coppelius {
+
+inline constexpr int kFusedConfigs = 4;
+
+cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
+                          const float* rope_table, int T, int C, int NH,
+                          int HS, __nv_bfloat16* qkv16, int config,
+                          cudaStream_t stream);
+
+cudaError_t GateUpSwigluMatmul(const __nv_bfloat16* h,
+                               const __nv_bfloat16* w_gate_up, int T, int C,
+                               int H, float* gu, __nv_bfloat16* a, int config,
+                               cudaStream_t stream);
+
+}  // namespace coppelius
+
+#endif  // COPPELIUS_TRAINER_KERNELS_FUSED_MATMUL_H_
