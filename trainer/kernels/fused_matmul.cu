@@ -84,6 +84,28 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t address) {
          (static_cast<uint64_t>(1) << 62);
 }
 
+// bar.sync on hardware barrier kId (0 is __syncthreads') for `threads`
+// threads (a multiple of 32).
+template <int kId>
+__device__ __forceinline__ void NamedBarrierSync(int threads) {
+  asm volatile("bar.sync %0, %1;" ::"n"(kId), "r"(threads) : "memory");
+}
+
+// The barrier of consumer warpgroup cw alone.
+__device__ __forceinline__ void WarpgroupBarrierSync(int cw) {
+  if (cw == 0) {
+    NamedBarrierSync<2>(128);
+  } else {
+    NamedBarrierSync<3>(128);
+  }
+}
+
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(
+                   reinterpret_cast<uint64_t>(map))
+               : "memory");
+}
+
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
@@ -158,6 +180,12 @@ struct Tile {
   // + the barriers, + slack to align the base to 1024 bytes.
   static constexpr int kSharedBytes = kStages * kStageBytes + 16 * kStages +
                                       1024;
+  // The epilogue's staging (over the stage buffers): per warpgroup 64 rows
+  // of BN fp32 and BN/2 bf16 (gate|up), or of BN bf16 (qkv), padded.
+  static_assert(kWG <= 2, "barrier ids 2, 3: one per consumer warpgroup");
+  static_assert(kWG * 64 * ((kBN + 8) * 4 + (kBN / 2 + 8) * 2) <=
+                    kStages * kStageBytes,
+                "the epilogue's staging does not fit in the stage buffers");
 };
 
 // Grid (N / BN, ⌈T / BM⌉); block: warpgroup 0 the producer (one thread
@@ -192,6 +220,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   if (warpgroup == 0) {
     // Producer.
     if (threadIdx.x == 0) {
+      PrefetchTensorMap(&map_h);
+      PrefetchTensorMap(&map_w);
       const int b_lo = blockIdx.x * b_step;
       const int b_hi = b_lo + b_offset;
       for (int kt = 0; kt < k_steps; ++kt) {
@@ -233,24 +263,34 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   PinAccumulators(acc);
 
   // Epilogue. acc[4j + 2h + e] is row 16·warp + lane/4 + 8h of the
-  // warpgroup's 64, column 8j + 2·(lane % 4) + e of the tile.
+  // warpgroup's 64, column 8j + 2·(lane % 4) + e of the tile. The results
+  // are staged in shared memory (over the stage buffers, free once every
+  // consumer's last wgmma has completed; rows padded so that the fragment
+  // writes hit 32 different banks) and then stored row by row, 16 bytes
+  // per thread, coalesced.
+  NamedBarrierSync<1>(128 * kWG);
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
+  const int tid = threadIdx.x % 128;  // within the warpgroup
   const int q2 = 2 * (lane % 4);
+  const int r_lo = warp * 16 + lane / 4;  // + 8h
+  const int t0 = m0 + cw * 64;            // the warpgroup's first row
+  if constexpr (kEpi == kRope) {
+    // Stage: 64 rows × BN bf16, row stride BN + 8 elements.
+    constexpr int kStride = kBN + 8;
+    __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(
+        shared_raw + (base - raw)) + cw * 64 * kStride;
+    const int C = args.C, N = 3 * C;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int t = m0 + cw * 64 + warp * 16 + lane / 4 + 8 * h;
-    if (t >= T) continue;
-    if constexpr (kEpi == kRope) {
-      const int C = args.C, N = 3 * C;
-      __nv_bfloat16* row =
-          static_cast<__nv_bfloat16*>(args.out0) + static_cast<int64_t>(t) * N;
+    for (int h = 0; h < 2; ++h) {
+      const int r = r_lo + 8 * h;
+      // Rows ≥ T hold zeros' products; the table has no row for them.
+      const int t = min(t0 + r, T - 1);
       const float* cos_row = args.rope_table + t * 32;
       const float* sin_row = args.rope_table + T * 32 + t * 32;
 #pragma unroll
       for (int head = 0; head < kBN / 64; ++head) {
-        const int hc = blockIdx.x * kBN + head * 64;  // the head's column 0
-        const bool rotate = hc < 2 * C;               // q or k
+        const bool rotate = blockIdx.x * kBN + head * 64 < 2 * C;  // q or k
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           const int i = 8 * jj + q2;
@@ -266,27 +306,51 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
             out_lo = make_float2(a0 * cs.x - b0 * sn.x, a1 * cs.y - b1 * sn.y);
             out_hi = make_float2(b0 * cs.x + a0 * sn.x, b1 * cs.y + a1 * sn.y);
           }
-          *reinterpret_cast<__nv_bfloat162*>(row + hc + i) =
+          __nv_bfloat16* dst = stage + r * kStride + head * 64 + i;
+          *reinterpret_cast<__nv_bfloat162*>(dst) =
               __float22bfloat162_rn(out_lo);
-          *reinterpret_cast<__nv_bfloat162*>(row + hc + i + 32) =
+          *reinterpret_cast<__nv_bfloat162*>(dst + 32) =
               __float22bfloat162_rn(out_hi);
         }
       }
-    } else {
-      const int H = args.H;
-      float* gu_row = static_cast<float*>(args.out0) + static_cast<int64_t>(t) * 2 * H;
-      __nv_bfloat16* a_row =
-          static_cast<__nv_bfloat16*>(args.out1) + static_cast<int64_t>(t) * H;
-      const int g0 = blockIdx.x * (kBN / 2);
+    }
+    WarpgroupBarrierSync(cw);
+    // Copy out: a row is BN / 8 chunks of 16 bytes.
+    constexpr int kChunks = 64 * kBN / 8;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(args.out0);
+#pragma unroll
+    for (int c = tid; c < kChunks; c += 128) {
+      const int r = c / (kBN / 8), col = (c % (kBN / 8)) * 8;
+      if (t0 + r < T) {
+        *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t0 + r) * N +
+                                  blockIdx.x * kBN + col) =
+            *reinterpret_cast<const uint4*>(stage + r * kStride + col);
+      }
+    }
+  } else {
+    // Stage: gu as 64 rows × BN fp32 (gate columns, then up columns), row
+    // stride BN + 8; after it a as 64 rows × BN/2 bf16, row stride BN/2 + 8.
+    constexpr int kStride = kBN + 8;
+    constexpr int kStrideA = kBN / 2 + 8;
+    uint8_t* region = shared_raw + (base - raw) +
+                      cw * 64 * (kStride * 4 + kStrideA * 2);
+    float* stage = reinterpret_cast<float*>(region);
+    __nv_bfloat16* stage_a =
+        reinterpret_cast<__nv_bfloat16*>(region + 64 * kStride * 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r_lo + 8 * h;
 #pragma unroll
       for (int j = 0; j < kBN / 16; ++j) {
-        const int col = g0 + 8 * j + q2;
+        const int col = 8 * j + q2;
         const int gi = 4 * j + 2 * h;
         const int ui = 4 * (j + kBN / 16) + 2 * h;
         const float g[2] = {acc[gi], acc[gi + 1]};
         const float u[2] = {acc[ui], acc[ui + 1]};
-        *reinterpret_cast<float2*>(gu_row + col) = make_float2(g[0], g[1]);
-        *reinterpret_cast<float2*>(gu_row + H + col) = make_float2(u[0], u[1]);
+        *reinterpret_cast<float2*>(stage + r * kStride + col) =
+            make_float2(g[0], g[1]);
+        *reinterpret_cast<float2*>(stage + r * kStride + kBN / 2 + col) =
+            make_float2(u[0], u[1]);
         float out[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -294,8 +358,37 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
           const float sig = 1.0f / (1.0f + expf(-g[e]));
           out[e] = g[e] * sig * u[e];
         }
-        *reinterpret_cast<__nv_bfloat162*>(a_row + col) =
+        *reinterpret_cast<__nv_bfloat162*>(stage_a + r * kStrideA + col) =
             __float22bfloat162_rn(make_float2(out[0], out[1]));
+      }
+    }
+    WarpgroupBarrierSync(cw);
+    const int H = args.H;
+    const int g0 = blockIdx.x * (kBN / 2);
+    float* gu = static_cast<float*>(args.out0);
+    __nv_bfloat16* a = static_cast<__nv_bfloat16*>(args.out1);
+    // gu: a row is BN / 4 chunks of 16 bytes, the first half gate columns
+    // g0.., the second up columns H + g0...
+    constexpr int kChunks = 64 * kBN / 4;
+#pragma unroll
+    for (int c = tid; c < kChunks; c += 128) {
+      const int r = c / (kBN / 4), col = (c % (kBN / 4)) * 4;
+      if (t0 + r < T) {
+        const int dst_col = col < kBN / 2 ? g0 + col : H + g0 + col - kBN / 2;
+        *reinterpret_cast<float4*>(gu + static_cast<int64_t>(t0 + r) * 2 * H +
+                                   dst_col) =
+            *reinterpret_cast<const float4*>(stage + r * kStride + col);
+      }
+    }
+    // a: a row is BN / 16 chunks of 16 bytes.
+    constexpr int kChunksA = 64 * kBN / 16;
+#pragma unroll
+    for (int c = tid; c < kChunksA; c += 128) {
+      const int r = c / (kBN / 16), col = (c % (kBN / 16)) * 8;
+      if (t0 + r < T) {
+        *reinterpret_cast<uint4*>(a + static_cast<int64_t>(t0 + r) * H + g0 +
+                                  col) =
+            *reinterpret_cast<const uint4*>(stage_a + r * kStrideA + col);
       }
     }
   }
