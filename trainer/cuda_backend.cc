@@ -774,12 +774,13 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                        "StageContext");
   const float* P = pmv_;
   // Products with their elementwise successor fused (fused_matmul.h) where
-  // the tuning asks for them and the shapes allow (the configuration's
-  // column tile BN: 3C a multiple of BN, H of BN/2; BN ≤ 128).
-  const bool fused_qkv = g_tuning.fused_epilogues && HS == 64 &&
-                         C % 64 == 0 && (3 * C) % 128 == 0;
-  const bool fused_gate_up =
-      g_tuning.fused_epilogues && C % 64 == 0 && H % 64 == 0;
+  // the tuning asks for them and the shapes allow (every configuration's
+  // column tile BN divides 3C when 128 does, and H when 64 does).
+  const int qkv_config = g_tuning.fused_qkv_config;
+  const int gate_up_config = g_tuning.fused_gate_up_config;
+  const bool fused_qkv = qkv_config >= 0 && HS == 64 && C % 64 == 0 &&
+                         (3 * C) % 128 == 0;
+  const bool fused_gate_up = gate_up_config >= 0 && C % 64 == 0 && H % 64 == 0;
   CUDA_RETURN_IF_ERROR(
       EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
       "EmbeddingForward");
@@ -798,7 +799,7 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
       if (!Skip(kPartForwardProducts)) {
         CUDA_RETURN_IF_ERROR(
             QkvRopeMatmul(h1_[l], p16_ + o.qkv, rope_table_, T, C, NH, HS,
-                          qkv16_[l], g_tuning.fused_config, stream_),
+                          qkv16_[l], qkv_config, stream_),
             "QkvRopeMatmul");
       }
     } else {
@@ -834,7 +835,7 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
       if (!Skip(kPartForwardProducts)) {
         CUDA_RETURN_IF_ERROR(
             GateUpSwigluMatmul(h2_[l], p16_ + o.gate, T, C, H, gu_[l],
-                               a16_[l], g_tuning.fused_config, stream_),
+                               a16_[l], gate_up_config, stream_),
             "GateUpSwigluMatmul");
       }
     } else {
@@ -1425,7 +1426,10 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       check("adamw_schedule", tuning.adamw_schedule, kNumAdamWPoints));
   RETURN_IF_ERROR(check("side_priority", tuning.side_priority, 3));
   RETURN_IF_ERROR(check("adamw_priority", tuning.adamw_priority, 3));
-  RETURN_IF_ERROR(check("fused_config", tuning.fused_config, kFusedConfigs));
+  RETURN_IF_ERROR(check("fused_qkv_config", tuning.fused_qkv_config + 1,
+                        kFusedConfigs + 1));
+  RETURN_IF_ERROR(check("fused_gate_up_config",
+                        tuning.fused_gate_up_config + 1, kFusedConfigs + 1));
   if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));

@@ -120,12 +120,13 @@ struct CudaStepTuning {
   // 2.735 against 2.771 ms/step for 0, 2.764 for 33, 2.750 for 56, 3.19
   // for 22 (docs/PERFORMANCE.md run 9).
   int side_sms = 44;
-  // The qkv and gate|up forward products as our own TMA/wgmma kernels with
-  // RoPE / SwiGLU in their epilogue (kernels/fused_matmul.h), where the
-  // shapes allow, instead of cuBLASLt products followed by RopeForward /
-  // SwigluForward; `fused_config` is their tile configuration.
-  bool fused_epilogues = false;
-  int fused_config = 0;
+  // The qkv / gate|up forward product as our own TMA/wgmma kernel with
+  // RoPE / SwiGLU in its epilogue (kernels/fused_matmul.h), with this tile
+  // configuration (0 .. kFusedConfigs − 1), where the shapes allow; −1: a
+  // cuBLASLt product followed by RopeForward / SwigluForward. The same
+  // results either way (docs/PERFORMANCE.md run 11).
+  int fused_qkv_config = -1;
+  int fused_gate_up_config = -1;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "trainer/kernels/launch.cuh"
+#include "trainer/kernels/launch.h"
 
 namespace coppelius {
 namespace {
@@ -82,6 +83,48 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t address) {
          (static_cast<uint64_t>(1) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) |
          (static_cast<uint64_t>(1) << 62);
+}
+
+// The same box delivered to shared `dst` and barrier `bar` (the same
+// offsets) of every CTA of the cluster in `cta_mask`.
+__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst,
+                                                 const CUtensorMap* map,
+                                                 int c0, int c1, uint32_t bar,
+                                                 uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar),
+      "h"(cta_mask)
+      : "memory");
+}
+
+// Arrives at the barrier at offset `bar` of cluster CTA `rank` (this one
+// included).
+__device__ __forceinline__ void BarrierArriveCluster(uint32_t bar,
+                                                     uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(bar), "r"(rank));
+  asm volatile(
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(
+          remote)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every CTA of the cluster.
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
 }
 
 // bar.sync on hardware barrier kId (0 is __syncthreads') for `threads`
@@ -188,15 +231,20 @@ struct Tile {
                 "the epilogue's staging does not fit in the stage buffers");
 };
 
-// Grid (N / BN, ⌈T / BM⌉); block: warpgroup 0 the producer (one thread
-// issues the TMA loads), warpgroups 1..kWG the consumers. W's rows for
-// column tile n: [n·b_step, n·b_step + BN/2) into B's first half and
-// [n·b_step + b_offset, ... + BN/2) into its second.
-template <int kWG, int kBN, int kStages, int kEpi>
+// Grid (N / BN, ⌈T / BM⌉ rounded up to a multiple of kCluster); block:
+// warpgroup 0 the producer (one thread issues the TMA loads), warpgroups
+// 1..kWG the consumers. W's rows for column tile n: [n·b_step, n·b_step +
+// BN/2) into B's first half and [n·b_step + b_offset, ... + BN/2) into its
+// second. With kCluster = 2 the two CTAs of a cluster (consecutive row
+// tiles, the same column tile) share B: CTA rank r loads half r and
+// multicasts it to both, and a buffer is refilled once the consumers of
+// both CTAs have released it (each arrives at both CTAs' empty barrier).
+template <int kWG, int kBN, int kStages, int kCluster, int kEpi>
 __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     FusedMatmulKernel(const __grid_constant__ CUtensorMap map_h,
                       const __grid_constant__ CUtensorMap map_w, int T, int K,
                       int b_step, int b_offset, EpilogueArgs args) {
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   using Tl = Tile<kWG, kBN, kStages>;
   GridDependencyWait();
   extern __shared__ uint8_t shared_raw[];
@@ -211,11 +259,16 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       BarrierInit(full + 8 * s, 1);
-      BarrierInit(empty + 8 * s, 128 * kWG);
+      // One arrival per consumer warpgroup of every CTA sharing the buffer.
+      BarrierInit(empty + 8 * s, kWG * kCluster);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    ClusterSync();
+  } else {
+    __syncthreads();
+  }
 
   if (warpgroup == 0) {
     // Producer.
@@ -224,6 +277,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       PrefetchTensorMap(&map_w);
       const int b_lo = blockIdx.x * b_step;
       const int b_hi = b_lo + b_offset;
+      const uint32_t rank = kCluster > 1 ? ClusterRank() : 0;
       for (int kt = 0; kt < k_steps; ++kt) {
         const int s = kt % kStages;
         if (kt >= kStages) BarrierWait(empty + 8 * s, ((kt / kStages) - 1) & 1);
@@ -231,10 +285,18 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         const uint32_t b_dst = a_dst + Tl::kABytes;
         BarrierArriveExpectBytes(full + 8 * s, Tl::kStageBytes);
         TmaLoad(a_dst, &map_h, kt * 64, m0, full + 8 * s);
-        TmaLoad(b_dst, &map_w, kt * 64, b_lo, full + 8 * s);
-        TmaLoad(b_dst + Tl::kBBytes / 2, &map_w, kt * 64, b_hi, full + 8 * s);
+        if constexpr (kCluster == 1) {
+          TmaLoad(b_dst, &map_w, kt * 64, b_lo, full + 8 * s);
+          TmaLoad(b_dst + Tl::kBBytes / 2, &map_w, kt * 64, b_hi,
+                  full + 8 * s);
+        } else {
+          TmaLoadMulticast(b_dst + rank * (Tl::kBBytes / 2), &map_w, kt * 64,
+                           rank == 0 ? b_lo : b_hi, full + 8 * s, 0x3);
+        }
       }
     }
+    __syncwarp();
+    if constexpr (kCluster > 1) ClusterSync();
     return;
   }
 
@@ -255,9 +317,18 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
                  Descriptor(b_tile + 32 * k16));
     }
     WgmmaCommit();
-    // The previous slice's group is complete: its buffer may be refilled.
+    // The previous slice's group is complete: its buffer may be refilled
+    // (the group is the warpgroup's: one thread reports for it).
     WgmmaWait<1>();
-    if (kt > 0) BarrierArrive(empty + 8 * ((kt - 1) % kStages));
+    if (kt > 0 && threadIdx.x % 128 == 0) {
+      const uint32_t bar = empty + 8 * ((kt - 1) % kStages);
+      if constexpr (kCluster == 1) {
+        BarrierArrive(bar);
+      } else {
+        BarrierArriveCluster(bar, 0);
+        BarrierArriveCluster(bar, 1);
+      }
+    }
   }
   WgmmaWait<0>();
   PinAccumulators(acc);
@@ -392,6 +463,9 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       }
     }
   }
+  // No CTA of a cluster leaves while its peer may still arrive at its
+  // barriers.
+  if constexpr (kCluster > 1) ClusterSync();
 }
 
 // -------------------------------------------------------------------- host
@@ -441,12 +515,12 @@ cudaError_t MakeMap(const __nv_bfloat16* data, int rows, int cols,
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int kWG, int kBN, int kStages, int kEpi>
+template <int kWG, int kBN, int kStages, int kCluster, int kEpi>
 cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
                        int T, int K, int w_rows, int b_step, int b_offset,
                        const EpilogueArgs& args, cudaStream_t stream) {
   using Tl = Tile<kWG, kBN, kStages>;
-  const auto kernel = FusedMatmulKernel<kWG, kBN, kStages, kEpi>;
+  const auto kernel = FusedMatmulKernel<kWG, kBN, kStages, kCluster, kEpi>;
   static const cudaError_t attribute = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSharedBytes);
   if (attribute != cudaSuccess) return attribute;
@@ -456,35 +530,57 @@ cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
   e = MakeMap(w, w_rows, K, kBN / 2, &map_w);
   if (e != cudaSuccess) return e;
   const int n_tiles = kEpi == kRope ? 3 * args.C / kBN : args.H / (kBN / 2);
-  const dim3 grid(n_tiles, (T + Tl::kRows - 1) / Tl::kRows);
-  return LaunchKernel(kernel, grid, Tl::kThreads, Tl::kSharedBytes, stream,
-                      map_h, map_w, T, K, b_step, b_offset, args);
+  const int m_tiles = (T + Tl::kRows - 1) / Tl::kRows;
+  // launch.cuh's LaunchKernel, plus the cluster dimension.
+  cudaLaunchAttribute attributes[2];
+  int n = 0;
+  attributes[n].id = cudaLaunchAttributeClusterDimension;
+  attributes[n].val.clusterDim.x = 1;
+  attributes[n].val.clusterDim.y = kCluster;
+  attributes[n].val.clusterDim.z = 1;
+  ++n;
+  if (ProgrammaticDependentLaunchEnabled()) {
+    attributes[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(n_tiles, (m_tiles + kCluster - 1) / kCluster * kCluster);
+  config.blockDim = dim3(Tl::kThreads);
+  config.dynamicSmemBytes = Tl::kSharedBytes;
+  config.stream = stream;
+  config.attrs = attributes;
+  config.numAttrs = n;
+  return cudaLaunchKernelEx(&config, kernel, map_h, map_w, T, K, b_step,
+                            b_offset, args);
 }
 
 // Column-tile width of each configuration (fused_matmul.h).
-constexpr int kConfigBN[kFusedConfigs] = {128, 128, 64, 64};
+constexpr int kConfigBN[kFusedConfigs] = {128, 128, 64, 64, 64, 128, 128, 64};
 
 template <int kEpi>
 cudaError_t Launch(int config, const __nv_bfloat16* h,
                    const __nv_bfloat16* w, int T, int K, int w_rows,
                    int b_step, int b_offset, const EpilogueArgs& args,
                    cudaStream_t stream) {
+#define COPPELIUS_FUSED_CONFIG(index, wg, bn, stages, cluster)              \
+  case index:                                                               \
+    static_assert(kConfigBN[index] == bn, "kConfigBN");                     \
+    return LaunchTile<wg, bn, stages, cluster, kEpi>(                       \
+        h, w, T, K, w_rows, b_step, b_offset, args, stream);
   switch (config) {
-    case 0:
-      return LaunchTile<2, 128, 5, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
-                                         args, stream);
-    case 1:
-      return LaunchTile<1, 128, 4, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
-                                         args, stream);
-    case 2:
-      return LaunchTile<2, 64, 4, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
-                                        args, stream);
-    case 3:
-      return LaunchTile<1, 64, 4, kEpi>(h, w, T, K, w_rows, b_step, b_offset,
-                                        args, stream);
+    COPPELIUS_FUSED_CONFIG(0, 2, 128, 5, 1)
+    COPPELIUS_FUSED_CONFIG(1, 1, 128, 4, 1)
+    COPPELIUS_FUSED_CONFIG(2, 2, 64, 4, 1)
+    COPPELIUS_FUSED_CONFIG(3, 1, 64, 4, 1)
+    COPPELIUS_FUSED_CONFIG(4, 1, 64, 4, 2)
+    COPPELIUS_FUSED_CONFIG(5, 1, 128, 4, 2)
+    COPPELIUS_FUSED_CONFIG(6, 2, 128, 3, 2)
+    COPPELIUS_FUSED_CONFIG(7, 2, 64, 4, 2)
     default:
       return cudaErrorInvalidValue;
   }
+#undef COPPELIUS_FUSED_CONFIG
 }
 
 bool Aligned16(const void* p) {

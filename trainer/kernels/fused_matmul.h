@@ -33,11 +33,20 @@
 // thread. Accumulation is k-ascending, 16 at a time, one accumulator per
 // element, no split of K: the same order for every tile configuration.
 //
+// With clusters of 2 CTAs (two consecutive row tiles of the same column
+// tile), each CTA loads half of the W tile and the TMA multicasts it into
+// both: W is read from L2 half as often.
+//
 // Tile configurations (kFusedConfigs; the same results for all):
-//   0: WG 2, BN 128, 5 stages (161 KB of shared memory, 1 CTA per SM)
-//   1: WG 1, BN 128, 4 stages (97 KB, 2 CTAs per SM)
-//   2: WG 2, BN 64, 4 stages (97 KB)
-//   3: WG 1, BN 64, 4 stages (65 KB, 3 CTAs per SM)
+//   config  WG  BN  stages  cluster  shared memory
+//     0      2  128    5       1       161 KB (1 CTA per SM)
+//     1      1  128    4       1        97 KB (2 CTAs per SM)
+//     2      2   64    4       1        97 KB
+//     3      1   64    4       1        65 KB (3 CTAs per SM)
+//     4      1   64    4       2        65 KB
+//     5      1  128    4       2        97 KB
+//     6      2  128    3       2        97 KB
+//     7      2   64    4       2        97 KB
 //
 // Rows beyond T are read as zeros (the TMA's out-of-bounds fill) and not
 // stored. Requirements (else cudaErrorInvalidValue): T ≥ 1, C a positive
@@ -54,7 +63,7 @@
 
 namespace coppelius {
 
-inline constexpr int kFusedConfigs = 4;
+inline constexpr int kFusedConfigs = 8;
 
 cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
                           const float* rope_table, int T, int C, int NH,

@@ -524,7 +524,11 @@ TEST(FusedMatmulTest, GateUpSwigluAgainstDouble) {
     RunGateUpSwigluCase(70, 64, 64, config);  // one K step
     RunGateUpSwigluCase(1024, 512, 1408, config);  // coppelius
   }
-  RunGateUpSwigluCase(33, 64, 96, 2);  // H a multiple of 32, not of 64
+  // H a multiple of 32, not of 64; one row tile (a cluster's second CTA
+  // has no rows).
+  RunGateUpSwigluCase(33, 64, 96, 2);
+  RunGateUpSwigluCase(33, 64, 96, 4);
+  RunGateUpSwigluCase(33, 64, 96, 7);
   Bf16Buffer dummy(64 * 128);
   DeviceBuffer<float> gu(64 * 128);
   EXPECT_EQ(GateUpSwigluMatmul(AsBf16(dummy), AsBf16(dummy), 4, 64, 96,

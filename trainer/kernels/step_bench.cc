@@ -64,11 +64,13 @@ ABSL_FLAG(int, adamw_priority, coppelius::CudaStepTuning().adamw_priority,
           "AdamW stream priority: 0 below main, 1 least, 2 main's");
 ABSL_FLAG(int, side_sms, coppelius::CudaStepTuning().side_sms,
           "SM count target of the side stream's dW products (0: whole device)");
-ABSL_FLAG(bool, fused_epilogues, coppelius::CudaStepTuning().fused_epilogues,
-          "qkv and gate|up forward products with RoPE / SwiGLU fused "
-          "(fused_matmul.h)");
-ABSL_FLAG(int, fused_config, coppelius::CudaStepTuning().fused_config,
-          "the fused products' tile configuration (fused_matmul.h)");
+ABSL_FLAG(int, fused_qkv_config, coppelius::CudaStepTuning().fused_qkv_config,
+          "qkv forward product with RoPE fused, in this tile configuration "
+          "(fused_matmul.h); -1: cuBLASLt + RopeForward");
+ABSL_FLAG(int, fused_gate_up_config,
+          coppelius::CudaStepTuning().fused_gate_up_config,
+          "gate|up forward product with SwiGLU fused, in this tile "
+          "configuration (fused_matmul.h); -1: cuBLASLt + SwigluForward");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -569,8 +571,8 @@ int Main(int argc, char** argv) {
   tuning.side_priority = absl::GetFlag(FLAGS_side_priority);
   tuning.adamw_priority = absl::GetFlag(FLAGS_adamw_priority);
   tuning.side_sms = absl::GetFlag(FLAGS_side_sms);
-  tuning.fused_epilogues = absl::GetFlag(FLAGS_fused_epilogues);
-  tuning.fused_config = absl::GetFlag(FLAGS_fused_config);
+  tuning.fused_qkv_config = absl::GetFlag(FLAGS_fused_qkv_config);
+  tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),
