@@ -17,7 +17,6 @@
 #include <cstdint>
 
 #include "trainer/kernels/launch.cuh"
-#include "trainer/kernels/launch.h"
 
 namespace coppelius {
 namespace {
@@ -83,48 +82,6 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t address) {
          (static_cast<uint64_t>(1) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) |
          (static_cast<uint64_t>(1) << 62);
-}
-
-// The same box delivered to shared `dst` and barrier `bar` (the same
-// offsets) of every CTA of the cluster in `cta_mask`.
-__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst,
-                                                 const CUtensorMap* map,
-                                                 int c0, int c1, uint32_t bar,
-                                                 uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
-      "bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar),
-      "h"(cta_mask)
-      : "memory");
-}
-
-// Arrives at the barrier at offset `bar` of cluster CTA `rank` (this one
-// included).
-__device__ __forceinline__ void BarrierArriveCluster(uint32_t bar,
-                                                     uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote)
-               : "r"(bar), "r"(rank));
-  asm volatile(
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(
-          remote)
-      : "memory");
-}
-
-__device__ __forceinline__ uint32_t ClusterRank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  return rank;
-}
-
-// Every thread of every CTA of the cluster.
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;" ::
-          : "memory");
 }
 
 // bar.sync on hardware barrier kId (0 is __syncthreads') for `threads`
@@ -200,6 +157,18 @@ __device__ __forceinline__ void Wgmma<128>(float (&d)[64], uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+template <>
+__device__ __forceinline__ void Wgmma<176>(float (&d)[88], uint64_t desc_a,
+                                           uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87}, "
+      "%88, %89, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 // ------------------------------------------------------------------ kernel
 
 enum Epilogue { kRope = 0, kSwiglu = 1 };
@@ -231,20 +200,16 @@ struct Tile {
                 "the epilogue's staging does not fit in the stage buffers");
 };
 
-// Grid (N / BN, ⌈T / BM⌉ rounded up to a multiple of kCluster); block:
-// warpgroup 0 the producer (one thread issues the TMA loads), warpgroups
-// 1..kWG the consumers. W's rows for column tile n: [n·b_step, n·b_step +
-// BN/2) into B's first half and [n·b_step + b_offset, ... + BN/2) into its
-// second. With kCluster = 2 the two CTAs of a cluster (consecutive row
-// tiles, the same column tile) share B: CTA rank r loads half r and
-// multicasts it to both, and a buffer is refilled once the consumers of
-// both CTAs have released it (each arrives at both CTAs' empty barrier).
-template <int kWG, int kBN, int kStages, int kCluster, int kEpi>
-__global__ void __launch_bounds__(128 * (kWG + 1), 1)
+// Grid (N / BN, ⌈T / BM⌉); block: warpgroup 0 the producer (one thread
+// issues the TMA loads), warpgroups 1..kWG the consumers. W's rows for
+// column tile n: [n·b_step, n·b_step + BN/2) into B's first half and
+// [n·b_step + b_offset, ... + BN/2) into its second. kMinBlocks: CTAs per
+// SM the registers must allow (__launch_bounds__).
+template <int kWG, int kBN, int kStages, int kMinBlocks, int kEpi>
+__global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
     FusedMatmulKernel(const __grid_constant__ CUtensorMap map_h,
                       const __grid_constant__ CUtensorMap map_w, int T, int K,
                       int b_step, int b_offset, EpilogueArgs args) {
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   using Tl = Tile<kWG, kBN, kStages>;
   GridDependencyWait();
   extern __shared__ uint8_t shared_raw[];
@@ -259,16 +224,11 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       BarrierInit(full + 8 * s, 1);
-      // One arrival per consumer warpgroup of every CTA sharing the buffer.
-      BarrierInit(empty + 8 * s, kWG * kCluster);
+      BarrierInit(empty + 8 * s, kWG);  // one arrival per consumer warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if constexpr (kCluster > 1) {
-    ClusterSync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (warpgroup == 0) {
     // Producer.
@@ -277,7 +237,6 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       PrefetchTensorMap(&map_w);
       const int b_lo = blockIdx.x * b_step;
       const int b_hi = b_lo + b_offset;
-      const uint32_t rank = kCluster > 1 ? ClusterRank() : 0;
       for (int kt = 0; kt < k_steps; ++kt) {
         const int s = kt % kStages;
         if (kt >= kStages) BarrierWait(empty + 8 * s, ((kt / kStages) - 1) & 1);
@@ -285,18 +244,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
         const uint32_t b_dst = a_dst + Tl::kABytes;
         BarrierArriveExpectBytes(full + 8 * s, Tl::kStageBytes);
         TmaLoad(a_dst, &map_h, kt * 64, m0, full + 8 * s);
-        if constexpr (kCluster == 1) {
-          TmaLoad(b_dst, &map_w, kt * 64, b_lo, full + 8 * s);
-          TmaLoad(b_dst + Tl::kBBytes / 2, &map_w, kt * 64, b_hi,
-                  full + 8 * s);
-        } else {
-          TmaLoadMulticast(b_dst + rank * (Tl::kBBytes / 2), &map_w, kt * 64,
-                           rank == 0 ? b_lo : b_hi, full + 8 * s, 0x3);
-        }
+        TmaLoad(b_dst, &map_w, kt * 64, b_lo, full + 8 * s);
+        TmaLoad(b_dst + Tl::kBBytes / 2, &map_w, kt * 64, b_hi, full + 8 * s);
       }
     }
-    __syncwarp();
-    if constexpr (kCluster > 1) ClusterSync();
     return;
   }
 
@@ -321,13 +272,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     // (the group is the warpgroup's: one thread reports for it).
     WgmmaWait<1>();
     if (kt > 0 && threadIdx.x % 128 == 0) {
-      const uint32_t bar = empty + 8 * ((kt - 1) % kStages);
-      if constexpr (kCluster == 1) {
-        BarrierArrive(bar);
-      } else {
-        BarrierArriveCluster(bar, 0);
-        BarrierArriveCluster(bar, 1);
-      }
+      BarrierArrive(empty + 8 * ((kt - 1) % kStages));
     }
   }
   WgmmaWait<0>();
@@ -402,7 +347,9 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
     // Stage: gu as 64 rows × BN fp32 (gate columns, then up columns), row
     // stride BN + 8; after it a as 64 rows × BN/2 bf16, row stride BN/2 + 8.
     constexpr int kStride = kBN + 8;
-    constexpr int kStrideA = kBN / 2 + 8;
+    // (row strides in 32-bit words ≡ 8 mod 16 for the float2 writes and
+    // ≡ 4 mod 8 for the bf16x2 writes: no bank conflicts)
+    constexpr int kStrideA = kBN / 2 + 2 * ((12 - (kBN / 4) % 8) % 8);
     uint8_t* region = shared_raw + (base - raw) +
                       cw * 64 * (kStride * 4 + kStrideA * 2);
     float* stage = reinterpret_cast<float*>(region);
@@ -463,9 +410,6 @@ __global__ void __launch_bounds__(128 * (kWG + 1), 1)
       }
     }
   }
-  // No CTA of a cluster leaves while its peer may still arrive at its
-  // barriers.
-  if constexpr (kCluster > 1) ClusterSync();
 }
 
 // -------------------------------------------------------------------- host
@@ -515,12 +459,12 @@ cudaError_t MakeMap(const __nv_bfloat16* data, int rows, int cols,
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <int kWG, int kBN, int kStages, int kCluster, int kEpi>
+template <int kWG, int kBN, int kStages, int kMinBlocks, int kEpi>
 cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
                        int T, int K, int w_rows, int b_step, int b_offset,
                        const EpilogueArgs& args, cudaStream_t stream) {
   using Tl = Tile<kWG, kBN, kStages>;
-  const auto kernel = FusedMatmulKernel<kWG, kBN, kStages, kCluster, kEpi>;
+  const auto kernel = FusedMatmulKernel<kWG, kBN, kStages, kMinBlocks, kEpi>;
   static const cudaError_t attribute = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSharedBytes);
   if (attribute != cudaSuccess) return attribute;
@@ -530,53 +474,31 @@ cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
   e = MakeMap(w, w_rows, K, kBN / 2, &map_w);
   if (e != cudaSuccess) return e;
   const int n_tiles = kEpi == kRope ? 3 * args.C / kBN : args.H / (kBN / 2);
-  const int m_tiles = (T + Tl::kRows - 1) / Tl::kRows;
-  // launch.cuh's LaunchKernel, plus the cluster dimension.
-  cudaLaunchAttribute attributes[2];
-  int n = 0;
-  attributes[n].id = cudaLaunchAttributeClusterDimension;
-  attributes[n].val.clusterDim.x = 1;
-  attributes[n].val.clusterDim.y = kCluster;
-  attributes[n].val.clusterDim.z = 1;
-  ++n;
-  if (ProgrammaticDependentLaunchEnabled()) {
-    attributes[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(n_tiles, (m_tiles + kCluster - 1) / kCluster * kCluster);
-  config.blockDim = dim3(Tl::kThreads);
-  config.dynamicSmemBytes = Tl::kSharedBytes;
-  config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = n;
-  return cudaLaunchKernelEx(&config, kernel, map_h, map_w, T, K, b_step,
-                            b_offset, args);
+  const dim3 grid(n_tiles, (T + Tl::kRows - 1) / Tl::kRows);
+  return LaunchKernel(kernel, grid, Tl::kThreads, Tl::kSharedBytes, stream,
+                      map_h, map_w, T, K, b_step, b_offset, args);
 }
 
 // Column-tile width of each configuration (fused_matmul.h).
-constexpr int kConfigBN[kFusedConfigs] = {128, 128, 64, 64, 64, 128, 128, 64};
+constexpr int kConfigBN[kFusedConfigs] = {128, 128, 64, 64, 176, 176};
 
 template <int kEpi>
 cudaError_t Launch(int config, const __nv_bfloat16* h,
                    const __nv_bfloat16* w, int T, int K, int w_rows,
                    int b_step, int b_offset, const EpilogueArgs& args,
                    cudaStream_t stream) {
-#define COPPELIUS_FUSED_CONFIG(index, wg, bn, stages, cluster)              \
+#define COPPELIUS_FUSED_CONFIG(index, wg, bn, stages, min_blocks)           \
   case index:                                                               \
     static_assert(kConfigBN[index] == bn, "kConfigBN");                     \
-    return LaunchTile<wg, bn, stages, cluster, kEpi>(                       \
+    return LaunchTile<wg, bn, stages, min_blocks, kEpi>(                    \
         h, w, T, K, w_rows, b_step, b_offset, args, stream);
   switch (config) {
     COPPELIUS_FUSED_CONFIG(0, 2, 128, 5, 1)
-    COPPELIUS_FUSED_CONFIG(1, 1, 128, 4, 1)
+    COPPELIUS_FUSED_CONFIG(1, 1, 128, 4, 2)
     COPPELIUS_FUSED_CONFIG(2, 2, 64, 4, 1)
     COPPELIUS_FUSED_CONFIG(3, 1, 64, 4, 1)
-    COPPELIUS_FUSED_CONFIG(4, 1, 64, 4, 2)
-    COPPELIUS_FUSED_CONFIG(5, 1, 128, 4, 2)
-    COPPELIUS_FUSED_CONFIG(6, 2, 128, 3, 2)
-    COPPELIUS_FUSED_CONFIG(7, 2, 64, 4, 2)
+    COPPELIUS_FUSED_CONFIG(4, 1, 176, 3, 2)
+    COPPELIUS_FUSED_CONFIG(5, 2, 176, 4, 1)
     default:
       return cudaErrorInvalidValue;
   }
@@ -594,7 +516,8 @@ cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
                           int HS, __nv_bfloat16* qkv16, int config,
                           cudaStream_t stream) {
   if (config < 0 || config >= kFusedConfigs || T < 1 || NH < 1 || HS != 64 ||
-      C != NH * HS || (3 * C) % kConfigBN[config] != 0 || !Aligned16(h) ||
+      C != NH * HS || kConfigBN[config] % 64 != 0 ||
+      (3 * C) % kConfigBN[config] != 0 || !Aligned16(h) ||
       !Aligned16(w_qkv) || !Aligned16(qkv16) || rope_table == nullptr) {
     return cudaErrorInvalidValue;
   }

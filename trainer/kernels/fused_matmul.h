@@ -33,25 +33,24 @@
 // thread. Accumulation is k-ascending, 16 at a time, one accumulator per
 // element, no split of K: the same order for every tile configuration.
 //
-// With clusters of 2 CTAs (two consecutive row tiles of the same column
-// tile), each CTA loads half of the W tile and the TMA multicasts it into
-// both: W is read from L2 half as often.
-//
-// Tile configurations (kFusedConfigs; the same results for all):
-//   config  WG  BN  stages  cluster  shared memory
-//     0      2  128    5       1       161 KB (1 CTA per SM)
-//     1      1  128    4       1        97 KB (2 CTAs per SM)
-//     2      2   64    4       1        97 KB
-//     3      1   64    4       1        65 KB (3 CTAs per SM)
-//     4      1   64    4       2        65 KB
-//     5      1  128    4       2        97 KB
-//     6      2  128    3       2        97 KB
-//     7      2   64    4       2        97 KB
-//
+// Tile configurations (kFusedConfigs; the same results for all; the
+// kernel's measured times are in docs/PERFORMANCE.md run 11):
+//   config  WG  BN  stages  shared memory  CTAs per SM
+//     0      2  128    5       161 KB           1
+//     1      1  128    4        97 KB           2
+//     2      2   64    4        97 KB           2
+//     3      1   64    4        65 KB           3
+//     4      1  176    3        91 KB           2   gate|up only
+//     5      2  176    4       153 KB           1   gate|up only
+// (BN = 176 tiles H = 1408 in 16 column tiles of 88 gate + 88 up columns.
+// Clusters of 2 CTAs sharing the W tile through TMA multicast were
+// measured twice as slow and removed: branch exp/wgmma-clusters.)
+
 // Rows beyond T are read as zeros (the TMA's out-of-bounds fill) and not
 // stored. Requirements (else cudaErrorInvalidValue): T ≥ 1, C a positive
 // multiple of 64; h and W 16-byte aligned; qkv: HS = 64, NH ≥ 1,
-// C = NH · HS; gate|up: H a positive multiple of BN/2; 0 ≤ config <
+// C = NH · HS, BN a multiple of 64 dividing 3C; gate|up: H a positive
+// multiple of BN/2; 0 ≤ config <
 // kFusedConfigs. The tensor-map encoder comes from the driver through
 // cudaGetDriverEntryPointByVersion; cudaErrorNotSupported if it is missing.
 // Outputs must not alias inputs.
@@ -63,7 +62,7 @@
 
 namespace coppelius {
 
-inline constexpr int kFusedConfigs = 8;
+inline constexpr int kFusedConfigs = 6;
 
 cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
                           const float* rope_table, int T, int C, int NH,
