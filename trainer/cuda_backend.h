@@ -124,8 +124,11 @@ struct CudaStepTuning {
   // RoPE / SwiGLU in its epilogue (kernels/fused_matmul.h), with this tile
   // configuration (0 .. kFusedConfigs − 1), where the shapes allow; −1: a
   // cuBLASLt product followed by RopeForward / SwigluForward. The same
-  // results either way (docs/PERFORMANCE.md run 11).
-  int fused_qkv_config = -1;
+  // P/M/V bits either way (docs/PERFORMANCE.md run 11). Measured: qkv in
+  // configuration 3 6.6 µs against 5.3 + 3.3, step 2.698 against 2.730 ms;
+  // gate|up fused at best (configuration 5) 12.7 µs against 7.8 + 4.5, step
+  // 2.717 against 2.698: off.
+  int fused_qkv_config = 3;
   int fused_gate_up_config = -1;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
