@@ -875,6 +875,11 @@ absl::Status CudaBackend::BackwardPass() {
   const int T = T_, C = C_, H = H_, NH = NH_, HS = HS_;
   const float* P = pmv_;
   float* G = grad_;
+  // The down dX product with SwiGLU's backward fused (fused_matmul.h) where
+  // the tuning asks for it and the shapes allow (BN ≤ 128 divides H).
+  const int down_dx_config = g_tuning.fused_down_dx_config;
+  const bool fused_down_dx =
+      down_dx_config >= 0 && C % 64 == 0 && H % 128 == 0;
   for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
                       &ln_scratch_ring_}) {
     ResetRing(r);
@@ -992,14 +997,28 @@ absl::Status CudaBackend::BackwardPass() {
     // MLP: x_next = xmid + down(a).
     RETURN_IF_ERROR(weight_gradient(kDownDwSlot, kDownDw, dresid16, a16_[l], G + o.down,
                                     &dresid16_ring_, dresid16_index));
-    if (!Skip(kPartInputGradients)) {
-      RETURN_IF_ERROR(Mm(kDownDx, dresid16, p16_ + o.down, nullptr, da32_));
-    }
     int dgu16_index = 0;
-    ASSIGN_OR_RETURN(bf16* dgu16, NextCopy<bf16>(&dgu16_ring_, &dgu16_index));
-    if (!Skip(kPartSwiglu)) {
-      CUDA_RETURN_IF_ERROR(SwigluBackward(gu_[l], da32_, T, H, dgu16, stream_),
-                           "SwigluBackward");
+    bf16* dgu16 = nullptr;
+    if (fused_down_dx) {
+      // The product with SwiGLU's backward in its epilogue (fused_matmul.h).
+      ASSIGN_OR_RETURN(dgu16, NextCopy<bf16>(&dgu16_ring_, &dgu16_index));
+      if (!Skip(kPartInputGradients)) {
+        CUDA_RETURN_IF_ERROR(
+            DownDxSwigluBackwardMatmul(dresid16, p16_ + o.down, gu_[l], T, C,
+                                       H, dgu16, down_dx_config, stream_),
+            "DownDxSwigluBackwardMatmul");
+      }
+    } else {
+      if (!Skip(kPartInputGradients)) {
+        RETURN_IF_ERROR(
+            Mm(kDownDx, dresid16, p16_ + o.down, nullptr, da32_));
+      }
+      ASSIGN_OR_RETURN(dgu16, NextCopy<bf16>(&dgu16_ring_, &dgu16_index));
+      if (!Skip(kPartSwiglu)) {
+        CUDA_RETURN_IF_ERROR(
+            SwigluBackward(gu_[l], da32_, T, H, dgu16, stream_),
+            "SwigluBackward");
+      }
     }
     RETURN_IF_ERROR(reach(kDwAfterSwiglu));
     RETURN_IF_ERROR(reach_update(kAdamWAfterSwiglu));
@@ -1430,6 +1449,8 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
                         kFusedConfigs + 1));
   RETURN_IF_ERROR(check("fused_gate_up_config",
                         tuning.fused_gate_up_config + 1, kFusedConfigs + 1));
+  RETURN_IF_ERROR(check("fused_down_dx_config",
+                        tuning.fused_down_dx_config + 1, kFusedConfigs + 1));
   if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));

@@ -130,6 +130,10 @@ struct CudaStepTuning {
   // 2.717 against 2.698: off.
   int fused_qkv_config = 3;
   int fused_gate_up_config = -1;
+  // The down dX product with SwiGLU's backward in its epilogue
+  // (DownDxSwigluBackwardMatmul), in this configuration; −1: cuBLASLt's
+  // product into fp32 da followed by SwigluBackward.
+  int fused_down_dx_config = -1;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

@@ -84,6 +84,25 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t address) {
          (static_cast<uint64_t>(1) << 62);
 }
 
+// The descriptor of an N-major operand with the 128-byte swizzle (PTX ISA
+// canonical layout ((8, 8, m), (8, k)) : ((1, 8, LBO), (64, SBO)) in
+// elements): a swizzle atom is 8 K-rows of 64 N-elements (1024 bytes),
+// atoms along N are `n_atom_bytes` apart (the leading-dimension byte
+// offset), atoms along K 1024 bytes (the stride byte offset). The K slice
+// k16 starts 16 rows (2048 bytes) further on.
+__device__ __forceinline__ uint64_t DescriptorNMajor(uint32_t address,
+                                                     uint32_t n_atom_bytes) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(n_atom_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (static_cast<uint64_t>(1) << 62);
+}
+
+// Asks L2 to fetch the 128-byte line holding `p` (a hint: no result).
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // bar.sync on hardware barrier kId (0 is __syncthreads') for `threads`
 // threads (a multiple of 32).
 template <int kId>
@@ -127,15 +146,17 @@ __device__ __forceinline__ void PinAccumulators(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d += A · Bᵀ for a 64 × kBN × 16 slice (A: 64 rows, B: kBN rows, both
-// K-major in shared memory), fp32 accumulators d[kBN / 2].
-template <int kBN>
+// d += A · B for a 64 × kBN × 16 slice: A 64 rows K-major, B kBN columns,
+// K-major (kTransB = 0: B stored as kBN rows of K) or N-major (kTransB = 1:
+// 16 rows of kBN), both in shared memory; fp32 accumulators d[kBN / 2].
+template <int kBN, int kTransB>
 __device__ __forceinline__ void Wgmma(float (&d)[kBN / 2], uint64_t desc_a,
                                       uint64_t desc_b);
 
 template <>
-__device__ __forceinline__ void Wgmma<64>(float (&d)[32], uint64_t desc_a,
-                                          uint64_t desc_b) {
+__device__ __forceinline__ void Wgmma<64, 0>(float (&d)[32],
+                                              uint64_t desc_a,
+                                              uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -146,8 +167,9 @@ __device__ __forceinline__ void Wgmma<64>(float (&d)[32], uint64_t desc_a,
 }
 
 template <>
-__device__ __forceinline__ void Wgmma<128>(float (&d)[64], uint64_t desc_a,
-                                          uint64_t desc_b) {
+__device__ __forceinline__ void Wgmma<128, 0>(float (&d)[64],
+                                              uint64_t desc_a,
+                                              uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -158,8 +180,9 @@ __device__ __forceinline__ void Wgmma<128>(float (&d)[64], uint64_t desc_a,
 }
 
 template <>
-__device__ __forceinline__ void Wgmma<176>(float (&d)[88], uint64_t desc_a,
-                                           uint64_t desc_b) {
+__device__ __forceinline__ void Wgmma<176, 0>(float (&d)[88],
+                                              uint64_t desc_a,
+                                              uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
@@ -169,14 +192,44 @@ __device__ __forceinline__ void Wgmma<176>(float (&d)[88], uint64_t desc_a,
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+template <>
+__device__ __forceinline__ void Wgmma<64, 1>(float (&d)[32],
+                                              uint64_t desc_a,
+                                              uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "%32, %33, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void Wgmma<128, 1>(float (&d)[64],
+                                              uint64_t desc_a,
+                                              uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "%64, %65, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 // ------------------------------------------------------------------ kernel
 
-enum Epilogue { kRope = 0, kSwiglu = 1 };
+// kSwigluBackward's B (W_down [C, H], K = C) is N-major; the others' B
+// (W [N, C]) is K-major.
+enum Epilogue { kRope = 0, kSwiglu = 1, kSwigluBackward = 2 };
 
 struct EpilogueArgs {
-  // kRope: qkv16 [T, 3C]; kSwiglu: gu [T, 2H] (fp32) and a [T, H].
+  // kRope: qkv16 [T, 3C]; kSwiglu: gu [T, 2H] (fp32) and a [T, H];
+  // kSwigluBackward: dgu [T, 2H] (bf16), with `gu` the forward's.
   void* out0 = nullptr;
   void* out1 = nullptr;
+  const float* gu = nullptr;
   const float* rope_table = nullptr;  // [2, T, 32]
   int C = 0;
   int H = 0;
@@ -244,8 +297,18 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
         const uint32_t b_dst = a_dst + Tl::kABytes;
         BarrierArriveExpectBytes(full + 8 * s, Tl::kStageBytes);
         TmaLoad(a_dst, &map_h, kt * 64, m0, full + 8 * s);
-        TmaLoad(b_dst, &map_w, kt * 64, b_lo, full + 8 * s);
-        TmaLoad(b_dst + Tl::kBBytes / 2, &map_w, kt * 64, b_hi, full + 8 * s);
+        if constexpr (kEpi == kSwigluBackward) {
+          // N-major: BN / 64 boxes of 64 K-rows × 64 columns (8 KB each).
+#pragma unroll
+          for (int i = 0; i < kBN / 64; ++i) {
+            TmaLoad(b_dst + i * 8192, &map_w, b_lo + 64 * i, kt * 64,
+                    full + 8 * s);
+          }
+        } else {
+          TmaLoad(b_dst, &map_w, kt * 64, b_lo, full + 8 * s);
+          TmaLoad(b_dst + Tl::kBBytes / 2, &map_w, kt * 64, b_hi,
+                  full + 8 * s);
+        }
       }
     }
     return;
@@ -253,6 +316,22 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
 
   // Consumers: warpgroup cw multiplies rows [64·cw, 64·cw + 64) of the tile.
   const int cw = warpgroup - 1;
+  if constexpr (kEpi == kSwigluBackward) {
+    // The epilogue's g and u (written by the forward, long out of L2):
+    // fetched into L2 while the products run. 64 rows × 2 parts × BN fp32.
+    const int tid = threadIdx.x % 128;
+    constexpr int kLines = 64 * 2 * kBN * 4 / 128;
+    const int j0 = blockIdx.x * kBN;
+    for (int i = tid; i < kLines; i += 128) {
+      const int r = i / (2 * kBN / 32), part = (i / (kBN / 32)) % 2;
+      const int col = (i % (kBN / 32)) * 32;
+      const int t = m0 + cw * 64 + r;
+      if (t < T) {
+        PrefetchL2(args.gu + static_cast<int64_t>(t) * 2 * args.H +
+                   part * args.H + j0 + col);
+      }
+    }
+  }
   float acc[kBN / 2];
 #pragma unroll
   for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
@@ -264,8 +343,13 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
     WgmmaFence();
 #pragma unroll
     for (int k16 = 0; k16 < 4; ++k16) {
-      Wgmma<kBN>(acc, Descriptor(a_tile + 32 * k16),
-                 Descriptor(b_tile + 32 * k16));
+      if constexpr (kEpi == kSwigluBackward) {
+        Wgmma<kBN, 1>(acc, Descriptor(a_tile + 32 * k16),
+                      DescriptorNMajor(b_tile + 2048 * k16, 8192));
+      } else {
+        Wgmma<kBN, 0>(acc, Descriptor(a_tile + 32 * k16),
+                      Descriptor(b_tile + 32 * k16));
+      }
     }
     WgmmaCommit();
     // The previous slice's group is complete: its buffer may be refilled
@@ -340,6 +424,54 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
       if (t0 + r < T) {
         *reinterpret_cast<uint4*>(out + static_cast<int64_t>(t0 + r) * N +
                                   blockIdx.x * kBN + col) =
+            *reinterpret_cast<const uint4*>(stage + r * kStride + col);
+      }
+    }
+  } else if constexpr (kEpi == kSwigluBackward) {
+    // acc is da[t, j0 + col]. Stage: 64 rows × 2·BN bf16 (dg columns, then
+    // du columns), row stride 2·BN + 8 elements.
+    constexpr int kStride = 2 * kBN + 8;
+    __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(
+        shared_raw + (base - raw)) + cw * 64 * kStride;
+    const int H = args.H;
+    const int j0 = blockIdx.x * kBN;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r_lo + 8 * h;
+      const int t = min(t0 + r, T - 1);  // rows ≥ T are not stored
+      const float* g_row = args.gu + static_cast<int64_t>(t) * 2 * H + j0;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const int col = 8 * j + q2;
+        const float2 g2 = *reinterpret_cast<const float2*>(g_row + col);
+        const float2 u2 = *reinterpret_cast<const float2*>(g_row + H + col);
+        const float g[2] = {g2.x, g2.y}, u[2] = {u2.x, u2.y};
+        const float d[2] = {acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]};
+        float dg[2], du[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          // swiglu.cu's backward, term for term.
+          const float sig = 1.0f / (1.0f + expf(-g[e]));
+          const float silu = g[e] * sig;
+          dg[e] = d[e] * u[e] * (sig * (1.0f + g[e] * (1.0f - sig)));
+          du[e] = d[e] * silu;
+        }
+        *reinterpret_cast<__nv_bfloat162*>(stage + r * kStride + col) =
+            __float22bfloat162_rn(make_float2(dg[0], dg[1]));
+        *reinterpret_cast<__nv_bfloat162*>(stage + r * kStride + kBN + col) =
+            __float22bfloat162_rn(make_float2(du[0], du[1]));
+      }
+    }
+    WarpgroupBarrierSync(cw);
+    __nv_bfloat16* dgu = static_cast<__nv_bfloat16*>(args.out0);
+    constexpr int kChunks = 64 * 2 * kBN / 8;
+#pragma unroll
+    for (int c = tid; c < kChunks; c += 128) {
+      const int r = c / (2 * kBN / 8), col = (c % (2 * kBN / 8)) * 8;
+      if (t0 + r < T) {
+        const int dst_col = col < kBN ? j0 + col : H + j0 + col - kBN;
+        *reinterpret_cast<uint4*>(dgu + static_cast<int64_t>(t0 + r) * 2 * H +
+                                  dst_col) =
             *reinterpret_cast<const uint4*>(stage + r * kStride + col);
       }
     }
@@ -471,9 +603,15 @@ cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
   CUtensorMap map_h, map_w;
   cudaError_t e = MakeMap(h, T, K, Tl::kRows, &map_h);
   if (e != cudaSuccess) return e;
-  e = MakeMap(w, w_rows, K, kBN / 2, &map_w);
+  if constexpr (kEpi == kSwigluBackward) {
+    e = MakeMap(w, K, args.H, 64, &map_w);  // W_down [C = K, H], N-major
+  } else {
+    e = MakeMap(w, w_rows, K, kBN / 2, &map_w);
+  }
   if (e != cudaSuccess) return e;
-  const int n_tiles = kEpi == kRope ? 3 * args.C / kBN : args.H / (kBN / 2);
+  const int n_tiles = kEpi == kRope     ? 3 * args.C / kBN
+                      : kEpi == kSwiglu ? args.H / (kBN / 2)
+                                        : args.H / kBN;
   const dim3 grid(n_tiles, (T + Tl::kRows - 1) / Tl::kRows);
   return LaunchKernel(kernel, grid, Tl::kThreads, Tl::kSharedBytes, stream,
                       map_h, map_w, T, K, b_step, b_offset, args);
@@ -487,11 +625,17 @@ cudaError_t Launch(int config, const __nv_bfloat16* h,
                    const __nv_bfloat16* w, int T, int K, int w_rows,
                    int b_step, int b_offset, const EpilogueArgs& args,
                    cudaStream_t stream) {
+// (The N-major B of kSwigluBackward comes in boxes of 64 columns: BN a
+// multiple of 64.)
 #define COPPELIUS_FUSED_CONFIG(index, wg, bn, stages, min_blocks)           \
   case index:                                                               \
     static_assert(kConfigBN[index] == bn, "kConfigBN");                     \
-    return LaunchTile<wg, bn, stages, min_blocks, kEpi>(                    \
-        h, w, T, K, w_rows, b_step, b_offset, args, stream);
+    if constexpr (kEpi == kSwigluBackward && bn % 64 != 0) {                \
+      return cudaErrorInvalidValue;                                         \
+    } else {                                                                \
+      return LaunchTile<wg, bn, stages, min_blocks, kEpi>(                  \
+          h, w, T, K, w_rows, b_step, b_offset, args, stream);              \
+    }
   switch (config) {
     COPPELIUS_FUSED_CONFIG(0, 2, 128, 5, 1)
     COPPELIUS_FUSED_CONFIG(1, 1, 128, 4, 2)
@@ -547,6 +691,25 @@ cudaError_t GateUpSwigluMatmul(const __nv_bfloat16* h,
   const int half = kConfigBN[config] / 2;
   return Launch<kSwiglu>(config, h, w_gate_up, T, C, 2 * H, half, H, args,
                          stream);
+}
+
+cudaError_t DownDxSwigluBackwardMatmul(const __nv_bfloat16* dy,
+                                       const __nv_bfloat16* w_down,
+                                       const float* gu, int T, int C, int H,
+                                       __nv_bfloat16* dgu, int config,
+                                       cudaStream_t stream) {
+  if (config < 0 || config >= kFusedConfigs || T < 1 || C < 64 ||
+      C % 64 != 0 || H < 1 || kConfigBN[config] % 64 != 0 ||
+      H % kConfigBN[config] != 0 || !Aligned16(dy) || !Aligned16(w_down) ||
+      !Aligned16(gu) || !Aligned16(dgu)) {
+    return cudaErrorInvalidValue;
+  }
+  EpilogueArgs args;
+  args.out0 = dgu;
+  args.gu = gu;
+  args.H = H;
+  return Launch<kSwigluBackward>(config, dy, w_down, T, C, C,
+                                 kConfigBN[config], 0, args, stream);
 }
 
 }  // namespace coppelius

@@ -1,8 +1,8 @@
 // File: trainer/kernels/fused_matmul.h
 //
-// Two of a block's forward products with their elementwise successor in
-// the epilogue, so that the successor's kernel (and, for qkv, the
-// product's fp32 output) leaves the forward chain. Both multiply
+// Block products with their elementwise neighbour in the epilogue, so that
+// the neighbour's kernel (and the product's fp32 output, where nothing
+// else reads it) leaves the step's chain. The two forward ones multiply
 // activations h [T, C] bf16 (row-major) by a weight W [N, C] bf16
 // (row-major, the SPEC's [out, in]: y = h · Wᵀ) with fp32 accumulation.
 //
@@ -17,10 +17,19 @@
 // rounded to bf16 [T, H] (swiglu.h's formula): what SwigluForward writes
 // from gu.
 //
+// DownDxSwigluBackwardMatmul (backward): da = dy · W_down (dy [T, C] the
+// gradient at the down product's output, bf16; W_down [C, H] bf16, the
+// SPEC's [out, in], read N-major) in fp32, then SwiGLU's backward with g, u
+// from the forward's gu [T, 2H] fp32 (swiglu.h): dgu [T, 2H] bf16 =
+// (da·u·σ(g)·(1 + g·(1 − σ(g))), da·g·σ(g)): what SwigluBackward writes from
+// the unfused product's fp32 da. The tile's g and u are asked into L2 while
+// the products run.
+//
 // Kernel (Hopper, sm_90a): a CTA computes a tile of BM = 64 · WG rows × BN
 // columns. One producer warp loads K slices of 64 columns of h and W with
 // the Tensor Memory Accelerator (cp.async.bulk.tensor, 128-byte swizzle)
-// into a ring of `stages` shared-memory buffers, signalled by mbarriers
+// (W_down: boxes of 64 K-rows × 64 columns, N-major) into a ring of
+// `stages` shared-memory buffers, signalled by mbarriers
 // (a "full" barrier per buffer counting the transaction bytes, an "empty"
 // one the consumers arrive at); WG consumer warpgroups each multiply their
 // 64 rows with wgmma.mma_async m64nBNk16 (both operands K-major from
@@ -42,6 +51,8 @@
 //     3      1   64    4        65 KB           3
 //     4      1  176    3        91 KB           2   gate|up only
 //     5      2  176    4       153 KB           1   gate|up only
+// (down dX: the configurations with BN a multiple of 64, H a multiple of
+// BN; W_down's N-major tile has no pairing.)
 // (BN = 176 tiles H = 1408 in 16 column tiles of 88 gate + 88 up columns.
 // Clusters of 2 CTAs sharing the W tile through TMA multicast were
 // measured twice as slow and removed: branch exp/wgmma-clusters.)
@@ -68,6 +79,12 @@ cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
                           const float* rope_table, int T, int C, int NH,
                           int HS, __nv_bfloat16* qkv16, int config,
                           cudaStream_t stream);
+
+cudaError_t DownDxSwigluBackwardMatmul(const __nv_bfloat16* dy,
+                                       const __nv_bfloat16* w_down,
+                                       const float* gu, int T, int C, int H,
+                                       __nv_bfloat16* dgu, int config,
+                                       cudaStream_t stream);
 
 cudaError_t GateUpSwigluMatmul(const __nv_bfloat16* h,
                                const __nv_bfloat16* w_gate_up, int T, int C,

@@ -545,6 +545,71 @@ TEST(FusedMatmulTest, GateUpSwigluAgainstDouble) {
             cudaErrorInvalidValue);  // no such configuration
 }
 
+void RunDownDxSwigluBackwardCase(int T, int C, int H, int config) {
+  SCOPED_TRACE(testing::Message() << "T=" << T << " C=" << C << " H=" << H
+                                  << " config=" << config);
+  const auto dy = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(T) * C, 1.0f, &Rng())));
+  const auto w = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(C) * H, 0.05f, &Rng())));
+  const auto gu = RandomNormal(static_cast<size_t>(T) * 2 * H, 1.5f, &Rng());
+  Bf16Buffer ddy(dy.size()), dw(w.size()),
+      ddgu(static_cast<size_t>(T) * 2 * H);
+  DeviceBuffer<float> dgu_in(gu.size());
+  ddy.Upload(ToBf16(dy));
+  dw.Upload(ToBf16(w));
+  dgu_in.Upload(gu);
+  ASSERT_EQ(DownDxSwigluBackwardMatmul(AsBf16(ddy), AsBf16(dw), dgu_in.get(),
+                                       T, C, H, AsBf16(ddgu), config,
+                                       nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // Reference in double: da = dy · W_down (W_down [C, H]), then SwiGLU's
+  // backward (swiglu.h) with the fp32 g, u.
+  std::vector<double> ref(static_cast<size_t>(T) * 2 * H);
+  std::vector<double> da(H);
+  for (int t = 0; t < T; ++t) {
+    std::fill(da.begin(), da.end(), 0.0);
+    for (int c = 0; c < C; ++c) {
+      const double d = dy[static_cast<size_t>(t) * C + c];
+      const float* wrow = w.data() + static_cast<size_t>(c) * H;
+      for (int j = 0; j < H; ++j) da[j] += d * wrow[j];
+    }
+    for (int j = 0; j < H; ++j) {
+      const double g = gu[static_cast<size_t>(t) * 2 * H + j];
+      const double u = gu[static_cast<size_t>(t) * 2 * H + H + j];
+      const double sig = 1.0 / (1.0 + std::exp(-g));
+      ref[static_cast<size_t>(t) * 2 * H + j] =
+          da[j] * u * sig * (1.0 + g * (1.0 - sig));
+      ref[static_cast<size_t>(t) * 2 * H + H + j] = da[j] * g * sig;
+    }
+  }
+  ExpectBf16Close(FromBf16(ddgu.Download()), ref, "dgu");
+}
+
+TEST(FusedMatmulTest, DownDxSwigluBackwardAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  for (int config = 0; config < 4; ++config) {  // BN = 64 or 128
+    RunDownDxSwigluBackwardCase(200, 128, 128, config);  // partial row tile
+    RunDownDxSwigluBackwardCase(70, 64, 256, config);    // one K step
+    RunDownDxSwigluBackwardCase(1024, 512, 1408, config);  // coppelius
+  }
+  Bf16Buffer dummy(64 * 512);
+  DeviceBuffer<float> gu(64 * 512);
+  for (int config : {4, 5}) {  // BN = 176: not for N-major W_down
+    EXPECT_EQ(DownDxSwigluBackwardMatmul(AsBf16(dummy), AsBf16(dummy),
+                                         gu.get(), 4, 64, 176, AsBf16(dummy),
+                                         config, nullptr),
+              cudaErrorInvalidValue);
+  }
+  EXPECT_EQ(DownDxSwigluBackwardMatmul(AsBf16(dummy), AsBf16(dummy), gu.get(),
+                                       4, 64, 192, AsBf16(dummy), 0, nullptr),
+            cudaErrorInvalidValue);  // H not a multiple of BN = 128
+  EXPECT_EQ(DownDxSwigluBackwardMatmul(AsBf16(dummy), AsBf16(dummy), gu.get(),
+                                       4, 96, 64, AsBf16(dummy), 3, nullptr),
+            cudaErrorInvalidValue);  // C not a multiple of 64
+}
+
 // ------------------------------------------------------------- attention
 
 // Fused attention against the unfused formulation in double on the same bf16

@@ -71,6 +71,10 @@ ABSL_FLAG(int, fused_gate_up_config,
           coppelius::CudaStepTuning().fused_gate_up_config,
           "gate|up forward product with SwiGLU fused, in this tile "
           "configuration (fused_matmul.h); -1: cuBLASLt + SwigluForward");
+ABSL_FLAG(int, fused_down_dx_config,
+          coppelius::CudaStepTuning().fused_down_dx_config,
+          "down dX product with SwiGLU's backward fused, in this tile "
+          "configuration (fused_matmul.h); -1: cuBLASLt + SwigluBackward");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -347,6 +351,17 @@ int KernelBench() {
                                                     g_stream) == cudaSuccess;
                         }),
                         0, 2.0 * T * 2 * H * C});
+      if (config < 4) {  // BN 64 or 128: the N-major W_down
+        bf* dgu = B(T * 2 * H);
+        g_rows.push_back({absl::StrCat("down dX + swiglu bwd (fused, config ",
+                                       config, ")"),
+                          TimeIt([&] {
+                            return DownDxSwigluBackwardMatmul(
+                                       h, w_gu, gu, T, C, H, dgu, config,
+                                       g_stream) == cudaSuccess;
+                          }),
+                          0, 2.0 * T * H * C});
+      }
     }
   }
   {
@@ -573,6 +588,7 @@ int Main(int argc, char** argv) {
   tuning.side_sms = absl::GetFlag(FLAGS_side_sms);
   tuning.fused_qkv_config = absl::GetFlag(FLAGS_fused_qkv_config);
   tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
+  tuning.fused_down_dx_config = absl::GetFlag(FLAGS_fused_down_dx_config);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),
