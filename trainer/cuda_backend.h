@@ -132,8 +132,12 @@ struct CudaStepTuning {
   int fused_gate_up_config = -1;
   // The down dX product with SwiGLU's backward in its epilogue
   // (DownDxSwigluBackwardMatmul), in this configuration; −1: cuBLASLt's
-  // product into fp32 da followed by SwigluBackward.
-  int fused_down_dx_config = -1;
+  // product into fp32 da followed by SwigluBackward. The same P/M/V bits.
+  // Measured in the step (two rounds): configuration 2 2.670 / 2.670
+  // against 2.687 / 2.688 ms; 3, 0, 1 slower (2.737, 2.789, 2.784), though
+  // alone 3 is the fastest (11.5 µs against 11.9; cuBLASLt + kernel 5.6 +
+  // 4.5).
+  int fused_down_dx_config = 2;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };
