@@ -880,6 +880,9 @@ absl::Status CudaBackend::BackwardPass() {
   const int down_dx_config = g_tuning.fused_down_dx_config;
   const bool fused_down_dx =
       down_dx_config >= 0 && C % 64 == 0 && H % 128 == 0;
+  const int output_dx_config = g_tuning.fused_output_dx_config;
+  const bool fused_output_dx =
+      output_dx_config >= 0 && HS == 64 && C % 128 == 0;
   for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
                       &ln_scratch_ring_}) {
     ResetRing(r);
@@ -1037,14 +1040,24 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(weight_gradient(kOutputDwSlot, kOutputDw, dresid16, y16_[l],
                                     G + o.output, &dresid16_ring_,
                                     dresid16_index));
-    if (!Skip(kPartInputGradients)) {
+    if (fused_output_dx) {
+      // dy and the attention backward's D in one kernel (fused_matmul.h).
+      if (!Skip(kPartInputGradients)) {
+        CUDA_RETURN_IF_ERROR(
+            OutputDxDeltaMatmul(dresid16, p16_ + o.output, y16_[l], T, C, NH,
+                                HS, dy16_,
+                                AttentionDelta(attention_scratch_, T, NH, HS),
+                                output_dx_config, stream_),
+            "OutputDxDeltaMatmul");
+      }
+    } else if (!Skip(kPartInputGradients)) {
       RETURN_IF_ERROR(plans_[kOutputDx]->RunBf16(dresid16, p16_ + o.output, dy16_,
                                                  workspace_, stream_));
     }
     // Attention: D, then dq (main stream) ∥ dk, dv (attention stream).
     int dqkv16_index = 0;
     ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
-    if (!Skip(kPartAttentionBackward)) {
+    if (!fused_output_dx && !Skip(kPartAttentionBackward)) {
       CUDA_RETURN_IF_ERROR(
           AttentionBackwardDelta(y16_[l], dy16_, T, NH, HS, attention_scratch_,
                                  stream_),
@@ -1451,6 +1464,8 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
                         tuning.fused_gate_up_config + 1, kFusedConfigs + 1));
   RETURN_IF_ERROR(check("fused_down_dx_config",
                         tuning.fused_down_dx_config + 1, kFusedConfigs + 1));
+  RETURN_IF_ERROR(check("fused_output_dx_config",
+                        tuning.fused_output_dx_config + 1, kFusedConfigs + 1));
   if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));

@@ -138,6 +138,10 @@ struct CudaStepTuning {
   // alone 3 is the fastest (11.5 µs against 11.9; cuBLASLt + kernel 5.6 +
   // 4.5).
   int fused_down_dx_config = 2;
+  // The attention output's dX product writing the attention backward's D
+  // as well (OutputDxDeltaMatmul: the same bits), in this configuration;
+  // −1: cuBLASLt's product followed by AttentionBackwardDelta.
+  int fused_output_dx_config = -1;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

@@ -1040,6 +1040,10 @@ cudaError_t AttentionForward(const bf16* qkv, int T, int NH, int HS, bf16* y,
                 stream);
 }
 
+float* AttentionDelta(void* scratch, int T, int NH, int HS) {
+  return static_cast<float*>(scratch) + Layout(T, NH, HS).delta;
+}
+
 cudaError_t AttentionBackwardDelta(const bf16* y, const bf16* dy, int T,
                                    int NH, int HS, void* scratch,
                                    cudaStream_t stream) {

@@ -99,6 +99,12 @@ cudaError_t AttentionBackwardDelta(const __nv_bfloat16* y,
                                    const __nv_bfloat16* dy, int T, int NH,
                                    int HS, void* scratch, cudaStream_t stream);
 
+// Where step (1) writes D: [NH, T] fp32 inside `scratch` (sized by
+// AttentionScratchBytes for the same T, NH, HS). A product that computes D
+// itself in step (1)'s order (fused_matmul.h's OutputDxDeltaMatmul) writes
+// it here instead, and step (1) is left out.
+float* AttentionDelta(void* scratch, int T, int NH, int HS);
+
 // Backward step (2), after (1): the dq columns of dqkv. `rope_table` is
 // rope.h's RopeTable(T, HS, base) on the device.
 cudaError_t AttentionBackwardQuery(const __nv_bfloat16* qkv,

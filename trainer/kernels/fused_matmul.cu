@@ -220,16 +220,22 @@ __device__ __forceinline__ void Wgmma<128, 1>(float (&d)[64],
 
 // ------------------------------------------------------------------ kernel
 
-// kSwigluBackward's B (W_down [C, H], K = C) is N-major; the others' B
-// (W [N, C]) is K-major.
-enum Epilogue { kRope = 0, kSwiglu = 1, kSwigluBackward = 2 };
+// kSwigluBackward's B (W_down [C, H], K = C) and kDelta's (W_output [C, C])
+// are N-major; the others' B (W [N, C]) is K-major.
+enum Epilogue { kRope = 0, kSwiglu = 1, kSwigluBackward = 2, kDelta = 3 };
+
+template <int kEpi>
+inline constexpr bool kNMajorB = kEpi == kSwigluBackward || kEpi == kDelta;
 
 struct EpilogueArgs {
   // kRope: qkv16 [T, 3C]; kSwiglu: gu [T, 2H] (fp32) and a [T, H];
-  // kSwigluBackward: dgu [T, 2H] (bf16), with `gu` the forward's.
+  // kSwigluBackward: dgu [T, 2H] (bf16), with `gu` the forward's;
+  // kDelta: dy [T, C] (bf16) and delta [NH, T] (fp32), with `y` the
+  // attention's output [T, C].
   void* out0 = nullptr;
   void* out1 = nullptr;
   const float* gu = nullptr;
+  const __nv_bfloat16* y = nullptr;
   const float* rope_table = nullptr;  // [2, T, 32]
   int C = 0;
   int H = 0;
@@ -297,7 +303,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
         const uint32_t b_dst = a_dst + Tl::kABytes;
         BarrierArriveExpectBytes(full + 8 * s, Tl::kStageBytes);
         TmaLoad(a_dst, &map_h, kt * 64, m0, full + 8 * s);
-        if constexpr (kEpi == kSwigluBackward) {
+        if constexpr (kNMajorB<kEpi>) {
           // N-major: BN / 64 boxes of 64 K-rows × 64 columns (8 KB each).
 #pragma unroll
           for (int i = 0; i < kBN / 64; ++i) {
@@ -343,7 +349,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
     WgmmaFence();
 #pragma unroll
     for (int k16 = 0; k16 < 4; ++k16) {
-      if constexpr (kEpi == kSwigluBackward) {
+      if constexpr (kNMajorB<kEpi>) {
         Wgmma<kBN, 1>(acc, Descriptor(a_tile + 32 * k16),
                       DescriptorNMajor(b_tile + 2048 * k16, 8192));
       } else {
@@ -426,6 +432,68 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
                                   blockIdx.x * kBN + col) =
             *reinterpret_cast<const uint4*>(stage + r * kStride + col);
       }
+    }
+  } else if constexpr (kEpi == kDelta) {
+    // Stage dy: 64 rows × BN bf16, row stride BN + 8 elements.
+    constexpr int kStride = kBN + 8;
+    __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(
+        shared_raw + (base - raw)) + cw * 64 * kStride;
+    const int C = args.C;
+    const int n0 = blockIdx.x * kBN;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r_lo + 8 * h;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        *reinterpret_cast<__nv_bfloat162*>(stage + r * kStride + 8 * j + q2) =
+            __float22bfloat162_rn(
+                make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
+      }
+    }
+    WarpgroupBarrierSync(cw);
+    __nv_bfloat16* dy = static_cast<__nv_bfloat16*>(args.out0);
+    constexpr int kChunks = 64 * kBN / 8;
+#pragma unroll
+    for (int c = tid; c < kChunks; c += 128) {
+      const int r = c / (kBN / 8), col = (c % (kBN / 8)) * 8;
+      if (t0 + r < T) {
+        *reinterpret_cast<uint4*>(dy + static_cast<int64_t>(t0 + r) * C + n0 +
+                                  col) =
+            *reinterpret_cast<const uint4*>(stage + r * kStride + col);
+      }
+    }
+    // D[head][t] = Σ_d dy[t, d] · y[t, d] over the head's 64 columns, in
+    // attention.cu's BackwardDeltaKernel order: 8 lanes per (row, head),
+    // each an fma chain over 8 neighbouring columns from 0, then the xor
+    // tree 1, 2, 4 (the same bits as that kernel).
+    float* delta = static_cast<float*>(args.out1);
+#pragma unroll
+    for (int c = tid; c < 64 * kBN / 8; c += 128) {
+      const int group = c % 8, head = (c / 8) % (kBN / 64);
+      const int r = c / (8 * (kBN / 64));
+      const int col = head * 64 + group * 8;
+      const int t = t0 + r;
+      float d = 0.0f;
+      if (t < T) {
+        const uint4 a = *reinterpret_cast<const uint4*>(stage + r * kStride +
+                                                        col);
+        const uint4 b = *reinterpret_cast<const uint4*>(
+            args.y + static_cast<int64_t>(t) * C + n0 + col);
+        const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+        const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 x = __bfloat1622float2(a2[e]);
+          const float2 z = __bfloat1622float2(b2[e]);
+          d = fmaf(x.x, z.x, d);
+          d = fmaf(x.y, z.y, d);
+        }
+      }
+#pragma unroll
+      for (int off = 1; off < 8; off <<= 1) {
+        d += __shfl_xor_sync(0xffffffffu, d, off);
+      }
+      if (t < T && group == 0) delta[((n0 + col) / 64) * T + t] = d;
     }
   } else if constexpr (kEpi == kSwigluBackward) {
     // acc is da[t, j0 + col]. Stage: 64 rows × 2·BN bf16 (dg columns, then
@@ -605,13 +673,16 @@ cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
   if (e != cudaSuccess) return e;
   if constexpr (kEpi == kSwigluBackward) {
     e = MakeMap(w, K, args.H, 64, &map_w);  // W_down [C = K, H], N-major
+  } else if constexpr (kEpi == kDelta) {
+    e = MakeMap(w, K, args.C, 64, &map_w);  // W_output [C = K, C], N-major
   } else {
     e = MakeMap(w, w_rows, K, kBN / 2, &map_w);
   }
   if (e != cudaSuccess) return e;
-  const int n_tiles = kEpi == kRope     ? 3 * args.C / kBN
-                      : kEpi == kSwiglu ? args.H / (kBN / 2)
-                                        : args.H / kBN;
+  const int n_tiles = kEpi == kRope            ? 3 * args.C / kBN
+                      : kEpi == kSwiglu        ? args.H / (kBN / 2)
+                      : kEpi == kSwigluBackward ? args.H / kBN
+                                               : args.C / kBN;
   const dim3 grid(n_tiles, (T + Tl::kRows - 1) / Tl::kRows);
   return LaunchKernel(kernel, grid, Tl::kThreads, Tl::kSharedBytes, stream,
                       map_h, map_w, T, K, b_step, b_offset, args);
@@ -630,7 +701,7 @@ cudaError_t Launch(int config, const __nv_bfloat16* h,
 #define COPPELIUS_FUSED_CONFIG(index, wg, bn, stages, min_blocks)           \
   case index:                                                               \
     static_assert(kConfigBN[index] == bn, "kConfigBN");                     \
-    if constexpr (kEpi == kSwigluBackward && bn % 64 != 0) {                \
+    if constexpr (kNMajorB<kEpi> && bn % 64 != 0) {                        \
       return cudaErrorInvalidValue;                                         \
     } else {                                                                \
       return LaunchTile<wg, bn, stages, min_blocks, kEpi>(                  \
@@ -710,6 +781,27 @@ cudaError_t DownDxSwigluBackwardMatmul(const __nv_bfloat16* dy,
   args.H = H;
   return Launch<kSwigluBackward>(config, dy, w_down, T, C, C,
                                  kConfigBN[config], 0, args, stream);
+}
+
+cudaError_t OutputDxDeltaMatmul(const __nv_bfloat16* dresid,
+                                const __nv_bfloat16* w_output,
+                                const __nv_bfloat16* y, int T, int C, int NH,
+                                int HS, __nv_bfloat16* dy, float* delta,
+                                int config, cudaStream_t stream) {
+  if (config < 0 || config >= kFusedConfigs || T < 1 || NH < 1 || HS != 64 ||
+      C != NH * HS || kConfigBN[config] % 64 != 0 ||
+      C % kConfigBN[config] != 0 || !Aligned16(dresid) ||
+      !Aligned16(w_output) || !Aligned16(y) || !Aligned16(dy) ||
+      delta == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  EpilogueArgs args;
+  args.out0 = dy;
+  args.out1 = delta;
+  args.y = y;
+  args.C = C;
+  return Launch<kDelta>(config, dresid, w_output, T, C, C, kConfigBN[config],
+                        0, args, stream);
 }
 
 }  // namespace coppelius

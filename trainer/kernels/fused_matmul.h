@@ -25,6 +25,15 @@
 // the unfused product's fp32 da. The tile's g and u are asked into L2 while
 // the products run.
 //
+// OutputDxDeltaMatmul (backward, HS = 64): dy = dresid · W_output
+// (dresid [T, C] the gradient at the attention output product's output,
+// bf16; W_output [C, C] bf16, [out, in], read N-major) rounded to bf16
+// into dy [T, C] (what the cuBLASLt product writes), and the attention
+// backward's D[h][t] = Σ_d dy[t, h·64 + d] · y[t, h·64 + d] into delta
+// [NH, T] (attention.h's AttentionDelta), from the rounded dy and the
+// stored y in AttentionBackwardDelta's order: the same bits, so that kernel
+// leaves the chain.
+//
 // Kernel (Hopper, sm_90a): a CTA computes a tile of BM = 64 · WG rows × BN
 // columns. One producer warp loads K slices of 64 columns of h and W with
 // the Tensor Memory Accelerator (cp.async.bulk.tensor, 128-byte swizzle)
@@ -51,8 +60,8 @@
 //     3      1   64    4        65 KB           3
 //     4      1  176    3        91 KB           2   gate|up only
 //     5      2  176    4       153 KB           1   gate|up only
-// (down dX: the configurations with BN a multiple of 64, H a multiple of
-// BN; W_down's N-major tile has no pairing.)
+// (down dX, output dX: the configurations with BN a multiple of 64, H or C
+// a multiple of BN: the N-major tiles come in boxes of 64 columns.)
 // (BN = 176 tiles H = 1408 in 16 column tiles of 88 gate + 88 up columns.
 // Clusters of 2 CTAs sharing the W tile through TMA multicast were
 // measured twice as slow and removed: branch exp/wgmma-clusters.)
@@ -85,6 +94,12 @@ cudaError_t DownDxSwigluBackwardMatmul(const __nv_bfloat16* dy,
                                        const float* gu, int T, int C, int H,
                                        __nv_bfloat16* dgu, int config,
                                        cudaStream_t stream);
+
+cudaError_t OutputDxDeltaMatmul(const __nv_bfloat16* dresid,
+                                const __nv_bfloat16* w_output,
+                                const __nv_bfloat16* y, int T, int C, int NH,
+                                int HS, __nv_bfloat16* dy, float* delta,
+                                int config, cudaStream_t stream);
 
 cudaError_t GateUpSwigluMatmul(const __nv_bfloat16* h,
                                const __nv_bfloat16* w_gate_up, int T, int C,

@@ -610,6 +610,98 @@ TEST(FusedMatmulTest, DownDxSwigluBackwardAgainstDouble) {
             cudaErrorInvalidValue);  // C not a multiple of 64
 }
 
+void RunOutputDxDeltaCase(int T, int NH, int config) {
+  SCOPED_TRACE(testing::Message()
+               << "T=" << T << " NH=" << NH << " config=" << config);
+  const int HS = 64, C = NH * HS;
+  const auto dresid = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(T) * C, 1.0f, &Rng())));
+  const auto w = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(C) * C, 0.05f, &Rng())));
+  const auto y = FromBf16(
+      ToBf16(RandomNormal(static_cast<size_t>(T) * C, 0.5f, &Rng())));
+  Bf16Buffer ddresid(dresid.size()), dw(w.size()), dy_in(y.size()),
+      ddy(static_cast<size_t>(T) * C);
+  ddresid.Upload(ToBf16(dresid));
+  dw.Upload(ToBf16(w));
+  dy_in.Upload(ToBf16(y));
+  const size_t scratch_words = AttentionScratchBytes(T, NH, HS) / 4;
+  DeviceBuffer<float> scratch(scratch_words), scratch2(scratch_words);
+  ASSERT_EQ(cudaMemset(scratch.get(), 0, scratch_words * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemset(scratch2.get(), 0, scratch_words * 4), cudaSuccess);
+  float* delta = AttentionDelta(scratch.get(), T, NH, HS);
+  ASSERT_EQ(OutputDxDeltaMatmul(AsBf16(ddresid), AsBf16(dw), AsBf16(dy_in), T,
+                                C, NH, HS, AsBf16(ddy), delta, config,
+                                nullptr),
+            cudaSuccess);
+  // The unfused D kernel over the fused product's dy: the same bits.
+  ASSERT_EQ(AttentionBackwardDelta(AsBf16(dy_in), AsBf16(ddy), T, NH, HS,
+                                   scratch2.get(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> d_fused(static_cast<size_t>(NH) * T),
+      d_kernel(d_fused.size());
+  ASSERT_EQ(cudaMemcpy(d_fused.data(), delta, d_fused.size() * 4,
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_kernel.data(),
+                       AttentionDelta(scratch2.get(), T, NH, HS),
+                       d_kernel.size() * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (size_t i = 0; i < d_fused.size(); ++i) {
+    ASSERT_EQ(d_fused[i], d_kernel[i]) << "D " << i;
+  }
+  // dy against double: dy = dresid · W_output (W_output [C, C], [out, in]).
+  std::vector<double> ref(static_cast<size_t>(T) * C, 0.0);
+  for (int t = 0; t < T; ++t) {
+    for (int c = 0; c < C; ++c) {
+      const double d = dresid[static_cast<size_t>(t) * C + c];
+      const float* wrow = w.data() + static_cast<size_t>(c) * C;
+      double* out = ref.data() + static_cast<size_t>(t) * C;
+      for (int j = 0; j < C; ++j) out[j] += d * wrow[j];
+    }
+  }
+  const auto dy = FromBf16(ddy.Download());
+  ExpectBf16Close(dy, ref, "dy");
+  // D against double over the double product (bf16 rounding of dy allowed).
+  std::vector<double> ref_d(d_fused.size(), 0.0);
+  for (int h = 0; h < NH; ++h) {
+    for (int t = 0; t < T; ++t) {
+      double acc = 0;
+      for (int d = 0; d < HS; ++d) {
+        const size_t i = static_cast<size_t>(t) * C + h * HS + d;
+        acc += ref[i] * y[i];
+      }
+      ref_d[static_cast<size_t>(h) * T + t] = acc;
+    }
+  }
+  EXPECT_LT(RelErr(d_fused, ref_d), kBf16OutTol);
+}
+
+TEST(FusedMatmulTest, OutputDxDeltaAgainstDoubleAndTheDeltaKernel) {
+  SKIP_WITHOUT_GPU();
+  for (int config = 0; config < 4; ++config) {  // BN = 64 or 128
+    RunOutputDxDeltaCase(200, 2, config);  // a partial row tile
+    RunOutputDxDeltaCase(70, 4, config);
+    RunOutputDxDeltaCase(1024, 8, config);  // coppelius
+  }
+  RunOutputDxDeltaCase(33, 1, 3);  // one head, one K step
+  Bf16Buffer dummy(64 * 128);
+  DeviceBuffer<float> delta(256);
+  EXPECT_EQ(OutputDxDeltaMatmul(AsBf16(dummy), AsBf16(dummy), AsBf16(dummy),
+                                4, 64, 1, 64, AsBf16(dummy), delta.get(), 0,
+                                nullptr),
+            cudaErrorInvalidValue);  // C = 64 not a multiple of BN = 128
+  EXPECT_EQ(OutputDxDeltaMatmul(AsBf16(dummy), AsBf16(dummy), AsBf16(dummy),
+                                4, 64, 2, 32, AsBf16(dummy), delta.get(), 3,
+                                nullptr),
+            cudaErrorInvalidValue);  // HS = 32
+  EXPECT_EQ(OutputDxDeltaMatmul(AsBf16(dummy), AsBf16(dummy), AsBf16(dummy),
+                                4, 128, 2, 64, AsBf16(dummy), delta.get(), 4,
+                                nullptr),
+            cudaErrorInvalidValue);  // BN = 176
+}
+
 // ------------------------------------------------------------- attention
 
 // Fused attention against the unfused formulation in double on the same bf16

@@ -75,6 +75,10 @@ ABSL_FLAG(int, fused_down_dx_config,
           coppelius::CudaStepTuning().fused_down_dx_config,
           "down dX product with SwiGLU's backward fused, in this tile "
           "configuration (fused_matmul.h); -1: cuBLASLt + SwigluBackward");
+ABSL_FLAG(int, fused_output_dx_config,
+          coppelius::CudaStepTuning().fused_output_dx_config,
+          "attention output dX product writing D too, in this tile "
+          "configuration (fused_matmul.h); -1: cuBLASLt + the D kernel");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -351,6 +355,20 @@ int KernelBench() {
                                                     g_stream) == cudaSuccess;
                         }),
                         0, 2.0 * T * 2 * H * C});
+      if (config < 4) {  // BN 64 or 128: the N-major W_output
+        bf* y = B(T * C);
+        bf* dy = B(T * C);
+        float* delta = F(NH * T);
+        g_rows.push_back({absl::StrCat("output dX + attention D (fused, "
+                                       "config ", config, ")"),
+                          TimeIt([&] {
+                            return OutputDxDeltaMatmul(h, w_qkv, y, T, C, NH,
+                                                       HS, dy, delta, config,
+                                                       g_stream) ==
+                                   cudaSuccess;
+                          }),
+                          0, 2.0 * T * C * C});
+      }
       if (config < 4) {  // BN 64 or 128: the N-major W_down
         bf* dgu = B(T * 2 * H);
         g_rows.push_back({absl::StrCat("down dX + swiglu bwd (fused, config ",
@@ -589,6 +607,7 @@ int Main(int argc, char** argv) {
   tuning.fused_qkv_config = absl::GetFlag(FLAGS_fused_qkv_config);
   tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
   tuning.fused_down_dx_config = absl::GetFlag(FLAGS_fused_down_dx_config);
+  tuning.fused_output_dx_config = absl::GetFlag(FLAGS_fused_output_dx_config);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),
