@@ -69,7 +69,7 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; t
     filter=${spec#*:}
     [ -x "$bin" ] || continue
     echo "== memcheck $(basename "$bin") $filter" | tee -a "$log"
-    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$bin" --gtest_filter="$filter" >"$out/memcheck_$(basename "$bin").log" 2>&1
     rc=$?
     tail -n 5 "$out/memcheck_$(basename "$bin").log" | tee -a "$log"

@@ -201,6 +201,10 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   cases.back().tuning.adamw_priority = -1;
   cases.push_back({"side_sms", defaults});
   cases.back().tuning.side_sms = -1;
+  cases.push_back({"fused_qkv_config", defaults});
+  cases.back().tuning.fused_qkv_config = -2;
+  cases.push_back({"fused_down_dx_config", defaults});
+  cases.back().tuning.fused_down_dx_config = 99;
   for (const Case& c : cases) {
     const absl::Status s = SetCudaStepTuning(c.tuning);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
@@ -347,6 +351,51 @@ TEST(CudaBackendTest, CoppeliusIsBitwiseDeterministic) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
   CheckDeterminism(*ModelConfigByName("coppelius"), 3,
                    /*compare_launch_modes=*/true);
+}
+
+// The products with fused epilogues (kernels/fused_matmul.h) compute the
+// bits of the cuBLASLt product + elementwise kernel they replace: the
+// default tuning (some fused) against none fused and against all fused, at
+// the coppelius size. Holds while cuBLASLt's algorithms for these shapes
+// accumulate in k order as the fused kernels do (cuBLAS 13 on the H200,
+// 2026-11-30); a failure after a cuBLAS or GPU change means the bits moved,
+// and the fused kernels are then checked against double by kernels_test.
+TEST(CudaBackendTest, CoppeliusFusedProductsGiveTheUnfusedBits) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig config = *ModelConfigByName("coppelius");
+  const int steps = 2;
+  const Inputs in = MakeInputs(config, steps + 1, std::random_device{}());
+  const CudaStepTuning defaults;
+  CudaStepTuning none = defaults;
+  none.fused_qkv_config = -1;
+  none.fused_gate_up_config = -1;
+  none.fused_down_dx_config = -1;
+  none.fused_output_dx_config = -1;
+  CudaStepTuning all = defaults;
+  all.fused_qkv_config = 3;
+  all.fused_gate_up_config = 5;
+  all.fused_down_dx_config = 2;
+  all.fused_output_dx_config = 3;
+  std::vector<RunResult> runs;
+  for (const CudaStepTuning& tuning : {defaults, none, all}) {
+    ASSERT_TRUE(SetCudaStepTuning(tuning).ok());
+    auto backend = CreateCudaBackend(config);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    runs.push_back(RunBackend(backend->get(), config, in, steps));
+  }
+  ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
+  for (size_t i = 1; i < runs.size(); ++i) {
+    SCOPED_TRACE(i == 1 ? "none fused" : "all fused");
+    ASSERT_EQ(0, std::memcmp(runs[0].record.data(), runs[i].record.data(),
+                             runs[0].record.size() * 4));
+    for (int st = 0; st < steps; ++st) {
+      ASSERT_EQ(0, std::memcmp(runs[0].losses[st].data(),
+                               runs[i].losses[st].data(), config.T * 4))
+          << "step " << st;
+    }
+    ASSERT_EQ(0, std::memcmp(runs[0].pmv.data(), runs[i].pmv.data(),
+                             runs[0].pmv.size() * 4));
+  }
 }
 
 TEST(CudaBackendTest, SplitSnapshotIsOrderedAfterEarlierSteps) {
