@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "trainer/kernels/attention_items.h"
+#include "trainer/kernels/bf16.cuh"
 #include "trainer/kernels/launch.cuh"
 
 namespace coppelius {
@@ -690,17 +691,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n = static_cast<int64_t>(p.T) * C / 8;
   float d = 0.0f;
   if (i < n) {
-    const uint4 a = *reinterpret_cast<const uint4*>(p.dy + i * 8);
-    const uint4 b = *reinterpret_cast<const uint4*>(p.y + i * 8);
-    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
-    const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 x = __bfloat1622float2(a2[e]);
-      const float2 z = __bfloat1622float2(b2[e]);
-      d = fmaf(x.x, z.x, d);
-      d = fmaf(x.y, z.y, d);
-    }
+    d = kernels::DotBf16x8(*reinterpret_cast<const uint4*>(p.dy + i * 8),
+                           *reinterpret_cast<const uint4*>(p.y + i * 8), d);
   }
 #pragma unroll
   for (int off = 1; off < kGroup; off <<= 1) {

@@ -16,7 +16,9 @@
 
 #include <cstdint>
 
+#include "trainer/kernels/bf16.cuh"
 #include "trainer/kernels/launch.cuh"
+#include "trainer/kernels/swiglu.cuh"
 
 namespace coppelius {
 namespace {
@@ -146,76 +148,81 @@ __device__ __forceinline__ void PinAccumulators(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d += A · B for a 64 × kBN × 16 slice: A 64 rows K-major, B kBN columns,
+// d = A · B + (scale_d ? d : 0) for a 64 × kBN × 16 slice: A 64 rows K-major, B kBN columns,
 // K-major (kTransB = 0: B stored as kBN rows of K) or N-major (kTransB = 1:
 // 16 rows of kBN), both in shared memory; fp32 accumulators d[kBN / 2].
 template <int kBN, int kTransB>
 __device__ __forceinline__ void Wgmma(float (&d)[kBN / 2], uint64_t desc_a,
-                                      uint64_t desc_b);
+                                      uint64_t desc_b, int scale_d);
 
 template <>
 __device__ __forceinline__ void Wgmma<64, 0>(float (&d)[32],
                                               uint64_t desc_a,
-                                              uint64_t desc_b) {
+                                              uint64_t desc_b,
+                                              int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
       "%32, %33, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 template <>
 __device__ __forceinline__ void Wgmma<128, 0>(float (&d)[64],
                                               uint64_t desc_a,
-                                              uint64_t desc_b) {
+                                              uint64_t desc_b,
+                                              int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
       "%64, %65, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 template <>
 __device__ __forceinline__ void Wgmma<176, 0>(float (&d)[88],
                                               uint64_t desc_a,
-                                              uint64_t desc_b) {
+                                              uint64_t desc_b,
+                                              int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87}, "
       "%88, %89, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 template <>
 __device__ __forceinline__ void Wgmma<64, 1>(float (&d)[32],
                                               uint64_t desc_a,
-                                              uint64_t desc_b) {
+                                              uint64_t desc_b,
+                                              int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
       "%32, %33, p, 1, 1, 0, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 template <>
 __device__ __forceinline__ void Wgmma<128, 1>(float (&d)[64],
                                               uint64_t desc_a,
-                                              uint64_t desc_b) {
+                                              uint64_t desc_b,
+                                              int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
       "%64, %65, p, 1, 1, 0, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 // ------------------------------------------------------------------ kernel
@@ -338,9 +345,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
       }
     }
   }
+  // Not initialized: the first wgmma ignores them (scale-d 0). Zeroing
+  // them here would be a non-wgmma definition of accumulator registers,
+  // which makes ptxas serialize every wgmma (warning C7515).
   float acc[kBN / 2];
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
   for (int kt = 0; kt < k_steps; ++kt) {
     const int s = kt % kStages;
     BarrierWait(full + 8 * s, (kt / kStages) & 1);
@@ -351,10 +359,11 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
     for (int k16 = 0; k16 < 4; ++k16) {
       if constexpr (kNMajorB<kEpi>) {
         Wgmma<kBN, 1>(acc, Descriptor(a_tile + 32 * k16),
-                      DescriptorNMajor(b_tile + 2048 * k16, 8192));
+                      DescriptorNMajor(b_tile + 2048 * k16, 8192),
+                      kt > 0 || k16 > 0);
       } else {
         Wgmma<kBN, 0>(acc, Descriptor(a_tile + 32 * k16),
-                      Descriptor(b_tile + 32 * k16));
+                      Descriptor(b_tile + 32 * k16), kt > 0 || k16 > 0);
       }
     }
     WgmmaCommit();
@@ -475,19 +484,12 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
       const int t = t0 + r;
       float d = 0.0f;
       if (t < T) {
-        const uint4 a = *reinterpret_cast<const uint4*>(stage + r * kStride +
-                                                        col);
-        const uint4 b = *reinterpret_cast<const uint4*>(
-            args.y + static_cast<int64_t>(t) * C + n0 + col);
-        const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
-        const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 x = __bfloat1622float2(a2[e]);
-          const float2 z = __bfloat1622float2(b2[e]);
-          d = fmaf(x.x, z.x, d);
-          d = fmaf(x.y, z.y, d);
-        }
+        d = kernels::DotBf16x8(
+            *reinterpret_cast<const uint4*>(stage + r * kStride + col),
+            *reinterpret_cast<const uint4*>(args.y +
+                                            static_cast<int64_t>(t) * C + n0 +
+                                            col),
+            d);
       }
 #pragma unroll
       for (int off = 1; off < 8; off <<= 1) {
@@ -518,11 +520,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
         float dg[2], du[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          // swiglu.cu's backward, term for term.
-          const float sig = 1.0f / (1.0f + expf(-g[e]));
-          const float silu = g[e] * sig;
-          dg[e] = d[e] * u[e] * (sig * (1.0f + g[e] * (1.0f - sig)));
-          du[e] = d[e] * silu;
+          kernels::SwigluGradients(g[e], u[e], d[e], &dg[e], &du[e]);
         }
         *reinterpret_cast<__nv_bfloat162*>(stage + r * kStride + col) =
             __float22bfloat162_rn(make_float2(dg[0], dg[1]));
@@ -569,13 +567,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
             make_float2(g[0], g[1]);
         *reinterpret_cast<float2*>(stage + r * kStride + kBN / 2 + col) =
             make_float2(u[0], u[1]);
-        float out[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          // swiglu.cu's expression, term for term.
-          const float sig = 1.0f / (1.0f + expf(-g[e]));
-          out[e] = g[e] * sig * u[e];
-        }
+        const float out[2] = {kernels::SwigluValue(g[0], u[0]),
+                              kernels::SwigluValue(g[1], u[1])};
         *reinterpret_cast<__nv_bfloat162*>(stage_a + r * kStrideA + col) =
             __float22bfloat162_rn(make_float2(out[0], out[1]));
       }

@@ -5,6 +5,7 @@
 
 #include "trainer/kernels/bf16.cuh"
 #include "trainer/kernels/launch.cuh"
+#include "trainer/kernels/swiglu.cuh"
 
 namespace coppelius {
 namespace {
@@ -50,9 +51,7 @@ __global__ void SwigluForwardKernel(const float* __restrict__ gu, int T,
   float out[kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    const float g = V::Get(g4, i), u = V::Get(u4, i);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    out[i] = g * sig * u;
+    out[i] = kernels::SwigluValue(V::Get(g4, i), V::Get(u4, i));
   }
   StoreBf16<kVec>(a + t * H + j, out);
 }
@@ -73,11 +72,8 @@ __global__ void SwigluBackwardKernel(const float* __restrict__ gu,
   float dg[kVec], du[kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    const float g = V::Get(g4, i), u = V::Get(u4, i), d = V::Get(d4, i);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    const float silu = g * sig;
-    dg[i] = d * u * (sig * (1.0f + g * (1.0f - sig)));
-    du[i] = d * silu;
+    kernels::SwigluGradients(V::Get(g4, i), V::Get(u4, i), V::Get(d4, i),
+                             &dg[i], &du[i]);
   }
   StoreBf16<kVec>(dgu + t * 2 * H + j, dg);
   StoreBf16<kVec>(dgu + t * 2 * H + H + j, du);
