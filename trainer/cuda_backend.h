@@ -125,9 +125,9 @@ struct CudaStepTuning {
   // configuration (0 .. kFusedConfigs − 1), where the shapes allow; −1: a
   // cuBLASLt product followed by RopeForward / SwigluForward. The same
   // P/M/V bits either way (docs/PERFORMANCE.md run 11). Measured: qkv in
-  // configuration 3 6.6 µs against 5.3 + 3.3, step 2.698 against 2.730 ms;
-  // gate|up fused at best (configuration 5) 12.7 µs against 7.8 + 4.5, step
-  // 2.717 against 2.698: off.
+  // configuration 3 6.6 µs against 5.4 + 3.3, step 2.698 against 2.730 ms;
+  // gate|up fused at best (configuration 5) 12.1 µs against 8.1 + 4.5, in
+  // the step a tie (2.661 against 2.663): off.
   int fused_qkv_config = 3;
   int fused_gate_up_config = -1;
   // The down dX product with SwiGLU's backward in its epilogue
@@ -135,12 +135,14 @@ struct CudaStepTuning {
   // product into fp32 da followed by SwigluBackward. The same P/M/V bits.
   // Measured in the step (two rounds): configuration 2 2.670 / 2.670
   // against 2.687 / 2.688 ms; 3, 0, 1 slower (2.737, 2.789, 2.784), though
-  // alone 3 is the fastest (11.5 µs against 11.9; cuBLASLt + kernel 5.6 +
-  // 4.5).
+  // alone 3 is the fastest (11.7 µs against 11.9; cuBLASLt + kernel 5.6 +
+  // 4.6).
   int fused_down_dx_config = 2;
   // The attention output's dX product writing the attention backward's D
   // as well (OutputDxDeltaMatmul: the same bits), in this configuration;
-  // −1: cuBLASLt's product followed by AttentionBackwardDelta.
+  // −1: cuBLASLt's product followed by AttentionBackwardDelta. Measured:
+  // configuration 3 4.6 µs against 3.6 + 2.0, but the step slower (2.686
+  // against 2.663 ms): off.
   int fused_output_dx_config = -1;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
