@@ -11,6 +11,9 @@ in ordinary .cc files of a cc_library that depends on this one.
 
 NVCC = "/usr/local/cuda/bin/nvcc"
 
+# The words ptxas's serialization notes share (C7514, C7515, ...).
+_WGMMA_SERIALIZED = "wgmma.mma_async instructions are serialized"
+
 NVCC_FLAGS = [
     "-std=c++17",
     "-O3",
@@ -51,12 +54,13 @@ def cuda_library(name, srcs, hdrs = [], extra_hdrs = [], deps = [], copts = [], 
             name = obj + "_nvcc",
             srcs = [src] + hdrs + extra_hdrs,
             outs = [obj],
-            # ptxas reports wgmma serialization (C7515: every wgmma of the
-            # kernel waits for the previous one) only as "info"; it is a
-            # defect in a kernel of ours, so it fails the build.
+            # ptxas reports wgmma serialization (C7514, C7515, ...: every
+            # wgmma of the kernel waits for the previous one, for one of
+            # several reasons) only as "info"; it is a defect in a kernel of
+            # ours, so it fails the build.
             cmd = ("log=$$(" + nvcc + " 2>&1) || { echo \"$$log\"; exit 1; }; " +
-                   "if echo \"$$log\" | grep -q C7515; then " +
-                   "echo \"$$log\" | grep C7515; exit 1; fi"),
+                   "if echo \"$$log\" | grep -q '" + _WGMMA_SERIALIZED + "'; then " +
+                   "echo \"$$log\" | grep '" + _WGMMA_SERIALIZED + "'; exit 1; fi"),
             testonly = testonly,
             visibility = ["//visibility:private"],
         )

@@ -774,13 +774,12 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                        "StageContext");
   const float* P = pmv_;
   // Products with their elementwise successor fused (fused_matmul.h) where
-  // the tuning asks for them and the shapes allow (every configuration's
-  // column tile BN divides 3C when 128 does, and H when 64 does).
+  // the tuning asks for them and the shapes allow.
   const int qkv_config = g_tuning.fused_qkv_config;
   const int gate_up_config = g_tuning.fused_gate_up_config;
-  const bool fused_qkv = qkv_config >= 0 && HS == 64 && C % 64 == 0 &&
-                         (3 * C) % 128 == 0;
-  const bool fused_gate_up = gate_up_config >= 0 && C % 64 == 0 && H % 64 == 0;
+  const CudaFusedProducts fused = CudaFusedProductsFor(config_);
+  const bool fused_qkv = fused.qkv;
+  const bool fused_gate_up = fused.gate_up;
   CUDA_RETURN_IF_ERROR(
       EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
       "EmbeddingForward");
@@ -875,14 +874,14 @@ absl::Status CudaBackend::BackwardPass() {
   const int T = T_, C = C_, H = H_, NH = NH_, HS = HS_;
   const float* P = pmv_;
   float* G = grad_;
-  // The down dX product with SwiGLU's backward fused (fused_matmul.h) where
-  // the tuning asks for it and the shapes allow (BN ≤ 128 divides H).
+  // The down dX product with SwiGLU's backward and the output dX product
+  // with the attention's D (fused_matmul.h) where the tuning asks for them
+  // and the shapes allow.
   const int down_dx_config = g_tuning.fused_down_dx_config;
-  const bool fused_down_dx =
-      down_dx_config >= 0 && C % 64 == 0 && H % 128 == 0;
   const int output_dx_config = g_tuning.fused_output_dx_config;
-  const bool fused_output_dx =
-      output_dx_config >= 0 && HS == 64 && C % 128 == 0;
+  const CudaFusedProducts fused = CudaFusedProductsFor(config_);
+  const bool fused_down_dx = fused.down_dx;
+  const bool fused_output_dx = fused.output_dx;
   for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
                       &ln_scratch_ring_}) {
     ResetRing(r);
@@ -1444,6 +1443,25 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 
 }  // namespace
 
+CudaFusedProducts CudaFusedProductsFor(const ModelConfig& config) {
+  const int T = config.T, C = config.C, H = config.hidden, NH = config.NH,
+            HS = config.HS;
+  CudaFusedProducts f;
+  f.qkv = g_tuning.fused_qkv_config >= 0 &&
+          QkvRopeMatmulSupports(T, C, NH, HS, g_tuning.fused_qkv_config);
+  f.gate_up = g_tuning.fused_gate_up_config >= 0 &&
+              GateUpSwigluMatmulSupports(T, C, H,
+                                         g_tuning.fused_gate_up_config);
+  f.down_dx = g_tuning.fused_down_dx_config >= 0 &&
+              DownDxSwigluBackwardMatmulSupports(
+                  T, C, H, g_tuning.fused_down_dx_config);
+  f.output_dx =
+      g_tuning.fused_output_dx_config >= 0 &&
+      OutputDxDeltaMatmulSupports(T, C, NH, HS,
+                                  g_tuning.fused_output_dx_config);
+  return f;
+}
+
 absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
   auto check = [](const char* field, int value, int choices) {
     return value >= 0 && value < choices
@@ -1466,6 +1484,20 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
                         tuning.fused_down_dx_config + 1, kFusedConfigs + 1));
   RETURN_IF_ERROR(check("fused_output_dx_config",
                         tuning.fused_output_dx_config + 1, kFusedConfigs + 1));
+  // Configurations whose column tile splits heads or N-major boxes (BN not
+  // a multiple of 64) suit only the gate|up product.
+  for (const auto& [field, value] :
+       {std::pair<const char*, int>{"fused_qkv_config",
+                                    tuning.fused_qkv_config},
+        {"fused_down_dx_config", tuning.fused_down_dx_config},
+        {"fused_output_dx_config", tuning.fused_output_dx_config}}) {
+    if (value >= 0 && FusedConfigColumns(value) % 64 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CudaStepTuning.", field, " = ", value, ": its column tile (",
+          FusedConfigColumns(value),
+          ") is not a multiple of 64; only fused_gate_up_config takes it"));
+    }
+  }
   if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));

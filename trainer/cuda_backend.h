@@ -151,6 +151,17 @@ struct CudaStepTuning {
 // (nothing is changed then).
 absl::Status SetCudaStepTuning(const CudaStepTuning& tuning);
 
+// Which products with fused epilogues (kernels/fused_matmul.h) a step
+// graph captured now would use for `config`: those the tuning asks for
+// and the shapes allow (the others run as cuBLASLt + kernel).
+struct CudaFusedProducts {
+  bool qkv = false;
+  bool gate_up = false;
+  bool down_dx = false;
+  bool output_dx = false;
+};
+CudaFusedProducts CudaFusedProductsFor(const ModelConfig& config);
+
 }  // namespace coppelius
 
 #endif  // COPPELIUS_TRAINER_CUDA_BACKEND_H_

@@ -205,6 +205,10 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   cases.back().tuning.fused_qkv_config = -2;
   cases.push_back({"fused_down_dx_config", defaults});
   cases.back().tuning.fused_down_dx_config = 99;
+  cases.push_back({"fused_qkv_config", defaults});
+  cases.back().tuning.fused_qkv_config = 4;  // BN 176 splits heads
+  cases.push_back({"fused_output_dx_config", defaults});
+  cases.back().tuning.fused_output_dx_config = 5;
   for (const Case& c : cases) {
     const absl::Status s = SetCudaStepTuning(c.tuning);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
@@ -212,7 +216,15 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   }
   CudaStepTuning fine = defaults;
   fine.side_sms = 0;  // the whole device: allowed
+  fine.fused_gate_up_config = 5;  // BN 176: gate|up takes it
   EXPECT_TRUE(SetCudaStepTuning(fine).ok());
+  // Shapes the fused products do not take fall back to cuBLASLt + kernel:
+  // gate|up in BN 176 needs H a multiple of 88 (coppelius 1,408: yes).
+  ModelConfig odd = *ModelConfigByName("coppelius");
+  EXPECT_TRUE(CudaFusedProductsFor(odd).gate_up);
+  odd.hidden = 1024;
+  EXPECT_FALSE(CudaFusedProductsFor(odd).gate_up);
+  EXPECT_FALSE(CudaFusedProductsFor(*ModelConfigByName("tiny")).qkv);
   EXPECT_TRUE(SetCudaStepTuning(defaults).ok());
 }
 
@@ -379,6 +391,13 @@ TEST(CudaBackendTest, CoppeliusFusedProductsGiveTheUnfusedBits) {
   std::vector<RunResult> runs;
   for (const CudaStepTuning& tuning : {defaults, none, all}) {
     ASSERT_TRUE(SetCudaStepTuning(tuning).ok());
+    // The fused kernels do run where asked (a gate that turned false would
+    // leave all three runs on the cuBLASLt path and this test empty).
+    const CudaFusedProducts used = CudaFusedProductsFor(config);
+    EXPECT_EQ(used.qkv, tuning.fused_qkv_config >= 0);
+    EXPECT_EQ(used.gate_up, tuning.fused_gate_up_config >= 0);
+    EXPECT_EQ(used.down_dx, tuning.fused_down_dx_config >= 0);
+    EXPECT_EQ(used.output_dx, tuning.fused_output_dx_config >= 0);
     auto backend = CreateCudaBackend(config);
     ASSERT_TRUE(backend.ok()) << backend.status();
     runs.push_back(RunBackend(backend->get(), config, in, steps));

@@ -6,9 +6,12 @@
 //   A[s]: BM rows × 64 bf16 of h (row r at 128·r, its 16-byte chunks
 //         permuted by r % 8: the TMA's CU_TENSOR_MAP_SWIZZLE_128B, which is
 //         wgmma's 128-byte-swizzle K-major layout)
-//   B[s]: BN rows × 64 bf16 of W, the same layout; rows [0, BN/2) from W's
-//         row b_lo, rows [BN/2, BN) from row b_hi (qkv: b_hi = b_lo + BN/2,
-//         contiguous; gate|up: the up rows H + b_lo beside the gate rows)
+//   B[s]: K-major W: BN rows × 64 bf16 of W, the same layout; rows
+//         [0, BN/2) from W's row b_lo, rows [BN/2, BN) from row b_hi (qkv:
+//         b_hi = b_lo + BN/2, contiguous; gate|up: the up rows H + b_lo
+//         beside the gate rows). N-major W (the dX products): BN/64 boxes,
+//         8 KB apart, each 64 K-rows × 64 columns (128 bytes a row, the same
+//         swizzle), columns b_lo + 64·i of W's rows kt·64 ...
 // then the mbarriers full[kStages] and empty[kStages] (8 bytes each).
 #include "trainer/kernels/fused_matmul.h"
 
@@ -258,11 +261,20 @@ struct Tile {
   // + the barriers, + slack to align the base to 1024 bytes.
   static constexpr int kSharedBytes = kStages * kStageBytes + 16 * kStages +
                                       1024;
-  // The epilogue's staging (over the stage buffers): per warpgroup 64 rows
-  // of BN fp32 and BN/2 bf16 (gate|up), or of BN bf16 (qkv), padded.
+  // The epilogue's staging (over the stage buffers), per warpgroup 64 rows
+  // of: gate|up BN fp32 (stride kStrideGu) and BN/2 bf16 (kStrideA); qkv
+  // and D BN + 8 bf16; the SwiGLU backward 2·BN + 8 bf16. Row strides in
+  // 32-bit words ≡ 8 mod 16 for float2 fragment writes and ≡ 4 mod 8 for
+  // bf16x2 ones: no bank conflicts.
+  static constexpr int kStrideGu = kBN + 8;
+  static constexpr int kStrideA = kBN / 2 + 2 * ((12 - (kBN / 4) % 8) % 8);
+  static constexpr int kGateUpStaging = kStrideGu * 4 + kStrideA * 2;
+  static constexpr int kBf16Staging = (2 * kBN + 8) * 2;
+  static constexpr int kStagingBytes =
+      kWG * 64 *
+      (kGateUpStaging > kBf16Staging ? kGateUpStaging : kBf16Staging);
   static_assert(kWG <= 2, "barrier ids 2, 3: one per consumer warpgroup");
-  static_assert(kWG * 64 * ((kBN + 8) * 4 + (kBN / 2 + 8) * 2) <=
-                    kStages * kStageBytes,
+  static_assert(kStagingBytes <= kStages * kStageBytes,
                 "the epilogue's staging does not fit in the stage buffers");
 };
 
@@ -391,6 +403,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
   const int r_lo = warp * 16 + lane / 4;  // + 8h
   const int t0 = m0 + cw * 64;            // the warpgroup's first row
   if constexpr (kEpi == kRope) {
+    static_assert(kBN % 64 == 0, "a RoPE tile holds whole heads");
     // Stage: 64 rows × BN bf16, row stride BN + 8 elements.
     constexpr int kStride = kBN + 8;
     __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(
@@ -443,6 +456,7 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
       }
     }
   } else if constexpr (kEpi == kDelta) {
+    static_assert(kBN % 64 == 0, "a D tile holds whole heads");
     // Stage dy: 64 rows × BN bf16, row stride BN + 8 elements.
     constexpr int kStride = kBN + 8;
     __nv_bfloat16* stage = reinterpret_cast<__nv_bfloat16*>(
@@ -495,7 +509,9 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
       for (int off = 1; off < 8; off <<= 1) {
         d += __shfl_xor_sync(0xffffffffu, d, off);
       }
-      if (t < T && group == 0) delta[((n0 + col) / 64) * T + t] = d;
+      if (t < T && group == 0) {
+        delta[static_cast<int64_t>((n0 + col) / 64) * T + t] = d;
+      }
     }
   } else if constexpr (kEpi == kSwigluBackward) {
     // acc is da[t, j0 + col]. Stage: 64 rows × 2·BN bf16 (dg columns, then
@@ -542,12 +558,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
       }
     }
   } else {
-    // Stage: gu as 64 rows × BN fp32 (gate columns, then up columns), row
-    // stride BN + 8; after it a as 64 rows × BN/2 bf16, row stride BN/2 + 8.
-    constexpr int kStride = kBN + 8;
-    // (row strides in 32-bit words ≡ 8 mod 16 for the float2 writes and
-    // ≡ 4 mod 8 for the bf16x2 writes: no bank conflicts)
-    constexpr int kStrideA = kBN / 2 + 2 * ((12 - (kBN / 4) % 8) % 8);
+    // Stage: gu as 64 rows × BN fp32 (gate columns, then up columns); after
+    // it a as 64 rows × BN/2 bf16 (Tile's strides).
+    constexpr int kStride = Tl::kStrideGu;
+    constexpr int kStrideA = Tl::kStrideA;
     uint8_t* region = shared_raw + (base - raw) +
                       cw * 64 * (kStride * 4 + kStrideA * 2);
     float* stage = reinterpret_cast<float*>(region);
@@ -658,7 +672,8 @@ cudaError_t LaunchTile(const __nv_bfloat16* h, const __nv_bfloat16* w,
                        const EpilogueArgs& args, cudaStream_t stream) {
   using Tl = Tile<kWG, kBN, kStages>;
   const auto kernel = FusedMatmulKernel<kWG, kBN, kStages, kMinBlocks, kEpi>;
-  static const cudaError_t attribute = cudaFuncSetAttribute(
+  // Every call (cheap, and per device): the opt-in to more than 48 KB.
+  const cudaError_t attribute = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSharedBytes);
   if (attribute != cudaSuccess) return attribute;
   CUtensorMap map_h, map_w;
@@ -689,12 +704,13 @@ cudaError_t Launch(int config, const __nv_bfloat16* h,
                    const __nv_bfloat16* w, int T, int K, int w_rows,
                    int b_step, int b_offset, const EpilogueArgs& args,
                    cudaStream_t stream) {
-// (The N-major B of kSwigluBackward comes in boxes of 64 columns: BN a
-// multiple of 64.)
+// (The N-major B of kSwigluBackward and kDelta comes in boxes of 64
+// columns, and kRope's and kDelta's tiles hold whole 64-column heads: BN a
+// multiple of 64; the others are never instantiated.)
 #define COPPELIUS_FUSED_CONFIG(index, wg, bn, stages, min_blocks)           \
   case index:                                                               \
     static_assert(kConfigBN[index] == bn, "kConfigBN");                     \
-    if constexpr (kNMajorB<kEpi> && bn % 64 != 0) {                        \
+    if constexpr ((kNMajorB<kEpi> || kEpi == kRope) && bn % 64 != 0) {    \
       return cudaErrorInvalidValue;                                         \
     } else {                                                                \
       return LaunchTile<wg, bn, stages, min_blocks, kEpi>(                  \
@@ -713,20 +729,59 @@ cudaError_t Launch(int config, const __nv_bfloat16* h,
 #undef COPPELIUS_FUSED_CONFIG
 }
 
-bool Aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+// Non-null and aligned to `bytes`.
+bool Aligned(const void* p, uintptr_t bytes) {
+  return p != nullptr && reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+bool Aligned16(const void* p) { return Aligned(p, 16); }
+
 }  // namespace
+
+int FusedConfigColumns(int config) {
+  return config >= 0 && config < kFusedConfigs ? kConfigBN[config] : 0;
+}
+
+namespace {
+
+// Rows: the grid's y dimension holds ⌈T / BM⌉ ≤ 65,535 row tiles (BM ≥ 64).
+bool RowsFit(int T) { return T >= 1 && (T + 63) / 64 <= 65535; }
+
+// K: C a positive multiple of the 64-column slice.
+bool ColumnsFit(int C) { return C >= 64 && C % 64 == 0; }
+
+}  // namespace
+
+bool QkvRopeMatmulSupports(int T, int C, int NH, int HS, int config) {
+  const int bn = FusedConfigColumns(config);
+  return bn > 0 && bn % 64 == 0 && RowsFit(T) && NH >= 1 && HS == 64 &&
+         C == NH * HS && (3 * C) % bn == 0;
+}
+
+bool GateUpSwigluMatmulSupports(int T, int C, int H, int config) {
+  const int bn = FusedConfigColumns(config);
+  return bn > 0 && RowsFit(T) && ColumnsFit(C) && H >= 1 &&
+         H % (bn / 2) == 0;
+}
+
+bool DownDxSwigluBackwardMatmulSupports(int T, int C, int H, int config) {
+  const int bn = FusedConfigColumns(config);
+  return bn > 0 && bn % 64 == 0 && RowsFit(T) && ColumnsFit(C) && H >= 1 &&
+         H % bn == 0;
+}
+
+bool OutputDxDeltaMatmulSupports(int T, int C, int NH, int HS, int config) {
+  const int bn = FusedConfigColumns(config);
+  return bn > 0 && bn % 64 == 0 && RowsFit(T) && NH >= 1 && HS == 64 &&
+         C == NH * HS && C % bn == 0;
+}
 
 cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
                           const float* rope_table, int T, int C, int NH,
                           int HS, __nv_bfloat16* qkv16, int config,
                           cudaStream_t stream) {
-  if (config < 0 || config >= kFusedConfigs || T < 1 || NH < 1 || HS != 64 ||
-      C != NH * HS || kConfigBN[config] % 64 != 0 ||
-      (3 * C) % kConfigBN[config] != 0 || !Aligned16(h) ||
-      !Aligned16(w_qkv) || !Aligned16(qkv16) || rope_table == nullptr) {
+  if (!QkvRopeMatmulSupports(T, C, NH, HS, config) || !Aligned16(h) ||
+      !Aligned16(w_qkv) || !Aligned16(qkv16) || !Aligned(rope_table, 8)) {
     return cudaErrorInvalidValue;
   }
   EpilogueArgs args;
@@ -742,10 +797,8 @@ cudaError_t GateUpSwigluMatmul(const __nv_bfloat16* h,
                                const __nv_bfloat16* w_gate_up, int T, int C,
                                int H, float* gu, __nv_bfloat16* a, int config,
                                cudaStream_t stream) {
-  if (config < 0 || config >= kFusedConfigs || T < 1 || C < 64 ||
-      C % 64 != 0 || H < 1 || H % (kConfigBN[config] / 2) != 0 ||
-      !Aligned16(h) || !Aligned16(w_gate_up) || !Aligned16(gu) ||
-      !Aligned16(a)) {
+  if (!GateUpSwigluMatmulSupports(T, C, H, config) || !Aligned16(h) ||
+      !Aligned16(w_gate_up) || !Aligned16(gu) || !Aligned16(a)) {
     return cudaErrorInvalidValue;
   }
   EpilogueArgs args;
@@ -762,10 +815,9 @@ cudaError_t DownDxSwigluBackwardMatmul(const __nv_bfloat16* dy,
                                        const float* gu, int T, int C, int H,
                                        __nv_bfloat16* dgu, int config,
                                        cudaStream_t stream) {
-  if (config < 0 || config >= kFusedConfigs || T < 1 || C < 64 ||
-      C % 64 != 0 || H < 1 || kConfigBN[config] % 64 != 0 ||
-      H % kConfigBN[config] != 0 || !Aligned16(dy) || !Aligned16(w_down) ||
-      !Aligned16(gu) || !Aligned16(dgu)) {
+  if (!DownDxSwigluBackwardMatmulSupports(T, C, H, config) ||
+      !Aligned16(dy) || !Aligned16(w_down) || !Aligned16(gu) ||
+      !Aligned16(dgu)) {
     return cudaErrorInvalidValue;
   }
   EpilogueArgs args;
@@ -781,11 +833,9 @@ cudaError_t OutputDxDeltaMatmul(const __nv_bfloat16* dresid,
                                 const __nv_bfloat16* y, int T, int C, int NH,
                                 int HS, __nv_bfloat16* dy, float* delta,
                                 int config, cudaStream_t stream) {
-  if (config < 0 || config >= kFusedConfigs || T < 1 || NH < 1 || HS != 64 ||
-      C != NH * HS || kConfigBN[config] % 64 != 0 ||
-      C % kConfigBN[config] != 0 || !Aligned16(dresid) ||
-      !Aligned16(w_output) || !Aligned16(y) || !Aligned16(dy) ||
-      delta == nullptr) {
+  if (!OutputDxDeltaMatmulSupports(T, C, NH, HS, config) ||
+      !Aligned16(dresid) || !Aligned16(w_output) || !Aligned16(y) ||
+      !Aligned16(dy) || !Aligned(delta, 4)) {
     return cudaErrorInvalidValue;
   }
   EpilogueArgs args;

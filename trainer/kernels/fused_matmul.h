@@ -35,21 +35,26 @@
 // leaves the chain.
 //
 // Kernel (Hopper, sm_90a): a CTA computes a tile of BM = 64 · WG rows × BN
-// columns. One producer warp loads K slices of 64 columns of h and W with
-// the Tensor Memory Accelerator (cp.async.bulk.tensor, 128-byte swizzle)
-// (W_down: boxes of 64 K-rows × 64 columns, N-major) into a ring of
-// `stages` shared-memory buffers, signalled by mbarriers
-// (a "full" barrier per buffer counting the transaction bytes, an "empty"
-// one the consumers arrive at); WG consumer warpgroups each multiply their
-// 64 rows with wgmma.mma_async m64nBNk16 (both operands K-major from
-// shared memory, fp32 accumulators in registers: PTX ISA, "Asynchronous
-// Warpgroup Level Matrix Multiply-Accumulate"), one wgmma group in flight
-// behind the current one. The epilogue works on the accumulators in
-// registers: a thread holds columns 8j + 2·(lane % 4) + {0, 1} of rows
-// 16·warp + lane / 4 (+ 8), so columns c and c + 32 of a 64-column head and
-// the tile's gate column c and its up column c + BN/2 are in the same
-// thread. Accumulation is k-ascending, 16 at a time, one accumulator per
-// element, no split of K: the same order for every tile configuration.
+// columns. One producer thread loads K slices of 64 columns of both
+// operands with the Tensor Memory Accelerator (cp.async.bulk.tensor,
+// 128-byte swizzle) into a ring of `stages` shared-memory buffers — the
+// activations K-major; W K-major for the forward products (its [out, in]
+// rows), N-major for the dX products (boxes of 64 K-rows × 64 columns of
+// W_down / W_output) — signalled by mbarriers (a "full" barrier per buffer
+// counting the transaction bytes, an "empty" one each consumer warpgroup
+// arrives at); WG consumer warpgroups each multiply their 64 rows with
+// wgmma.mma_async m64nBNk16 from shared-memory descriptors (PTX ISA,
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; the first
+// slice with scale-d 0, so that no other instruction writes the
+// accumulators and ptxas does not serialize the wgmma: the build fails on
+// that warning), one wgmma group in flight behind the current one. The
+// epilogue works on the fp32 accumulators in registers: a thread holds
+// columns 8j + 2·(lane % 4) + {0, 1} of rows 16·warp + lane / 4 (+ 8), so
+// columns c and c + 32 of a 64-column head and the tile's gate column c
+// and its up column c + BN/2 are in the same thread; it stages the results
+// in shared memory and stores them 16 bytes per thread. Accumulation is
+// k-ascending, 16 at a time, one accumulator per element, no split of K:
+// the same order for every tile configuration.
 //
 // Tile configurations (kFusedConfigs; the same results for all; the
 // kernel's measured times are in docs/PERFORMANCE.md run 11):
@@ -60,20 +65,23 @@
 //     3      1   64    4        65 KB           3
 //     4      1  176    3        91 KB           2   gate|up only
 //     5      2  176    4       153 KB           1   gate|up only
-// (down dX, output dX: the configurations with BN a multiple of 64, H or C
-// a multiple of BN: the N-major tiles come in boxes of 64 columns.)
 // (BN = 176 tiles H = 1408 in 16 column tiles of 88 gate + 88 up columns.
 // Clusters of 2 CTAs sharing the W tile through TMA multicast were
 // measured twice as slow and removed: branch exp/wgmma-clusters.)
-
+//
 // Rows beyond T are read as zeros (the TMA's out-of-bounds fill) and not
-// stored. Requirements (else cudaErrorInvalidValue): T ≥ 1, C a positive
-// multiple of 64; h and W 16-byte aligned; qkv: HS = 64, NH ≥ 1,
-// C = NH · HS, BN a multiple of 64 dividing 3C; gate|up: H a positive
-// multiple of BN/2; 0 ≤ config <
-// kFusedConfigs. The tensor-map encoder comes from the driver through
-// cudaGetDriverEntryPointByVersion; cudaErrorNotSupported if it is missing.
-// Outputs must not alias inputs.
+// stored. Requirements (else cudaErrorInvalidValue; the *Supports
+// functions make the shape checks alone): 0 ≤ config < kFusedConfigs;
+// 1 ≤ T ≤ 65,535 · 64; C a positive multiple of 64;
+//   qkv:       HS = 64, C = NH · HS, BN a multiple of 64 dividing 3C;
+//   gate|up:   H a positive multiple of BN/2;
+//   down dX:   BN a multiple of 64 dividing H;
+//   output dX: HS = 64, C = NH · HS, BN a multiple of 64 dividing C;
+// every matrix 16-byte aligned (rows of C, H or 3C elements then are too),
+// rope_table 8-byte and delta 4-byte aligned, none null. Any failure to
+// encode a tensor map is also cudaErrorInvalidValue; the encoder comes from
+// the driver through cudaGetDriverEntryPointByVersion (cudaErrorNotSupported
+// if it is missing). Outputs must not alias inputs.
 #ifndef COPPELIUS_TRAINER_KERNELS_FUSED_MATMUL_H_
 #define COPPELIUS_TRAINER_KERNELS_FUSED_MATMUL_H_
 
@@ -83,6 +91,16 @@
 namespace coppelius {
 
 inline constexpr int kFusedConfigs = 6;
+
+// The column-tile width BN of a configuration; 0 if there is none.
+int FusedConfigColumns(int config);
+
+// Whether the function of the same name accepts these shapes and this
+// configuration (its checks other than the pointers').
+bool QkvRopeMatmulSupports(int T, int C, int NH, int HS, int config);
+bool GateUpSwigluMatmulSupports(int T, int C, int H, int config);
+bool DownDxSwigluBackwardMatmulSupports(int T, int C, int H, int config);
+bool OutputDxDeltaMatmulSupports(int T, int C, int NH, int HS, int config);
 
 cudaError_t QkvRopeMatmul(const __nv_bfloat16* h, const __nv_bfloat16* w_qkv,
                           const float* rope_table, int T, int C, int NH,

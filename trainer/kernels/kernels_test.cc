@@ -464,12 +464,39 @@ void RunQkvRopeCase(int T, int NH, int config) {
   ExpectBf16Close(FromBf16(dout.Download()), ref, "qkv");
 }
 
+// The shape checks alone (host functions: no device needed).
+TEST(FusedMatmulTest, SupportsMatchesTheDocumentedRequirements) {
+  EXPECT_EQ(FusedConfigColumns(0), 128);
+  EXPECT_EQ(FusedConfigColumns(3), 64);
+  EXPECT_EQ(FusedConfigColumns(5), 176);
+  EXPECT_EQ(FusedConfigColumns(kFusedConfigs), 0);
+  EXPECT_EQ(FusedConfigColumns(-1), 0);
+  EXPECT_TRUE(QkvRopeMatmulSupports(1024, 512, 8, 64, 3));
+  EXPECT_FALSE(QkvRopeMatmulSupports(1024, 704, 11, 64, 4));  // BN 176
+  EXPECT_FALSE(QkvRopeMatmulSupports(1024, 64, 1, 64, 0));    // 192 % 128
+  EXPECT_TRUE(QkvRopeMatmulSupports(65535 * 64, 512, 8, 64, 3));
+  EXPECT_FALSE(QkvRopeMatmulSupports(65535 * 64 + 1, 512, 8, 64, 3));
+  EXPECT_FALSE(QkvRopeMatmulSupports(0, 512, 8, 64, 3));
+  EXPECT_TRUE(GateUpSwigluMatmulSupports(1024, 512, 1408, 5));
+  EXPECT_FALSE(GateUpSwigluMatmulSupports(1024, 512, 1024, 5));  // 1024 % 88
+  EXPECT_FALSE(GateUpSwigluMatmulSupports(1024, 96, 1408, 3));   // C % 64
+  EXPECT_TRUE(DownDxSwigluBackwardMatmulSupports(1024, 512, 1408, 2));
+  EXPECT_FALSE(DownDxSwigluBackwardMatmulSupports(1024, 512, 1408, 4));
+  EXPECT_FALSE(DownDxSwigluBackwardMatmulSupports(1024, 512, 1344, 0));
+  EXPECT_TRUE(OutputDxDeltaMatmulSupports(1024, 512, 8, 64, 3));
+  EXPECT_FALSE(OutputDxDeltaMatmulSupports(1024, 64, 1, 64, 0));  // 64 % 128
+  EXPECT_FALSE(OutputDxDeltaMatmulSupports(1024, 512, 16, 32, 3));  // HS 32
+}
+
 TEST(FusedMatmulTest, QkvRopeAgainstDouble) {
   SKIP_WITHOUT_GPU();
   for (int config = 0; config < 4; ++config) {  // the qkv configurations
     RunQkvRopeCase(200, 2, config);  // a partial row tile
     RunQkvRopeCase(70, 2, config);   // two K steps: fewer than the stages
     RunQkvRopeCase(1024, 8, config);  // coppelius
+    // K = 768 (12 slices: the ring wraps more than twice); T = 130: a
+    // second warpgroup's rows past T.
+    RunQkvRopeCase(130, 12, config);
   }
   RunQkvRopeCase(130, 1, 2);  // one K step; 3C = 192 tiles only by 64
   RunQkvRopeCase(130, 1, 3);
@@ -530,6 +557,8 @@ TEST(FusedMatmulTest, GateUpSwigluAgainstDouble) {
     RunGateUpSwigluCase(200, 128, h, config);
     RunGateUpSwigluCase(70, 64, h, config);  // one K step
     RunGateUpSwigluCase(1024, 512, 1408, config);  // coppelius
+    // K = 704: 11 slices, the ring wrapping more than twice.
+    RunGateUpSwigluCase(130, 704, h, config);
   }
   RunGateUpSwigluCase(33, 64, 96, 2);  // H a multiple of 32, not of 64
   Bf16Buffer dummy(64 * 128);
@@ -593,6 +622,8 @@ TEST(FusedMatmulTest, DownDxSwigluBackwardAgainstDouble) {
     RunDownDxSwigluBackwardCase(200, 128, 128, config);  // partial row tile
     RunDownDxSwigluBackwardCase(70, 64, 256, config);    // one K step
     RunDownDxSwigluBackwardCase(1024, 512, 1408, config);  // coppelius
+    // K = 704 (11 slices); T = 130: a second warpgroup's rows past T.
+    RunDownDxSwigluBackwardCase(130, 704, 256, config);
   }
   Bf16Buffer dummy(64 * 512);
   DeviceBuffer<float> gu(64 * 512);
@@ -684,6 +715,10 @@ TEST(FusedMatmulTest, OutputDxDeltaAgainstDoubleAndTheDeltaKernel) {
     RunOutputDxDeltaCase(200, 2, config);  // a partial row tile
     RunOutputDxDeltaCase(70, 4, config);
     RunOutputDxDeltaCase(1024, 8, config);  // coppelius
+    // K = 704 or 768 (11 or 12 slices: the ring wraps more than twice);
+    // T = 130: a second warpgroup's rows past T.
+    RunOutputDxDeltaCase(130, FusedConfigColumns(config) == 128 ? 12 : 11,
+                         config);
   }
   RunOutputDxDeltaCase(33, 1, 3);  // one head, one K step
   Bf16Buffer dummy(64 * 128);
