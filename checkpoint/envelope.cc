@@ -1,5 +1,7 @@
 #include "checkpoint/envelope.h"
 
+#include <optional>
+
 #include <time.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace coppelius {
 namespace {
@@ -46,51 +49,29 @@ std::string Quoted(absl::string_view s) {
   return absl::StrCat("\"", absl::CHexEscape(s), "\"");
 }
 
-// The offset of the first byte of `text` that begins no well-formed UTF-8
-// sequence (the Unicode Standard's table 3-7: no overlong forms, surrogates
-// or code points above U+10FFFF), or npos when all of `text` is UTF-8.
-size_t FirstNonUtf8Byte(absl::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = text[i];
-    int more = 0;  // continuation bytes
-    unsigned char lo = 0x80, hi = 0xbf;  // range of the first of them
-    if (c < 0x80) {
-      more = 0;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-      more = 1;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      more = 2;
-      if (c == 0xe0) lo = 0xa0;
-      if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      more = 3;
-      if (c == 0xf0) lo = 0x90;
-      if (c == 0xf4) hi = 0x8f;
-    } else {
-      return i;
-    }
-    if (text.size() - i <= static_cast<size_t>(more)) return i;
-    for (int k = 1; k <= more; ++k) {
-      const unsigned char t = text[i + k];
-      if (t < (k == 1 ? lo : 0x80) || t > (k == 1 ? hi : 0xbf)) return i;
-    }
-    i += 1 + more;
+// The first of the header's text fields (proto bytes that must hold UTF-8)
+// that is not UTF-8: its name, the text and the offset of its first byte
+// that begins no well-formed sequence (common/utf8.h); nullopt if none.
+struct NonUtf8Field {
+  const char* name;
+  const std::string* text;
+  size_t at;
+};
+std::optional<NonUtf8Field> FirstNonUtf8Field(const CheckpointHeader& h) {
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"state_identity", &h.state_identity()},
+      {"learner_identity", &h.learner_identity()},
+      {"data_identity", &h.data_identity()},
+      {"initialization_identity", &h.initialization_identity()},
+      {"model_identity", &h.model_identity()},
+      {"writer", &h.writer()},
+      {"backend", &h.backend()},
+      {"host", &h.host()}};
+  for (const auto& [name, text] : fields) {
+    const size_t at = FirstNonUtf8Byte(*text);
+    if (at != absl::string_view::npos) return NonUtf8Field{name, text, at};
   }
-  return absl::string_view::npos;
-}
-
-// The header's text fields (proto bytes that must hold UTF-8), by name.
-std::vector<std::pair<const char*, const std::string*>> TextFields(
-    const CheckpointHeader& h) {
-  return {{"state_identity", &h.state_identity()},
-          {"learner_identity", &h.learner_identity()},
-          {"data_identity", &h.data_identity()},
-          {"initialization_identity", &h.initialization_identity()},
-          {"model_identity", &h.model_identity()},
-          {"writer", &h.writer()},
-          {"backend", &h.backend()},
-          {"host", &h.host()}};
+  return std::nullopt;
 }
 
 uint64_t NowUnixNanos() {
@@ -265,13 +246,12 @@ absl::Status ValidateHeader(const CheckpointHeader& h, const Preamble& p,
   auto bad = [&](absl::string_view what) {
     return absl::DataLossError(absl::StrCat(file, ": header ", what));
   };
-  for (const auto& [name, text] : TextFields(h)) {
-    const size_t at = FirstNonUtf8Byte(*text);
-    if (at == absl::string_view::npos) continue;
+  if (const auto f = FirstNonUtf8Field(h)) {
     return bad(absl::StrFormat(
         "field %s is not UTF-8: its byte %d of %d (0x%02x) begins no "
         "well-formed sequence, expected UTF-8 text",
-        name, at, text->size(), static_cast<unsigned char>((*text)[at])));
+        f->name, f->at, f->text->size(),
+        static_cast<unsigned char>((*f->text)[f->at])));
   }
   if (h.payload_bytes() != p.payload_bytes) {
     return bad(absl::StrFormat(
@@ -388,13 +368,10 @@ absl::StatusOr<CheckpointHeader> MakeHeader(
     }
     h.set_host(host);
   }
-  for (const auto& [field, text] : TextFields(h)) {
-    const size_t at = FirstNonUtf8Byte(*text);
-    if (at != absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "header field %s is not UTF-8 (byte %d of %d); expected UTF-8 text",
-          field, at, text->size()));
-    }
+  if (const auto f = FirstNonUtf8Field(h)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "header field %s is not UTF-8 (byte %d of %d); expected UTF-8 text",
+        f->name, f->at, f->text->size()));
   }
   return h;
 }

@@ -5,38 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/utf8.h"
 
 namespace coppelius {
 
-namespace {
-
-// Length of the valid UTF-8 sequence at text[i], or 0 if ill-formed.
-size_t Utf8SequenceLength(absl::string_view text, size_t i) {
-  const unsigned char c = text[i];
-  auto cont = [&](size_t k) {
-    return i + k < text.size() &&
-           (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-  };
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) return cont(1) ? 2 : 0;
-  if (c >= 0xe0 && c <= 0xef) {
-    if (!cont(1) || !cont(2)) return 0;
-    const unsigned char c1 = text[i + 1];
-    if (c == 0xe0 && c1 < 0xa0) return 0;   // overlong
-    if (c == 0xed && c1 > 0x9f) return 0;   // surrogate
-    return 3;
-  }
-  if (c >= 0xf0 && c <= 0xf4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    const unsigned char c1 = text[i + 1];
-    if (c == 0xf0 && c1 < 0x90) return 0;   // overlong
-    if (c == 0xf4 && c1 > 0x8f) return 0;   // > U+10FFFF
-    return 4;
-  }
-  return 0;
-}
-
-}  // namespace
 
 std::string JsonQuote(absl::string_view text) {
   std::string out = "\"";

@@ -775,11 +775,7 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
   const float* P = pmv_;
   // Products with their elementwise successor fused (fused_matmul.h) where
   // the tuning asks for them and the shapes allow.
-  const int qkv_config = g_tuning.fused_qkv_config;
-  const int gate_up_config = g_tuning.fused_gate_up_config;
   const CudaFusedProducts fused = CudaFusedProductsFor(config_);
-  const bool fused_qkv = fused.qkv;
-  const bool fused_gate_up = fused.gate_up;
   CUDA_RETURN_IF_ERROR(
       EmbeddingForward(inputs_, P + offsets_.embedding, T, C, x_[0], stream_),
       "EmbeddingForward");
@@ -792,13 +788,13 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                            mean1_[l], rstd1_[l], stream_),
           "LayerNormForward(attention_norm)");
     }
-    if (fused_qkv) {
+    if (fused.qkv) {
       // The product with RoPE in its epilogue (fused_matmul.h); the
       // ablation's kPartRope then has nothing of its own to leave out.
       if (!Skip(kPartForwardProducts)) {
         CUDA_RETURN_IF_ERROR(
             QkvRopeMatmul(h1_[l], p16_ + o.qkv, rope_table_, T, C, NH, HS,
-                          qkv16_[l], qkv_config, stream_),
+                          qkv16_[l], g_tuning.fused_qkv_config, stream_),
             "QkvRopeMatmul");
       }
     } else {
@@ -829,12 +825,13 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                            stream_),
           "LayerNormForward(mlp_norm)");
     }
-    if (fused_gate_up) {
+    if (fused.gate_up) {
       // The product with SwiGLU in its epilogue (fused_matmul.h).
       if (!Skip(kPartForwardProducts)) {
         CUDA_RETURN_IF_ERROR(
             GateUpSwigluMatmul(h2_[l], p16_ + o.gate, T, C, H, gu_[l],
-                               a16_[l], gate_up_config, stream_),
+                               a16_[l], g_tuning.fused_gate_up_config,
+                               stream_),
             "GateUpSwigluMatmul");
       }
     } else {
@@ -877,11 +874,7 @@ absl::Status CudaBackend::BackwardPass() {
   // The down dX product with SwiGLU's backward and the output dX product
   // with the attention's D (fused_matmul.h) where the tuning asks for them
   // and the shapes allow.
-  const int down_dx_config = g_tuning.fused_down_dx_config;
-  const int output_dx_config = g_tuning.fused_output_dx_config;
   const CudaFusedProducts fused = CudaFusedProductsFor(config_);
-  const bool fused_down_dx = fused.down_dx;
-  const bool fused_output_dx = fused.output_dx;
   for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
                       &ln_scratch_ring_}) {
     ResetRing(r);
@@ -1001,13 +994,14 @@ absl::Status CudaBackend::BackwardPass() {
                                     &dresid16_ring_, dresid16_index));
     int dgu16_index = 0;
     bf16* dgu16 = nullptr;
-    if (fused_down_dx) {
+    if (fused.down_dx) {
       // The product with SwiGLU's backward in its epilogue (fused_matmul.h).
       ASSIGN_OR_RETURN(dgu16, NextCopy<bf16>(&dgu16_ring_, &dgu16_index));
       if (!Skip(kPartInputGradients)) {
         CUDA_RETURN_IF_ERROR(
             DownDxSwigluBackwardMatmul(dresid16, p16_ + o.down, gu_[l], T, C,
-                                       H, dgu16, down_dx_config, stream_),
+                                       H, dgu16, g_tuning.fused_down_dx_config,
+                                       stream_),
             "DownDxSwigluBackwardMatmul");
       }
     } else {
@@ -1039,14 +1033,14 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(weight_gradient(kOutputDwSlot, kOutputDw, dresid16, y16_[l],
                                     G + o.output, &dresid16_ring_,
                                     dresid16_index));
-    if (fused_output_dx) {
+    if (fused.output_dx) {
       // dy and the attention backward's D in one kernel (fused_matmul.h).
       if (!Skip(kPartInputGradients)) {
         CUDA_RETURN_IF_ERROR(
             OutputDxDeltaMatmul(dresid16, p16_ + o.output, y16_[l], T, C, NH,
                                 HS, dy16_,
                                 AttentionDelta(attention_scratch_, T, NH, HS),
-                                output_dx_config, stream_),
+                                g_tuning.fused_output_dx_config, stream_),
             "OutputDxDeltaMatmul");
       }
     } else if (!Skip(kPartInputGradients)) {
@@ -1056,7 +1050,7 @@ absl::Status CudaBackend::BackwardPass() {
     // Attention: D, then dq (main stream) ∥ dk, dv (attention stream).
     int dqkv16_index = 0;
     ASSIGN_OR_RETURN(bf16* dqkv16, NextCopy<bf16>(&dqkv16_ring_, &dqkv16_index));
-    if (!fused_output_dx && !Skip(kPartAttentionBackward)) {
+    if (!fused.output_dx && !Skip(kPartAttentionBackward)) {
       CUDA_RETURN_IF_ERROR(
           AttentionBackwardDelta(y16_[l], dy16_, T, NH, HS, attention_scratch_,
                                  stream_),
@@ -1446,19 +1440,15 @@ absl::StatusOr<BackendTelemetry> CudaBackend::Telemetry() {
 CudaFusedProducts CudaFusedProductsFor(const ModelConfig& config) {
   const int T = config.T, C = config.C, H = config.hidden, NH = config.NH,
             HS = config.HS;
+  // (Each *Supports is false for a configuration of −1: not fused.)
   CudaFusedProducts f;
-  f.qkv = g_tuning.fused_qkv_config >= 0 &&
-          QkvRopeMatmulSupports(T, C, NH, HS, g_tuning.fused_qkv_config);
-  f.gate_up = g_tuning.fused_gate_up_config >= 0 &&
-              GateUpSwigluMatmulSupports(T, C, H,
-                                         g_tuning.fused_gate_up_config);
-  f.down_dx = g_tuning.fused_down_dx_config >= 0 &&
-              DownDxSwigluBackwardMatmulSupports(
-                  T, C, H, g_tuning.fused_down_dx_config);
-  f.output_dx =
-      g_tuning.fused_output_dx_config >= 0 &&
-      OutputDxDeltaMatmulSupports(T, C, NH, HS,
-                                  g_tuning.fused_output_dx_config);
+  f.qkv = QkvRopeMatmulSupports(T, C, NH, HS, g_tuning.fused_qkv_config);
+  f.gate_up =
+      GateUpSwigluMatmulSupports(T, C, H, g_tuning.fused_gate_up_config);
+  f.down_dx = DownDxSwigluBackwardMatmulSupports(
+      T, C, H, g_tuning.fused_down_dx_config);
+  f.output_dx = OutputDxDeltaMatmulSupports(T, C, NH, HS,
+                                            g_tuning.fused_output_dx_config);
   return f;
 }
 
