@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <system_error>
 #include <thread>
@@ -136,42 +137,46 @@ std::string HistoryPath(const std::string& history_dir, uint64_t update_count) {
   return absl::StrFormat("%s/update-%08d.ckpt", history_dir, update_count);
 }
 
-bool IsTemporaryName(absl::string_view basename, absl::string_view target) {
-  if (target.empty()) return false;
-  if (!absl::ConsumePrefix(&basename, target)) return false;
-  if (!absl::ConsumePrefix(&basename, ".tmp.")) return false;
-  const size_t dot = basename.find('.');
-  if (dot == absl::string_view::npos) return false;
-  if (!AllDigits(basename.substr(0, dot))) return false;
-  absl::string_view hex = basename.substr(dot + 1);
-  if (hex.size() != 16) return false;
-  for (char c : hex) {
-    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
-  }
-  return true;
-}
-
 namespace {
 
-// Whether temporary `name` ("….tmp.<pid>.<hex>", IsTemporaryName) belongs
-// to another process that is still running (or may be: kill(2) says
-// anything but "no such process"): its publication is in progress, so the
-// file is not stale. A temporary of this process is.
-bool HeldByAnotherLiveProcess(absl::string_view name) {
-  const size_t tmp = name.rfind(".tmp.");
-  if (tmp == absl::string_view::npos) return false;
-  absl::string_view rest = name.substr(tmp + 5);
-  const size_t dot = rest.find('.');
-  uint64_t pid = 0;
-  if (dot == absl::string_view::npos ||
-      !absl::SimpleAtoi(rest.substr(0, dot), &pid)) {
-    return false;
+// The pid in `basename` if it is "<target>.tmp.<pid>.<16 hex digits>" (a
+// publication's temporary of `target`), else nullopt.
+std::optional<uint64_t> TemporaryPid(absl::string_view basename,
+                                     absl::string_view target) {
+  if (target.empty()) return std::nullopt;
+  if (!absl::ConsumePrefix(&basename, target)) return std::nullopt;
+  if (!absl::ConsumePrefix(&basename, ".tmp.")) return std::nullopt;
+  const size_t dot = basename.find('.');
+  if (dot == absl::string_view::npos) return std::nullopt;
+  const absl::string_view digits = basename.substr(0, dot);
+  if (!AllDigits(digits)) return std::nullopt;
+  absl::string_view hex = basename.substr(dot + 1);
+  if (hex.size() != 16) return std::nullopt;
+  for (char c : hex) {
+    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) {
+      return std::nullopt;
+    }
   }
-  return pid != static_cast<uint64_t>(getpid()) &&
-         ProcessMayBeRunning(static_cast<int64_t>(pid));
+  uint64_t pid = 0;
+  if (!absl::SimpleAtoi(digits, &pid)) pid = 0;  // too many digits
+  return pid;
+}
+
+// Whether `name` is a temporary of `target` that no other running process
+// holds (kill(2) says "no such process" for its pid, or the pid is this
+// process's): a publication in progress elsewhere is not stale.
+bool IsStaleTemporary(absl::string_view name, absl::string_view target) {
+  const std::optional<uint64_t> pid = TemporaryPid(name, target);
+  if (!pid.has_value()) return false;
+  return *pid == 0 || *pid == static_cast<uint64_t>(getpid()) ||
+         !ProcessMayBeRunning(static_cast<int64_t>(*pid));
 }
 
 }  // namespace
+
+bool IsTemporaryName(absl::string_view basename, absl::string_view target) {
+  return TemporaryPid(basename, target).has_value();
+}
 
 absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
                                           const std::string& history_dir,
@@ -183,8 +188,7 @@ absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
       CleanDirectory(
           DirName(path),
           [&](absl::string_view name) {
-            return IsTemporaryName(name, target) &&
-                   !HeldByAnotherLiveProcess(name);
+            return IsStaleTemporary(name, target);
           },
           ops));
   if (!history_dir.empty()) {
@@ -196,8 +200,7 @@ absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
               const size_t pos = name.find(".ckpt.tmp.");
               if (pos == absl::string_view::npos) return false;
               absl::string_view target = name.substr(0, pos + 5);
-              return IsHistoryName(target) && IsTemporaryName(name, target) &&
-                     !HeldByAnotherLiveProcess(name);
+              return IsHistoryName(target) && IsStaleTemporary(name, target);
             },
             ops));
     removed += history_removed;

@@ -3,10 +3,8 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "common/threads.h"
 

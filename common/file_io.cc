@@ -210,9 +210,7 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
     if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", path);
     return status;
   }
-  RemoveStaleTemporaries(path);
-  std::random_device rd;
-  std::string tmp = absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
+  const std::string tmp = NewTemporaryPath(path);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "creating", tmp);
   absl::Status status = WriteAll(fd, contents.data(), contents.size(), tmp);
@@ -273,6 +271,12 @@ int RemoveStaleTemporaries(const std::string& path) {
     if (unlink(v.c_str()) == 0) ++removed;
   }
   return removed;
+}
+
+std::string NewTemporaryPath(const std::string& path) {
+  RemoveStaleTemporaries(path);
+  std::random_device rd;
+  return absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
 }
 
 }  // namespace coppelius

@@ -50,6 +50,12 @@ bool ProcessMayBeRunning(int64_t pid);
 // before creating their own temporary.
 int RemoveStaleTemporaries(const std::string& path);
 
+// A fresh temporary name for a writer of `path`: "<path>.tmp-<pid>-<8 hex
+// digits>" (random), after RemoveStaleTemporaries(path) has cleared what
+// killed writers left. The one place that format is made;
+// RemoveStaleTemporaries is the one that parses it.
+std::string NewTemporaryPath(const std::string& path);
+
 // Reads the whole file (or stdin for "-") into a string.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
@@ -69,7 +75,7 @@ absl::StatusOr<std::string> OutputTarget(const std::string& path,
                                          absl::string_view what);
 
 // Writes `contents` to `path` through a temporary in the same directory
-// ("<path>.tmp-<pid>-<8 hex>", after RemoveStaleTemporaries(path)),
+// (NewTemporaryPath(path)),
 // fsync, rename, fsync(directory); "-" writes to stdout. On error the
 // temporary is removed and any previous file at `path` is untouched.
 // An existing `path` that is not a regular file (a character device such as

@@ -7,11 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
@@ -19,13 +20,17 @@
 namespace coppelius {
 namespace {
 
-// The contents a lock file may hold: nothing, or a pid and a newline.
-bool IsLockFileContent(absl::string_view content) {
-  if (content.empty()) return true;
-  if (content.size() > 21 || content.back() != '\n') return false;
+// The contents a lock file may hold: nothing (0) or a pid and a newline
+// (the pid); nullopt for anything else.
+std::optional<int64_t> LockFilePid(absl::string_view content) {
+  if (content.empty()) return 0;
+  if (content.size() > 21 || content.back() != '\n') return std::nullopt;
   int64_t pid = 0;
-  return absl::SimpleAtoi(content.substr(0, content.size() - 1), &pid) &&
-         pid > 0;
+  if (!absl::SimpleAtoi(content.substr(0, content.size() - 1), &pid) ||
+      pid <= 0) {
+    return std::nullopt;
+  }
+  return pid;
 }
 
 }  // namespace
@@ -61,7 +66,9 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
       fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
           ? pread(fd, buffer, sizeof(buffer), 0)
           : -1;
-  if (n < 0 || !IsLockFileContent(absl::string_view(buffer, n))) {
+  const std::optional<int64_t> last_pid =
+      n < 0 ? std::nullopt : LockFilePid(absl::string_view(buffer, n));
+  if (!last_pid.has_value()) {
     close(fd);
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": ", lock_path,
@@ -79,13 +86,9 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
       return FileLock(-1);  // no flock here: unlocked, as documented
     }
     if (err == EWOULDBLOCK) {
-      int64_t pid = 0;
       const std::string holder =
-          n > 1 && absl::SimpleAtoi(absl::StripAsciiWhitespace(
-                                        absl::string_view(buffer, n)),
-                                    &pid)
-              ? absl::StrCat("pid ", pid, " wrote it last, ")
-              : "";
+          *last_pid > 0 ? absl::StrCat("pid ", *last_pid, " wrote it last, ")
+                        : "";
       return absl::FailedPreconditionError(
           absl::StrCat(what, ": in use by another process (", holder,
                        "lock file ", lock_path, ")"));

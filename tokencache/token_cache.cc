@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <utility>
 
 #include "absl/base/internal/endian.h"
@@ -237,9 +236,7 @@ absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
     w.to_stdout_ = true;
     w.fd_ = STDOUT_FILENO;
   } else {
-    RemoveStaleTemporaries(path);
-    std::random_device rd;
-    w.tmp_path_ = absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
+    w.tmp_path_ = NewTemporaryPath(path);
     w.fd_ = open(w.tmp_path_.c_str(),
                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w.fd_ < 0) {

@@ -69,7 +69,9 @@ fi
 RESULT=$DATA/run/result-c$(printf %08d "$c0").bin
 # A train still running on these outputs holds .NAME.lock beside each
 # (common/file_lock.h): leave its files alone (train itself would refuse to
-# start).
+# start). train names the lock after the resolved path (trainer/run.cc
+# LockPathFor); $CKPT and $RESULT are plain files under $DATA/run, so the
+# name below is the same one.
 for f in "$CKPT" "$RESULT"; do
   lock="$(dirname "$f")/.$(basename "$f").lock"
   if [[ -f "$lock" ]] && command -v flock >/dev/null && ! flock -n "$lock" true; then

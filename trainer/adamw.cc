@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "absl/base/internal/raw_logging.h"

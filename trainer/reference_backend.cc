@@ -1,14 +1,12 @@
 #include "trainer/reference_backend.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -44,9 +42,6 @@ float RoundToBfloat16(float x) {
 namespace {
 
 int ResolveThreads(int requested) { return ResolveThreadCount(requested); }
-
-// ParallelFor: common/threads.h (items handed out dynamically; every
-// item's result must not depend on which thread runs it).
 
 constexpr int64_t kRowTile = 4;
 constexpr int64_t kColTile = 256;

@@ -802,10 +802,7 @@ bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes) {
   const size_t n = std::min<uint64_t>(head.size(), forward_bytes) / 4 * 4;
   if (n == 0) return false;
   for (size_t at = 0; at < n; at += 4) {
-    uint32_t bits = 0;
-    for (int i = 3; i >= 0; --i) {
-      bits = (bits << 8) | static_cast<unsigned char>(head[at + i]);
-    }
+    const uint32_t bits = GetU32(head, at);
     const uint32_t exponent = (bits >> 23) & 0xff;
     if ((bits & 0x7fffffffu) == 0 || exponent == 0xff) continue;
     if (exponent < 63 || exponent > 190) return false;

@@ -164,9 +164,10 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
         "--checkpoint-history=", o.checkpoint_history_dir,
         ": exists and is not a directory"));
   }
+  const std::string resolved = ResolvedPath(history);
   for (const std::string* file :
        {&o.tokens_path, &o.checkpoint_in, &o.checkpoint_out, &o.result_path}) {
-    if (ResolvedPath(history) == ResolvedPath(*file)) {
+    if (resolved == ResolvedPath(*file)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--checkpoint-history=", o.checkpoint_history_dir,
           " names the same path as ", *file,
@@ -190,10 +191,11 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
           out.flag, *out.path, o.checkpoint_history_dir));
     }
   }
-  struct stat out_dir, history_fs;
+  // The filesystem: the history directory's own (stat'ed above), else its
+  // parent's.
+  struct stat out_dir, history_fs = history_st;
   if (stat(DirName(o.checkpoint_out).c_str(), &out_dir) == 0 &&
-      stat(history_exists ? history.c_str() : DirName(history).c_str(),
-           &history_fs) == 0 &&
+      (history_exists || stat(DirName(history).c_str(), &history_fs) == 0) &&
       out_dir.st_dev != history_fs.st_dev) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--checkpoint-history=%s is on another filesystem than "
@@ -212,8 +214,7 @@ absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
   if (o.checkpoint_history_dir.empty() || o.overwrite) return absl::OkStatus();
   for (int64_t s = config.checkpoint_interval; s <= config.run_steps;
        s += config.checkpoint_interval) {
-    std::string path = absl::StrFormat("%s/update-%08d.ckpt",
-                                       o.checkpoint_history_dir, c0 + s);
+    const std::string path = HistoryPath(o.checkpoint_history_dir, c0 + s);
     struct stat st;
     if (stat(path.c_str(), &st) == 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -423,10 +424,15 @@ absl::Status RunTrain(const TrainOptions& given,
   RETURN_IF_ERROR(CheckHistoryPlacement(options));
   // The inputs must not be the outputs' lock files (taking the lock would
   // write into them).
+  const std::string checkpoint_lock_path = LockPathFor(options.checkpoint_out);
+  const std::string result_lock_path = LockPathFor(options.result_path);
   for (const std::string* input : {&options.tokens_path, &options.checkpoint_in}) {
-    for (const std::string* output :
-         {&options.checkpoint_out, &options.result_path}) {
-      if (ResolvedPath(*input) == LockPathFor(*output)) {
+    const std::string resolved_input = ResolvedPath(*input);
+    for (const auto& [output, lock_path] :
+         {std::pair<const std::string*, const std::string*>{
+              &options.checkpoint_out, &checkpoint_lock_path},
+          {&options.result_path, &result_lock_path}}) {
+      if (resolved_input == *lock_path) {
         return absl::InvalidArgumentError(absl::StrCat(
             *input, " is the lock file of ", *output,
             " (train writes its pid there); give another input"));
@@ -442,12 +448,12 @@ absl::Status RunTrain(const TrainOptions& given,
   // the history directory (created now if it does not exist).
   ASSIGN_OR_RETURN(
       FileLock checkpoint_lock,
-      FileLock::Acquire(LockPathFor(options.checkpoint_out),
+      FileLock::Acquire(checkpoint_lock_path,
                         absl::StrCat("--checkpoint-out=",
                                      options.checkpoint_out)));
   ASSIGN_OR_RETURN(
       FileLock result_lock,
-      FileLock::Acquire(LockPathFor(options.result_path),
+      FileLock::Acquire(result_lock_path,
                         absl::StrCat("--result=", options.result_path)));
   std::optional<FileLock> history_lock;
   if (!options.checkpoint_history_dir.empty()) {
@@ -489,7 +495,7 @@ absl::Status RunTrain(const TrainOptions& given,
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s: holds %d tokens = %d contexts of %d; the run needs contexts "
         "%d..%d (c0 = %d from %s plus %d steps), i.e. at least %d tokens",
-        options.tokens_path, cache.num_tokens(), cache.NumContexts(T), T, c0,
+        options.tokens_path, cache.num_tokens(), contexts, T, c0,
         needed - 1, c0, options.checkpoint_in, steps, needed * T + 1));
   }
   const uint64_t first_id = c0 * T;
