@@ -13,6 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace coppelius {
 
 // The largest thread count a tool's --threads accepts (each thread costs a
@@ -22,6 +25,22 @@ constexpr int kMaxThreadCount = 1024;
 inline int ResolveThreadCount(int requested) {
   if (requested > 0) return requested;
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// ResolveThreadCount, at most kMaxThreadCount (a machine may report more
+// cores than a tool starts threads).
+inline int ResolveCappedThreadCount(int requested) {
+  return std::min(ResolveThreadCount(requested), kMaxThreadCount);
+}
+
+// The check every tool makes of its --threads flag: OK for
+// 0..kMaxThreadCount, else InvalidArgument
+// "--threads=N: expected 0..1024 (0 = all cores)".
+inline absl::Status CheckThreadsFlag(int threads) {
+  if (threads >= 0 && threads <= kMaxThreadCount) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--threads=", threads, ": expected 0..", kMaxThreadCount,
+      " (0 = all cores)"));
 }
 
 // Calls fn(i) once for every i in [0, n) on up to `threads` threads, the

@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <vector>
 
+#include "absl/base/internal/endian.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace coppelius {
 
@@ -60,33 +62,17 @@ absl::Status ReadAt(int fd, void* data, size_t size, uint64_t offset,
 absl::StatusOr<CacheFileInfo> ReadCacheChunked(const std::string& path,
                                                const CacheIdsVisitor& visit,
                                                size_t chunk_ids) {
-  // O_NONBLOCK: a FIFO with no writer would block open(); refused below.
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) return ErrnoStatus(errno, "opening token cache", path);
-  struct stat st;
-  if (fstat(fd.get(), &st) != 0) {
-    return ErrnoStatus(errno, "stat of token cache", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not a regular file, expected a token cache"));
-  }
+  ASSIGN_OR_RETURN(const TokenCacheFile file, OpenTokenCacheFile(path));
+  Fd fd(file.fd);
   CacheFileInfo info;
-  info.file_bytes = static_cast<uint64_t>(st.st_size);
+  info.file_bytes = file.size_bytes;
   const uint64_t size = info.file_bytes;
-  absl::StatusOr<uint64_t> num_tokens = TokenCountOfFileSize(path, size);
-  if (!num_tokens.ok()) return num_tokens.status();
-  info.num_tokens = *num_tokens;
+  info.num_tokens = file.num_tokens;
   unsigned char header[kTokenCacheHeaderBytes];
   absl::Status s = ReadAt(fd.get(), header, sizeof(header), 0, size, path);
   if (!s.ok()) return s;
-  auto le64 = [&](int at) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | header[at + i];
-    return v;
-  };
-  info.header.mtime_ns = le64(0);
-  info.header.size_bytes = le64(8);
+  info.header.mtime_ns = absl::little_endian::Load64(header);
+  info.header.size_bytes = absl::little_endian::Load64(header + 8);
   if (!visit || info.num_tokens == 0) return info;
   chunk_ids = std::max<size_t>(1, chunk_ids);
   std::vector<uint32_t> ids(
@@ -113,32 +99,6 @@ std::string CacheHeaderProblem(const std::string& path,
   if (why.empty()) return "";
   return absl::StrCat(path, ": ", why,
                       "; make-cache refuses it as not a token cache");
-}
-
-absl::StatusOr<StalenessReport> CacheStaleness(const std::string& path,
-                                               const SourceStat& header,
-                                               const std::string& source) {
-  StalenessReport report;
-  report.header = header;
-  absl::StatusOr<SourceStat> now = StatSource(source);
-  if (absl::IsNotFound(now.status())) {
-    report.staleness = Staleness::kSourceMissing;
-    return report;
-  }
-  if (!now.ok()) {
-    return absl::Status(now.status().code(),
-                        absl::StrCat("checking the source of ", path, ": ",
-                                     now.status().message()));
-  }
-  report.source = *now;
-  if (now->size_bytes != header.size_bytes) {
-    report.staleness = Staleness::kSizeDiffers;
-  } else if (now->mtime_ns != header.mtime_ns) {
-    report.staleness = Staleness::kMtimeDiffers;
-  } else {
-    report.staleness = Staleness::kFresh;
-  }
-  return report;
 }
 
 }  // namespace coppelius

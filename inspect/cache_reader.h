@@ -54,13 +54,6 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(
 std::string CacheHeaderProblem(const std::string& path,
                                const CacheFileInfo& info, absl::Time now);
 
-// The header against the current stat of `source`, classified as
-// TokenCache::Staleness does (a missing source is kSourceMissing; size
-// compared before mtime). Other stat failures are errors naming `path`.
-absl::StatusOr<StalenessReport> CacheStaleness(const std::string& path,
-                                               const SourceStat& header,
-                                               const std::string& source);
-
 }  // namespace coppelius
 
 #endif  // COPPELIUS_INSPECT_CACHE_READER_H_

@@ -88,15 +88,11 @@ int main(int argc, char** argv) {
   const std::string mode = rest.empty() ? "" : rest[0];
   // 0 = all cores, at most kMaxThreadCount, as in the other tools.
   const int threads = absl::GetFlag(FLAGS_threads);
-  if (threads < 0 || threads > coppelius::kMaxThreadCount) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--threads=", threads, ": expected 0..", coppelius::kMaxThreadCount,
-        " (0 = all cores)")));
+  if (absl::Status s = coppelius::CheckThreadsFlag(threads); !s.ok()) {
+    return Fail(s);
   }
   if (threads == 0) {
-    absl::SetFlag(&FLAGS_threads,
-                  std::min(coppelius::ResolveThreadCount(0),
-                           coppelius::kMaxThreadCount));
+    absl::SetFlag(&FLAGS_threads, coppelius::ResolveCappedThreadCount(0));
   }
   if (absl::GetFlag(FLAGS_smoothing) < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(

@@ -102,11 +102,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   if (options.output_path.empty()) {
     return absl::InvalidArgumentError("-o OUTPUT is required");
   }
-  if (options.threads < 0 || options.threads > kMaxThreadCount) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--threads=", options.threads, ": expected 0..", kMaxThreadCount,
-        " (0 = all cores)"));
-  }
+  RETURN_IF_ERROR(CheckThreadsFlag(options.threads));
   const bool from_stdin = options.source_path == "-";
   const bool to_stdout = options.output_path == "-";
   if (from_stdin && options.vocab_path == "-") {

@@ -59,14 +59,14 @@ uint64_t NumContexts(uint64_t num_tokens, uint64_t context_tokens) {
 // ---------------------------------------------------------------------------
 // TokenCache
 
-absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
+absl::StatusOr<TokenCacheFile> OpenTokenCacheFile(const std::string& path) {
   // O_NONBLOCK: a FIFO with no writer would block open(); it is refused
   // below as not a regular file (reads of regular files ignore the flag).
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, "opening token cache", path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    int e = errno;
+    const int e = errno;
     close(fd);
     return ErrnoStatus(e, "stat of token cache", path);
   }
@@ -81,10 +81,17 @@ absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
     close(fd);
     return num_tokens.status();
   }
+  return TokenCacheFile{fd, size, *num_tokens};
+}
+
+absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(const TokenCacheFile file, OpenTokenCacheFile(path));
+  const int fd = file.fd;
+  const uint64_t size = file.size_bytes;
   TokenCache cache;
   cache.path_ = path;
   cache.file_size_ = size;
-  cache.num_tokens_ = *num_tokens;
+  cache.num_tokens_ = file.num_tokens;
   void* mapping = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (mapping == MAP_FAILED) {
     int e = errno;
@@ -148,28 +155,33 @@ absl::Status TokenCache::CheckIdRange(uint32_t vocab_size) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StalenessReport> TokenCache::Staleness(
-    const std::string& source_path) const {
+absl::StatusOr<StalenessReport> CacheStaleness(const std::string& path,
+                                               const SourceStat& header,
+                                               const std::string& source) {
   StalenessReport report;
-  report.header = header_;
-  absl::StatusOr<SourceStat> source = StatSource(source_path);
-  if (absl::IsNotFound(source.status())) {
-    report.staleness = ::coppelius::Staleness::kSourceMissing;
+  report.header = header;
+  absl::StatusOr<SourceStat> now = StatSource(source);
+  if (absl::IsNotFound(now.status())) {
+    report.staleness = Staleness::kSourceMissing;
     return report;
   }
-  if (!source.ok()) {
-    return Annotate(source.status(),
-                    absl::StrCat("checking the source of ", path_));
+  if (!now.ok()) {
+    return Annotate(now.status(), absl::StrCat("checking the source of ", path));
   }
-  report.source = *source;
-  if (source->size_bytes != header_.size_bytes) {
-    report.staleness = ::coppelius::Staleness::kSizeDiffers;
-  } else if (source->mtime_ns != header_.mtime_ns) {
-    report.staleness = ::coppelius::Staleness::kMtimeDiffers;
+  report.source = *now;
+  if (now->size_bytes != header.size_bytes) {
+    report.staleness = Staleness::kSizeDiffers;
+  } else if (now->mtime_ns != header.mtime_ns) {
+    report.staleness = Staleness::kMtimeDiffers;
   } else {
-    report.staleness = ::coppelius::Staleness::kFresh;
+    report.staleness = Staleness::kFresh;
   }
   return report;
+}
+
+absl::StatusOr<StalenessReport> TokenCache::Staleness(
+    const std::string& source_path) const {
+  return CacheStaleness(path_, header_, source_path);
 }
 
 absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,

@@ -99,6 +99,27 @@ struct StalenessReport {
 // Precondition: context_tokens > 0.
 uint64_t NumContexts(uint64_t num_tokens, uint64_t context_tokens);
 
+// `header` (the header of the token cache at `path`) against the current
+// stat of `source`. A missing source is a result (kSourceMissing), not an
+// error; size is compared before mtime; other stat failures are errors,
+// prefixed "checking the source of PATH". TokenCache::Staleness and
+// inspect's chunked reader (which maps no file) both classify with it.
+absl::StatusOr<StalenessReport> CacheStaleness(const std::string& path,
+                                               const SourceStat& header,
+                                               const std::string& source);
+
+// A token cache file opened read-only: a regular file (opened with
+// O_NONBLOCK, so a FIFO without a writer is refused, not waited on) whose
+// size is 16 + 4·N (TokenCountOfFileSize). The caller owns `fd`. Errors:
+// the open/fstat errno naming the file; InvalidArgument "PATH: not a
+// regular file, expected a token cache"; TokenCountOfFileSize's DataLoss.
+struct TokenCacheFile {
+  int fd = -1;
+  uint64_t size_bytes = 0;
+  uint64_t num_tokens = 0;
+};
+absl::StatusOr<TokenCacheFile> OpenTokenCacheFile(const std::string& path);
+
 // A read-only memory mapping of a token cache. Movable, not copyable.
 class TokenCache {
  public:

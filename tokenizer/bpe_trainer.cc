@@ -324,7 +324,7 @@ absl::StatusOr<BpeTrainingResult> TrainBpe(absl::string_view corpus,
         kMaxThreadCount));
   }
   const Clock::time_point start = Clock::now();
-  threads = std::min(ResolveThreadCount(threads), kMaxThreadCount);
+  threads = ResolveCappedThreadCount(threads);
 
   // Work items: (segment, begin, stop), cut at safe piece boundaries.
   struct Chunk {

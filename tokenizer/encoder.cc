@@ -6,8 +6,6 @@
 #include <cstdint>
 #include <queue>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -369,7 +367,7 @@ void Encoder::Encode(absl::string_view text, bool allow_special,
 
 void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
                              int threads, std::vector<uint32_t>* ids) const {
-  threads = std::min(ResolveThreadCount(threads), kMaxThreadCount);
+  threads = ResolveCappedThreadCount(threads);
   if (threads == 1 || text.size() < (1u << 20)) {
     Encode(text, allow_special, ids);
     return;
@@ -423,6 +421,8 @@ void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
   flush(segments.size());
   std::vector<std::vector<uint32_t>> outputs(items.size());
   std::atomic<size_t> next_item{0};
+  // A worker (with its own piece cache) takes items from the shared
+  // counter until none are left.
   auto worker = [&] {
     PieceCache cache;
     std::vector<absl::string_view> pieces;
@@ -442,20 +442,12 @@ void Encoder::EncodeParallel(absl::string_view text, bool allow_special,
       }
     }
   };
+  // One worker per thread (common/threads.h: fewer threads if the system
+  // refuses some; a worker that starts late finds no items left). The
+  // output does not depend on the thread count.
   const int n_threads =
       static_cast<int>(std::min<size_t>(threads, items.size()));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n_threads; ++t) {
-    try {
-      pool.emplace_back(worker);
-    } catch (const std::system_error&) {
-      // The system refuses more threads: those started and this one take
-      // every item (the output does not depend on the thread count).
-      break;
-    }
-  }
-  worker();
-  for (std::thread& t : pool) t.join();
+  ParallelFor(n_threads, n_threads, [&](int64_t) { worker(); });
   size_t total = 0;
   for (const auto& out : outputs) total += out.size();
   ids->reserve(ids->size() + total);

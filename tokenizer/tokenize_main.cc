@@ -170,12 +170,8 @@ absl::Status Run(const std::vector<char*>& args,
   }
   WarnUnusedFlags(command, given_flags);
   // Only the flags the subcommand uses are checked (the others are ignored).
-  if (command != "decode" &&
-      (absl::GetFlag(FLAGS_threads) < 0 ||
-       absl::GetFlag(FLAGS_threads) > coppelius::kMaxThreadCount)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--threads=", absl::GetFlag(FLAGS_threads), ": expected 0..",
-        coppelius::kMaxThreadCount, " (0 = all cores)"));
+  if (command != "decode") {
+    RETURN_IF_ERROR(coppelius::CheckThreadsFlag(absl::GetFlag(FLAGS_threads)));
   }
   const std::string output = absl::GetFlag(FLAGS_o);
   if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");

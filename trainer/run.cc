@@ -403,11 +403,7 @@ absl::Status RunTrain(const TrainOptions& given,
     return absl::InvalidArgumentError(
         "--tokens and --checkpoint-in are required");
   }
-  if (options.threads < 0 || options.threads > kMaxThreadCount) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--threads=", options.threads, ": expected 0..", kMaxThreadCount,
-        " (0 = all cores)"));
-  }
+  RETURN_IF_ERROR(CheckThreadsFlag(options.threads));
   const int threads = HostThreads(options.threads);
   const int64_t steps = config.run_steps;
   const int64_t T = config.T;
