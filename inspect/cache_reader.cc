@@ -1,7 +1,5 @@
 #include "inspect/cache_reader.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -1214,12 +1214,6 @@ const char* FileKindName(FileKind kind) {
   return "auto";
 }
 
-ResultGeometry ResultGeometryOf(const ModelConfig& config) {
-  return ResultGeometry{config.V, config.T, config.run_steps};
-}
-
-std::vector<std::string> KnownConfigNames() { return {"coppelius", "tiny"}; }
-
 namespace {
 
 uint32_t LeU32(absl::string_view b, size_t at) {
@@ -1286,7 +1280,7 @@ struct KnownLayout {
 
 absl::StatusOr<std::vector<KnownLayout>> KnownLayouts() {
   std::vector<KnownLayout> out;
-  for (const std::string& name : KnownConfigNames()) {
+  for (const std::string& name : ModelConfigNames()) {
     ASSIGN_OR_RETURN(ModelConfig c, ModelConfigByName(name));
     out.push_back({c, ComputeResultLayout(ResultGeometryOf(c))});
   }

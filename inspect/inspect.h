@@ -59,13 +59,6 @@ enum class FileKind { kAuto, kCache, kCheckpoint, kResult };
 absl::StatusOr<FileKind> ParseFileKind(absl::string_view name);
 const char* FileKindName(FileKind kind);
 
-// The result geometry of a config: {V, T, run_steps}.
-ResultGeometry ResultGeometryOf(const ModelConfig& config);
-
-// The known config names ("coppelius", "tiny"), each valid for
-// ModelConfigByName.
-std::vector<std::string> KnownConfigNames();
-
 struct FileDetection {
   FileKind kind = FileKind::kAuto;
   ModelConfig config;

@@ -132,8 +132,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     // A cache of a source dated more than a year ahead would not pass the
     // rule that tells caches from other files (CacheHeaderProblem) once the
     // source changed: refused before anything is written.
-    if (static_cast<int64_t>(source_stat.mtime_ns) >
-        absl::ToUnixNanos(absl::Now() + absl::Hours(24 * 365))) {
+    if (SourceMtimeTooFarAhead(source_stat.mtime_ns, absl::Now())) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: modification time %d ns is more than a year ahead; correct "
           "it (touch) or the clock",

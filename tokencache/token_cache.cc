@@ -203,13 +203,17 @@ absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,
   return (size - kTokenCacheHeaderBytes) / kTokenBytes;
 }
 
-std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
-                               uint64_t max_token_bytes, absl::Time now) {
+bool SourceMtimeTooFarAhead(uint64_t mtime_ns, absl::Time now) {
   // st_mtim as written: before 1970 it is negative (two's complement). A
   // source may be dated ahead (clock skew, touch); text read as a time is
   // at least year 2043 (eight bytes >= 0x20), so a year ahead is allowed.
-  const int64_t mtime = static_cast<int64_t>(header.mtime_ns);
-  if (mtime > absl::ToUnixNanos(now + absl::Hours(24 * 365))) {
+  return static_cast<int64_t>(mtime_ns) >
+         absl::ToUnixNanos(now + absl::Hours(24 * 365));
+}
+
+std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
+                               uint64_t max_token_bytes, absl::Time now) {
+  if (SourceMtimeTooFarAhead(header.mtime_ns, now)) {
     return absl::StrFormat(
         "its header's source mtime %d ns (offset 0) is more than a year ahead",
         header.mtime_ns);

@@ -62,6 +62,11 @@ struct SourceStat {
 absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,
                                               uint64_t size);
 
+// Whether a source modification time (ns, the header's signed reading) is
+// more than a year after `now`: such a source's cache would fail
+// CacheHeaderProblem, so make-cache refuses the source up front.
+bool SourceMtimeTooFarAhead(uint64_t mtime_ns, absl::Time now);
+
 // Why a cache header could not have been written for `num_tokens` ids ("" if
 // it could): the source's mtime (signed: before 1970 is negative) is at
 // most a year after `now` (0, stdin, passes; text read as a time is year

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/base/internal/endian.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -15,37 +16,31 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "tokencache/token_cache.h"
+#include "trainer/model_config.h"
+#include "trainer/result_file.h"
 
 namespace coppelius {
 namespace {
 
-// The two 8-byte signatures of docs/FORMATS.md, defined here so that the
-// tokenizer does not depend on checkpoint/ or trainer/.
-// "Checkpoint envelope": the magic at offset 0.
+// The checkpoint magic "COPPCKPT" (docs/FORMATS.md "Checkpoint envelope",
+// offset 0), defined here so that the tokenizer does not depend on
+// checkpoint/ (and its protobuf). The result marker is result_file.h's.
 constexpr char kCheckpointMagic[8] = {'C', 'O', 'P', 'P', 'C', 'K', 'P', 'T'};
-// "Result file", lifecycle step 1: the marker `Create` writes at offset 0.
-constexpr unsigned char kResultMarker[8] = {0xbe, 0xba, 0xfe, 0xca,
-                                            0xbe, 0xba, 0xfe, 0xca};
 
-// Reads the first 8 bytes of `path` into `head`; false when `path` is not a
-// regular file of at least 8 bytes that can be opened for reading.
-bool ReadHead8(const std::string& path, unsigned char head[8]) {
+// Reads the first `n` bytes of `path` into `head`; false when `path` is not
+// a regular file of at least `n` bytes that can be opened for reading.
+bool ReadHead(const std::string& path, void* head, size_t n) {
   struct stat st;
   // stat first: opening a FIFO for reading would block.
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 8) {
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < n) {
     return false;
   }
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
-  size_t got = 0;
-  while (got < 8) {
-    const ssize_t n = pread(fd, head + got, 8 - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
+  const bool ok = PreadAll(fd, head, n, 0, path).ok();
   close(fd);
-  return got == 8;
+  return ok;
 }
 
 }  // namespace
@@ -53,11 +48,11 @@ bool ReadHead8(const std::string& path, unsigned char head[8]) {
 absl::Status CheckNotCoppeliusFile(const std::string& output) {
   if (output == "-") return absl::OkStatus();
   unsigned char head[8];
-  if (!ReadHead8(output, head)) return absl::OkStatus();
+  if (!ReadHead(output, head, sizeof(head))) return absl::OkStatus();
   const char* kind = nullptr;
   if (std::memcmp(head, kCheckpointMagic, 8) == 0) {
     kind = "checkpoint (starts with the magic \"COPPCKPT\")";
-  } else if (std::memcmp(head, kResultMarker, 8) == 0) {
+  } else if (std::memcmp(head, kResultMarker, kResultMarkerBytes) == 0) {
     kind =
         "result file (starts with the result marker be ba fe ca be ba fe "
         "ca)";
@@ -66,6 +61,50 @@ absl::Status CheckNotCoppeliusFile(const std::string& output) {
   return absl::FailedPreconditionError(
       absl::StrCat("-o ", output, ": exists and is a Coppelius ", kind,
                    "; refusing to replace it (choose another output path)"));
+}
+
+absl::Status CheckNotAResultFile(const std::string& output) {
+  if (output == "-") return absl::OkStatus();
+  struct stat st;
+  if (stat(output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::OkStatus();
+  }
+  const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::OkStatus();  // the write reports its own error
+  // The first bytes, for the forward record of any config (at most 4,096).
+  std::string head(4096, '\0');
+  const ssize_t head_bytes = pread(fd, head.data(), head.size(), 0);
+  head.resize(head_bytes > 0 ? head_bytes : 0);
+  std::string found;
+  for (const std::string& name : ModelConfigNames()) {  // train's configs
+    absl::StatusOr<ModelConfig> config = ModelConfigByName(name);
+    if (!config.ok()) continue;
+    const ResultLayout layout = ComputeResultLayout(ResultGeometryOf(*config));
+    char tag[8] = {};
+    if (st.st_size >= layout.complete_bytes &&
+        pread(fd, tag, sizeof(tag), layout.host_offset) == 8 &&
+        absl::string_view(tag, 8) ==
+            absl::string_view(kResultHostTag, 8)) {
+      found = absl::StrCat(name, ", host tag at byte ", layout.host_offset);
+      break;
+    }
+    // Killed after its forward record: the forward record and k step
+    // windows, the forward record reading as logits.
+    const int64_t windows = st.st_size - layout.windows_offset;
+    if (windows >= 0 && windows % layout.window_bytes == 0 &&
+        windows / layout.window_bytes <= config->run_steps &&
+        static_cast<int64_t>(head.size()) >=
+            std::min<int64_t>(layout.forward_bytes, 4096) &&
+        LooksLikeForwardRecord(head, layout.forward_bytes)) {
+      found = absl::StrCat(name, ", incomplete: a killed run's");
+      break;
+    }
+  }
+  close(fd);
+  if (found.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "-o ", output, ": exists and is a Coppelius result file (config ", found,
+      "); refusing to replace it (choose another output path)"));
 }
 
 absl::Status CheckOutputIsNotInput(const std::string& output,
@@ -96,16 +135,22 @@ absl::Status CheckNotATokenCache(const std::string& output,
       !S_ISREG(st.st_mode) || st.st_size == 0) {
     return absl::OkStatus();
   }
-  absl::StatusOr<TokenCache> cache = TokenCache::Open(output);
-  if (!cache.ok()) return absl::OkStatus();
-  if (!CacheHeaderProblem(cache->header(), cache->num_tokens(),
-                          max_token_bytes, absl::Now())
+  // A cache's size and 16-byte header (nothing else is read).
+  const absl::StatusOr<uint64_t> num_tokens =
+      TokenCountOfFileSize(output, static_cast<uint64_t>(st.st_size));
+  unsigned char h[kTokenCacheHeaderBytes];
+  if (!num_tokens.ok() || !ReadHead(output, h, sizeof(h))) {
+    return absl::OkStatus();
+  }
+  const SourceStat header{absl::little_endian::Load64(h),
+                          absl::little_endian::Load64(h + 8)};
+  if (!CacheHeaderProblem(header, *num_tokens, max_token_bytes, absl::Now())
            .empty()) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "-o ", output, ": exists and is a Coppelius token cache (",
-      cache->num_tokens(),
+      *num_tokens,
       " ids); refusing to replace it (choose another output path)"));
 }
 

@@ -32,6 +32,18 @@ namespace coppelius {
 // config-dependent offset).
 absl::Status CheckNotCoppeliusFile(const std::string& output);
 
+// What CheckNotCoppeliusFile cannot see: a complete (or
+// killed-after-its-forward-record) result file starts with fp32 logits, not
+// its marker. FailedPrecondition "-o OUTPUT: exists and is a Coppelius
+// result file (config NAME, ...)" if `output` holds the host tag "CPLSRES1"
+// at the host status offset of the layout of one of the configs `train`
+// runs (trainer/model_config.h ModelConfigNames; docs/FORMATS.md "Result
+// file"), or has the size of that config's forward record plus k step
+// windows with a forward record that reads as logits
+// (trainer/result_file.h LooksLikeForwardRecord). OK for "-", anything
+// that is not a regular file or cannot be opened, and any other content.
+absl::Status CheckNotAResultFile(const std::string& output);
+
 // Refuses an output that would destroy the input `input` before or while it
 // is read. `what` names the input in messages ("input file", "vocabulary
 // file", "corpus"). InvalidArgument when

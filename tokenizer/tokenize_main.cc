@@ -7,10 +7,6 @@
 //
 // A flag given on the command line that the subcommand does not use (e.g.
 // encode --vocab-size) gets a one-line warning and is ignored, as in inspect.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -29,9 +25,8 @@
 #include "common/status_macros.h"
 #include "common/threads.h"
 #include "tokenizer/bpe_trainer.h"
+#include "tokenizer/output_checks.h"
 #include "tokenizer/tokenize.h"
-#include "trainer/model_config.h"
-#include "trainer/result_file.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (encode, decode)");
 ABSL_FLAG(bool, allow_special, false,
@@ -105,57 +100,6 @@ void WarnUnusedFlags(absl::string_view command,
   }
 }
 
-// A complete (or killed-after-its-forward-record) result file starts with
-// fp32 logits, not its marker, so output_checks.h does not see it: its host
-// tag "CPLSRES1" sits at the host status offset of its config's layout
-// (docs/FORMATS.md "Result file"). FailedPrecondition if `output` holds the
-// tag there for one of the configs `train` runs.
-absl::Status CheckNotAResultFile(const std::string& output) {
-  if (output == "-") return absl::OkStatus();
-  struct stat st;
-  if (stat(output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::OkStatus();
-  }
-  const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::OkStatus();  // the write reports its own error
-  // The first bytes, for the forward record of any config (at most 4,096).
-  std::string head(4096, '\0');
-  const ssize_t head_bytes = pread(fd, head.data(), head.size(), 0);
-  head.resize(head_bytes > 0 ? head_bytes : 0);
-  std::string found;
-  for (const char* name : {"coppelius", "tiny"}) {  // train's configs
-    absl::StatusOr<coppelius::ModelConfig> config =
-        coppelius::ModelConfigByName(name);
-    if (!config.ok()) continue;
-    const coppelius::ResultLayout layout = coppelius::ComputeResultLayout(
-        {config->V, config->T, config->run_steps});
-    char tag[8] = {};
-    if (st.st_size >= layout.complete_bytes &&
-        pread(fd, tag, sizeof(tag), layout.host_offset) == 8 &&
-        absl::string_view(tag, 8) ==
-            absl::string_view(coppelius::kResultHostTag, 8)) {
-      found = absl::StrCat(name, ", host tag at byte ", layout.host_offset);
-      break;
-    }
-    // Killed after its forward record: the forward record and k step
-    // windows, the forward record reading as logits.
-    const int64_t windows = st.st_size - layout.windows_offset;
-    if (windows >= 0 && windows % layout.window_bytes == 0 &&
-        windows / layout.window_bytes <= config->run_steps &&
-        static_cast<int64_t>(head.size()) >=
-            std::min<int64_t>(layout.forward_bytes, 4096) &&
-        coppelius::LooksLikeForwardRecord(head, layout.forward_bytes)) {
-      found = absl::StrCat(name, ", incomplete: a killed run's");
-      break;
-    }
-  }
-  close(fd);
-  if (found.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "-o ", output, ": exists and is a Coppelius result file (config ", found,
-      "); refusing to replace it (choose another output path)"));
-}
-
 absl::Status Run(const std::vector<char*>& args,
                  const std::set<std::string>& given_flags) {
   if (args.size() != 3) {
@@ -175,7 +119,7 @@ absl::Status Run(const std::vector<char*>& args,
   }
   const std::string output = absl::GetFlag(FLAGS_o);
   if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
-  RETURN_IF_ERROR(CheckNotAResultFile(output));
+  RETURN_IF_ERROR(coppelius::CheckNotAResultFile(output));
   absl::StatusOr<coppelius::IdFormat> format = coppelius::IdFormat::kU32;
   if (command == "encode" || command == "decode") {
     format = coppelius::ParseIdFormat(absl::GetFlag(FLAGS_format));

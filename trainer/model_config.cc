@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/identity.h"
 
@@ -31,6 +32,8 @@ int64_t TensorInfo::num_elements() const {
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+std::vector<std::string> ModelConfigNames() { return {"coppelius", "tiny"}; }
 
 absl::StatusOr<ModelConfig> ModelConfigByName(absl::string_view name) {
   ModelConfig c;
@@ -57,8 +60,9 @@ absl::StatusOr<ModelConfig> ModelConfigByName(absl::string_view name) {
     c.run_steps = 8;
     c.checkpoint_interval = 2;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown model config \"", name, "\" (known: coppelius, tiny)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model config \"", name, "\" (known: ",
+                     absl::StrJoin(ModelConfigNames(), ", "), ")"));
   }
   c.layer_norm_eps_numerator = 1;
   c.layer_norm_eps_denominator = 100000;

@@ -70,6 +70,9 @@ struct ModelConfig {
 // Errors: InvalidArgument for any other name (the message lists the names).
 absl::StatusOr<ModelConfig> ModelConfigByName(absl::string_view name);
 
+// The names ModelConfigByName knows: "coppelius", "tiny".
+std::vector<std::string> ModelConfigNames();
+
 // Checks the shape invariants the computation needs (all sizes positive,
 // NH * HS == C, HS even, T a multiple of 4 so the prediction rows exist,
 // ε > 0). Errors: InvalidArgument naming the field.

@@ -619,6 +619,10 @@ const char* SubmissionKindName(SubmissionKind kind) {
   return "invalid";
 }
 
+ResultGeometry ResultGeometryOf(const ModelConfig& config) {
+  return ResultGeometry{config.V, config.T, config.run_steps};
+}
+
 absl::Status ValidateResultGeometry(const ResultGeometry& g) {
   if (g.V < 1 || g.V > (int64_t{1} << 24)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -41,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "trainer/model_config.h"
 
 namespace coppelius {
 
@@ -50,6 +51,9 @@ struct ResultGeometry {
   int64_t T = 0;      // context in tokens, e.g. 1024 (a multiple of 4)
   int64_t steps = 0;  // steps per invocation, e.g. 10000
 };
+
+// The result geometry of a config: {V, T, run_steps}.
+ResultGeometry ResultGeometryOf(const ModelConfig& config);
 
 // Checks 1 <= V <= 2^24, 4 <= T <= 2^20 with T % 4 == 0, and
 // 1 <= steps <= 2^30 (so every size below fits in 63 bits).
