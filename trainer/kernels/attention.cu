@@ -17,6 +17,23 @@
 // Pᵀ·dy, dSᵀ·q) read the same tiles with ldmatrix.trans. The 8 bf16 of
 // padding put the 8 rows an ldmatrix reads in distinct banks. The next
 // tile is prefetched into registers while the current one is used.
+//
+// HS = 64 (the coppelius head size) runs the same kernels on Hopper's
+// warpgroup products instead (wgmma.cuh; UseWgmma): a CTA's 4 warps are one
+// warpgroup, whose m64nNk16 accumulators and register A operands have,
+// warp by warp, exactly the mma.m16n8k16 fragment layouts above, so the
+// softmax and epilogue code is shared. Tiles are then [64][64] in the
+// 128-byte-swizzle layout (16-byte chunk j of row r at chunk j ^ (r % 8);
+// 1024-byte aligned) that wgmma reads as B: K-major for the products
+// contracting over the head dimension (S = q·kᵀ, dP = dy·vᵀ, Sᵀ = k·qᵀ,
+// dPᵀ = v·dyᵀ), N-major for those contracting over positions (P·v, dS·k,
+// Pᵀ·dy, dSᵀ·q). A is the CTA's own rows of q, dy, k or v in a tile of the
+// same layout (K-major, from shared memory: RowOperand) or P and dS, fresh
+// from the softmax, in registers. (A from registers kept across the
+// key-tile loop — q's fragments, as the mma.sync path keeps them — gave
+// wrong products from the second iteration on in kernels built with CUDA
+// 13.0's ptxas, 2026-11-30; dumping the registers made them right. Cause
+// not isolated; shared-memory A is what FlashAttention-3 uses there too.)
 #include "trainer/kernels/attention.h"
 
 #include <cmath>
@@ -25,6 +42,7 @@
 #include "trainer/kernels/attention_items.h"
 #include "trainer/kernels/bf16.cuh"
 #include "trainer/kernels/launch.cuh"
+#include "trainer/kernels/wgmma.cuh"
 
 namespace coppelius {
 namespace {
@@ -34,6 +52,59 @@ using bf16 = __nv_bfloat16;
 constexpr int kTile = kAttentionTile;  // positions per tile (rows or keys)
 constexpr int kThreads = 128;  // 4 warps × 16 rows
 constexpr int kPad = 8;        // bf16 of padding per shared-memory row
+
+using kernels::Descriptor;
+using kernels::DescriptorNMajor;
+using kernels::FenceProxyAsync;
+using kernels::SharedAddress;
+using kernels::Wgmma;
+using kernels::WgmmaCommit;
+using kernels::WgmmaFence;
+using kernels::WgmmaRegA;
+using kernels::WgmmaWait;
+
+// Warpgroup products (wgmma) for this head size, else mma.sync.
+template <int kHS>
+constexpr bool UseWgmma() {
+  return kHS == 64;
+}
+
+// Row stride of a shared-memory tile, in bf16.
+template <int kHS>
+constexpr int TileLd() {
+  return UseWgmma<kHS>() ? kHS : kHS + kPad;
+}
+
+// Bytes of a shared-memory tile (64 positions).
+template <int kHS>
+constexpr int TileElems() {
+  return kTile * TileLd<kHS>();
+}
+
+// Alignment of a shared-memory tile in bytes: the 128-byte swizzle repeats
+// every 1024 bytes, and wgmma's descriptors assume a tile starts a repeat.
+template <int kHS>
+constexpr int TileAlign() {
+  return UseWgmma<kHS>() ? 1024 : 16;
+}
+
+// Elements of a tile that only the wgmma path keeps (its own rows as the A
+// operand, RowOperand); a token size otherwise.
+template <int kHS>
+constexpr int OwnTileElems() {
+  return UseWgmma<kHS>() ? TileElems<kHS>() : 8;
+}
+
+// Offset in bf16 of (row, 16-byte chunk) in a tile: padded rows, or for
+// wgmma the 128-byte swizzle.
+template <int kHS>
+__device__ __forceinline__ int TileOffset(int row, int chunk) {
+  if constexpr (UseWgmma<kHS>()) {
+    return row * kHS + ((chunk ^ (row & 7)) << 3);
+  } else {
+    return row * (kHS + kPad) + chunk * 8;
+  }
+}
 
 // The reference rounds dS = scale · P⊙(dP − D) to bf16. When scale =
 // 1/sqrt(HS) is a power of two (HS = 16, 64) scaling commutes with the
@@ -122,14 +193,16 @@ struct TileRegs {
                      : make_uint4(0, 0, 0, 0);
     }
   }
-  // Into a tile [64][kHS + kPad].
+  // Into a tile (TileOffset's layout); for wgmma, fenced for the async
+  // proxy (a barrier must still follow before the products read it).
   __device__ __forceinline__ void Store(bf16* dst) const {
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int idx = threadIdx.x + i * kThreads;
-      *reinterpret_cast<uint4*>(dst + (idx / kRowChunks) * (kHS + kPad) +
-                                (idx % kRowChunks) * 8) = v[i];
+      *reinterpret_cast<uint4*>(
+          dst + TileOffset<kHS>(idx / kRowChunks, idx % kRowChunks)) = v[i];
     }
+    if constexpr (UseWgmma<kHS>()) FenceProxyAsync();
   }
 };
 
@@ -139,11 +212,80 @@ struct TileRegs {
 template <int kHS>
 __device__ __forceinline__ void LoadA(const bf16* tile, int row0,
                                       uint32_t (&a)[kHS / 16][4]) {
-  constexpr int kLd = kHS + kPad;
   const int lane = threadIdx.x & 31;
-  const bf16* p = tile + (row0 + (lane & 15)) * kLd + (lane >> 4) * 8;
+  const int row = row0 + (lane & 15);
 #pragma unroll
-  for (int ks = 0; ks < kHS / 16; ++ks) LdMatrix(a[ks], p + ks * 16);
+  for (int ks = 0; ks < kHS / 16; ++ks) {
+    LdMatrix(a[ks], tile + TileOffset<kHS>(row, 2 * ks + (lane >> 4)));
+  }
+}
+
+// The A operand of the products over the head dimension: 64 rows of q, dy,
+// k or v, the CTA's own. mma.sync: fragments in registers (LoadA);
+// wgmma: the swizzled tile itself, which stays in shared memory.
+template <int kHS>
+struct RowOperand {
+  uint32_t frag[kHS / 16][4];
+  const bf16* tile;
+
+  // From `t`, rows row0.. of this warp (a barrier must separate the tile's
+  // stores from this call).
+  __device__ __forceinline__ void Load(const bf16* t, int row0) {
+    if constexpr (UseWgmma<kHS>()) {
+      tile = t;
+    } else {
+      LoadA<kHS>(t, row0, frag);
+    }
+  }
+};
+
+// Orders later reads of the accumulators after the wgmma wait before it.
+template <int kN>
+__device__ __forceinline__ void PinFragments(float (&d)[kN][4]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
+  }
+}
+
+// Waits for the warpgroup's products issued so far.
+__device__ __forceinline__ void WgmmaSync() {
+  WgmmaCommit();
+  WgmmaWait<0>();
+}
+
+// wgmma form of RowProducts (issue only: the caller fences before and
+// calls WgmmaSync, then PinFragments, before reading s): s = A · Bᵀ for the
+// kN n-tiles from row 8·n0 of the swizzled tile b, K-major over the head
+// dimension; the first k-step starts from zero (scale-d 0).
+template <int kHS, int kN>
+__device__ __forceinline__ void IssueRowProducts(const RowOperand<kHS>& a,
+                                                 const bf16* b, int n0,
+                                                 float (&s)[kN][4]) {
+  const uint32_t a_base = SharedAddress(a.tile);
+  const uint32_t b_base = SharedAddress(b) + n0 * 8 * kHS * 2;
+  float(&d)[kN * 4] = reinterpret_cast<float(&)[kN * 4]>(s);
+#pragma unroll
+  for (int ks = 0; ks < kHS / 16; ++ks) {
+    Wgmma<kN * 8, 0>(d, Descriptor(a_base + 32 * ks),
+                     Descriptor(b_base + 32 * ks), ks > 0);
+  }
+}
+
+// wgmma form of AccumulateT (issue only, as above): acc += A · B over kK
+// k-steps of 16 positions from row k0 of the swizzled tile, N-major.
+template <int kHS, int kK>
+__device__ __forceinline__ void IssueAccumulateT(const uint32_t (&a)[kK][4],
+                                                 const bf16* tile, int k0,
+                                                 float (&acc)[kHS / 8][4]) {
+  const uint32_t base = SharedAddress(tile) + k0 * kHS * 2;
+#pragma unroll
+  for (int kk = 0; kk < kK; ++kk) {
+    WgmmaRegA<kHS, 1>(acc, a[kk], DescriptorNMajor(base + kk * 16 * kHS * 2,
+                                                   8192),
+                      1);
+  }
 }
 
 // s[n] = A · Bᵀ for the kN n-tiles n0 .. n0 + kN − 1 (8 rows of the tile
@@ -151,10 +293,17 @@ __device__ __forceinline__ void LoadA(const bf16* tile, int row0,
 // One ldmatrix gives b0, b1 of two n-tiles (matrices: n-tile n columns 0–7,
 // 8–15 of the k-step, then n-tile n + 1).
 template <int kHS, int kN>
-__device__ __forceinline__ void RowProducts(const uint32_t (&a)[kHS / 16][4],
+__device__ __forceinline__ void RowProducts(const RowOperand<kHS>& a,
                                             const bf16* b, int n0,
                                             float (&s)[kN][4]) {
   static_assert(kN % 2 == 0, "n-tiles come in pairs");
+  if constexpr (UseWgmma<kHS>()) {
+    WgmmaFence();
+    IssueRowProducts<kHS, kN>(a, b, n0, s);
+    WgmmaSync();
+    PinFragments(s);
+    return;
+  }
   constexpr int kLd = kHS + kPad;
   const int lane = threadIdx.x & 31;
   const bf16* p = b + (n0 * 8 + (lane & 7) + (lane >> 4) * 8) * kLd +
@@ -167,8 +316,8 @@ __device__ __forceinline__ void RowProducts(const uint32_t (&a)[kHS / 16][4],
     for (int ks = 0; ks < kHS / 16; ++ks) {
       uint32_t r[4];
       LdMatrix(r, p + n * 8 * kLd + ks * 16);
-      Mma(s[n], a[ks], r[0], r[1]);
-      Mma(s[n + 1], a[ks], r[2], r[3]);
+      Mma(s[n], a.frag[ks], r[0], r[1]);
+      Mma(s[n + 1], a.frag[ks], r[2], r[3]);
     }
   }
 }
@@ -180,6 +329,13 @@ template <int kHS, int kK>
 __device__ __forceinline__ void AccumulateT(const uint32_t (&a)[kK][4],
                                             const bf16* tile, int k0,
                                             float (&acc)[kHS / 8][4]) {
+  if constexpr (UseWgmma<kHS>()) {
+    WgmmaFence();
+    IssueAccumulateT<kHS, kK>(a, tile, k0, acc);
+    WgmmaSync();
+    PinFragments(acc);
+    return;
+  }
   constexpr int kLd = kHS + kPad;
   const int lane = threadIdx.x & 31;
   const bf16* p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd +
@@ -425,9 +581,9 @@ template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     ForwardKernel(const Params p) {
   GridDependencyWait();
-  constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_k[kTile * kLd];
-  __shared__ __align__(16) bf16 s_v[kTile * kLd];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_k[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_v[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_q[OwnTileElems<kHS>()];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
@@ -437,16 +593,18 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* q = p.qkv + h * kHS;
   const bf16* k = q + C;
   const bf16* v = q + 2 * C;
-  uint32_t qa[kHS / 16][4];
+  // q's tile: kept for wgmma, else staged in s_k for the fragments.
+  bf16* const q_tile = UseWgmma<kHS>() ? s_q : s_k;
+  RowOperand<kHS> qa;
   TileRegs<kHS> nk, nv;
   {
     TileRegs<kHS> tq;
     tq.Load(q, ld, qt * kTile, T);
     nk.Load(k, ld, kt0 * kTile, T);
     nv.Load(v, ld, kt0 * kTile, T);
-    tq.Store(s_k);
+    tq.Store(q_tile);
     __syncthreads();
-    LoadA<kHS>(s_k, (threadIdx.x >> 5) * 16, qa);
+    qa.Load(q_tile, (threadIdx.x >> 5) * 16);
   }
   // Every row has a key at or before it in the chunk's first tile, so the
   // maxima are finite from the first tile on (2^−∞ = 0 rescales the empty
@@ -643,7 +801,7 @@ __device__ __forceinline__ void WriteInverseRope(
 // forward's statistics of rows t0, t1) and the per-tile P and dP.
 template <int kHS>
 struct QuerySide {
-  uint32_t qa[kHS / 16][4], da[kHS / 16][4];
+  RowOperand<kHS> qa, da;
   float lse0, lse1;
   int t0, qt;
 
@@ -662,16 +820,25 @@ struct QuerySide {
     tq.Store(tile_a);
     td.Store(tile_b);
     __syncthreads();
-    LoadA<kHS>(tile_a, (threadIdx.x >> 5) * 16, qa);
-    LoadA<kHS>(tile_b, (threadIdx.x >> 5) * 16, da);
+    qa.Load(tile_a, (threadIdx.x >> 5) * 16);
+    da.Load(tile_b, (threadIdx.x >> 5) * 16);
   }
   // s ← P (fp32, 0 above the diagonal), dp ← dy · vᵀ for key tile kt.
   __device__ __forceinline__ void Probs(const bf16* s_k, const bf16* s_v,
                                         float scale2, int kt,
                                         float (&s)[8][4],
                                         float (&dp)[8][4]) const {
-    RowProducts<kHS, 8>(qa, s_k, 0, s);
-    RowProducts<kHS, 8>(da, s_v, 0, dp);
+    if constexpr (UseWgmma<kHS>()) {  // both products in one batch
+      WgmmaFence();
+      IssueRowProducts<kHS, 8>(qa, s_k, 0, s);
+      IssueRowProducts<kHS, 8>(da, s_v, 0, dp);
+      WgmmaSync();
+      PinFragments(s);
+      PinFragments(dp);
+    } else {
+      RowProducts<kHS, 8>(qa, s_k, 0, s);
+      RowProducts<kHS, 8>(da, s_v, 0, dp);
+    }
     Probabilities(s, scale2, lse0, lse1, kt == qt, kt * kTile, t0);
   }
 };
@@ -717,9 +884,10 @@ template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardQueryKernel(const Params p) {
   GridDependencyWait();
-  constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_k[kTile * kLd];
-  __shared__ __align__(16) bf16 s_v[kTile * kLd];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_k[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_v[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_q[OwnTileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_dy[OwnTileElems<kHS>()];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
@@ -732,7 +900,12 @@ __global__ void __launch_bounds__(kThreads)
       qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
   const float d0 = RowDelta(p, h, row_t0), d1 = RowDelta(p, h, row_t0 + 8);
   QuerySide<kHS> qs;
-  qs.Init(p, h, qt, s_k, s_v);
+  // q's and dy's tiles: kept for wgmma, else staged in s_k and s_v.
+  if constexpr (UseWgmma<kHS>()) {
+    qs.Init(p, h, qt, s_q, s_dy);
+  } else {
+    qs.Init(p, h, qt, s_k, s_v);
+  }
   float dq[kHS / 8][4] = {};
   ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4], dp[8][4];
@@ -774,9 +947,10 @@ template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     BackwardKeyKernel(const Params p) {
   GridDependencyWait();
-  constexpr int kLd = kHS + kPad;
-  __shared__ __align__(16) bf16 s_q[kTile * kLd];
-  __shared__ __align__(16) bf16 s_o[kTile * kLd];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_q[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_o[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_kown[OwnTileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_vown[OwnTileElems<kHS>()];
   __shared__ __align__(8) float s_lse[kTile];
   __shared__ __align__(8) float s_d[kTile];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
@@ -797,7 +971,10 @@ __global__ void __launch_bounds__(kThreads)
     *lse = i < T ? p.stats[h * T + i] : INFINITY;
     *d = RowDelta(p, h, i);
   };
-  uint32_t ka[kHS / 16][4], va[kHS / 16][4];
+  // The key tile's k and v: kept for wgmma, else staged in s_q and s_o.
+  bf16* const k_tile = UseWgmma<kHS>() ? s_kown : s_q;
+  bf16* const v_tile = UseWgmma<kHS>() ? s_vown : s_o;
+  RowOperand<kHS> ka, va;
   TileRegs<kHS> nq, no;
   float next_lse = 0.0f, next_d = 0.0f;
   {
@@ -807,11 +984,11 @@ __global__ void __launch_bounds__(kThreads)
     nq.Load(q, ld, qt0 * kTile, T);
     no.Load(o, C, qt0 * kTile, T);
     if (threadIdx.x < kTile) row_stats(qt0, &next_lse, &next_d);
-    tk.Store(s_q);
-    tv.Store(s_o);
+    tk.Store(k_tile);
+    tv.Store(v_tile);
     __syncthreads();
-    LoadA<kHS>(s_q, r0, ka);
-    LoadA<kHS>(s_o, r0, va);
+    ka.Load(k_tile, r0);
+    va.Load(v_tile, r0);
   }
   float dk[kHS / 8][4] = {}, dv[kHS / 8][4] = {};
   for (int qt = qt0; qt <= qt1; ++qt) {
@@ -831,8 +1008,17 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float st[4][4], dpt[4][4];
-      RowProducts<kHS, 4>(ka, s_q, half * 4, st);
-      RowProducts<kHS, 4>(va, s_o, half * 4, dpt);
+      if constexpr (UseWgmma<kHS>()) {  // both products in one batch
+        WgmmaFence();
+        IssueRowProducts<kHS, 4>(ka, s_q, half * 4, st);
+        IssueRowProducts<kHS, 4>(va, s_o, half * 4, dpt);
+        WgmmaSync();
+        PinFragments(st);
+        PinFragments(dpt);
+      } else {
+        RowProducts<kHS, 4>(ka, s_q, half * 4, st);
+        RowProducts<kHS, 4>(va, s_o, half * 4, dpt);
+      }
       // Columns (queries) beyond T have lse2 = +∞, so P = 0 there.
 #pragma unroll
       for (int n = 0; n < 4; ++n) {
@@ -867,8 +1053,17 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t pa[2][4], dsa[2][4];
       PackA<4>(st, pa);
       PackA<4>(dpt, dsa);
-      AccumulateT<kHS, 2>(pa, s_o, half * 32, dv);
-      AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
+      if constexpr (UseWgmma<kHS>()) {  // both products in one batch
+        WgmmaFence();
+        IssueAccumulateT<kHS, 2>(pa, s_o, half * 32, dv);
+        IssueAccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
+        WgmmaSync();
+        PinFragments(dv);
+        PinFragments(dk);
+      } else {
+        AccumulateT<kHS, 2>(pa, s_o, half * 32, dv);
+        AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
+      }
     }
   }
   const int n_chunks = KeyTileChunks(kt, p.num_tiles);
