@@ -1005,24 +1005,28 @@ __global__ void __launch_bounds__(kThreads)
       no.Load(o, C, (qt + 1) * kTile, T);
       if (threadIdx.x < kTile) row_stats(qt + 1, &next_lse, &next_d);
     }
+    // The query tile in kHalves parts of kN n-tiles: mma.sync in two
+    // halves (registers), wgmma whole (64 × 64 products; the same k order).
+    constexpr int kHalves = UseWgmma<kHS>() ? 1 : 2;
+    constexpr int kN = 8 / kHalves;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float st[4][4], dpt[4][4];
+    for (int half = 0; half < kHalves; ++half) {
+      float st[kN][4], dpt[kN][4];
       if constexpr (UseWgmma<kHS>()) {  // both products in one batch
         WgmmaFence();
-        IssueRowProducts<kHS, 4>(ka, s_q, half * 4, st);
-        IssueRowProducts<kHS, 4>(va, s_o, half * 4, dpt);
+        IssueRowProducts<kHS, kN>(ka, s_q, half * kN, st);
+        IssueRowProducts<kHS, kN>(va, s_o, half * kN, dpt);
         WgmmaSync();
         PinFragments(st);
         PinFragments(dpt);
       } else {
-        RowProducts<kHS, 4>(ka, s_q, half * 4, st);
-        RowProducts<kHS, 4>(va, s_o, half * 4, dpt);
+        RowProducts<kHS, kN>(ka, s_q, half * kN, st);
+        RowProducts<kHS, kN>(va, s_o, half * kN, dpt);
       }
       // Columns (queries) beyond T have lse2 = +∞, so P = 0 there.
 #pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        const int il = half * 32 + n * 8 + c * 2;
+      for (int n = 0; n < kN; ++n) {
+        const int il = (half * kN + n) * 8 + c * 2;
         const float2 lse = *reinterpret_cast<const float2*>(s_lse + il);
         const float2 d = *reinterpret_cast<const float2*>(s_d + il);
         float pr[4];
@@ -1050,19 +1054,19 @@ __global__ void __launch_bounds__(kThreads)
           for (int e = 0; e < 4; ++e) dpt[n][e] *= p.scale;
         }
       }
-      uint32_t pa[2][4], dsa[2][4];
-      PackA<4>(st, pa);
-      PackA<4>(dpt, dsa);
+      uint32_t pa[kN / 2][4], dsa[kN / 2][4];
+      PackA<kN>(st, pa);
+      PackA<kN>(dpt, dsa);
       if constexpr (UseWgmma<kHS>()) {  // both products in one batch
         WgmmaFence();
-        IssueAccumulateT<kHS, 2>(pa, s_o, half * 32, dv);
-        IssueAccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
+        IssueAccumulateT<kHS, kN / 2>(pa, s_o, half * kN * 8, dv);
+        IssueAccumulateT<kHS, kN / 2>(dsa, s_q, half * kN * 8, dk);
         WgmmaSync();
         PinFragments(dv);
         PinFragments(dk);
       } else {
-        AccumulateT<kHS, 2>(pa, s_o, half * 32, dv);
-        AccumulateT<kHS, 2>(dsa, s_q, half * 32, dk);
+        AccumulateT<kHS, kN / 2>(pa, s_o, half * kN * 8, dv);
+        AccumulateT<kHS, kN / 2>(dsa, s_q, half * kN * 8, dk);
       }
     }
   }
