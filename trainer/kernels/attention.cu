@@ -274,19 +274,17 @@ __device__ __forceinline__ void IssueRowProducts(const RowOperand<kHS>& a,
 }
 
 // wgmma form of AccumulateT (issue only, as above): acc += A · B over kK
-// k-steps of 16 positions from row k0 of the swizzled tile, N-major; with
-// `fresh`, acc = A · B (the first k-step ignores acc's old values).
+// k-steps of 16 positions from row k0 of the swizzled tile, N-major.
 template <int kHS, int kK>
 __device__ __forceinline__ void IssueAccumulateT(const uint32_t (&a)[kK][4],
                                                  const bf16* tile, int k0,
-                                                 float (&acc)[kHS / 8][4],
-                                                 bool fresh = false) {
+                                                 float (&acc)[kHS / 8][4]) {
   const uint32_t base = SharedAddress(tile) + k0 * kHS * 2;
 #pragma unroll
   for (int kk = 0; kk < kK; ++kk) {
     WgmmaRegA<kHS, 1>(acc, a[kk], DescriptorNMajor(base + kk * 16 * kHS * 2,
                                                    8192),
-                      kk > 0 || !fresh);
+                      1);
   }
 }
 
@@ -548,30 +546,24 @@ __device__ __forceinline__ bool CombineChunks(float (&acc)[kHS / 8][4],
 // The loop of the query-side kernels over the chunk's key tiles
 // [kt0, kt1]: the k and v tiles of kt0 are already loading into nk, nv
 // (issued by the caller ahead of its prologue); each iteration stores the
-// pair into s_k and a v tile, prefetches the next pair into registers and
-// calls body(kt, v tile) on the stored tiles. The v tile is s_v, or with
-// s_v_alt non-null s_v and s_v_alt in turn (the forward's P·v products
-// then finish during the next iteration: its body must wait for the
-// products it issued before the next iteration's stores can reach the
-// tile they read, i.e. within one iteration).
+// pair into s_k, s_v, prefetches the next pair into registers and calls
+// body(kt) on the stored tiles.
 template <int kHS, typename Body>
 __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
                                                int ld, int T, int kt0, int kt1,
                                                TileRegs<kHS>& nk,
                                                TileRegs<kHS>& nv, bf16* s_k,
-                                               bf16* s_v, bf16* s_v_alt,
-                                               Body&& body) {
+                                               bf16* s_v, Body&& body) {
   for (int kt = kt0; kt <= kt1; ++kt) {
-    bf16* const v_tile = s_v_alt != nullptr && ((kt - kt0) & 1) ? s_v_alt : s_v;
     __syncthreads();
     nk.Store(s_k);
-    nv.Store(v_tile);
+    nv.Store(s_v);
     __syncthreads();
     if (kt < kt1) {
       nk.Load(k, ld, (kt + 1) * kTile, T);
       nv.Load(v, ld, (kt + 1) * kTile, T);
     }
-    body(kt, v_tile);
+    body(kt);
   }
 }
 
@@ -592,7 +584,6 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(TileAlign<kHS>()) bf16 s_k[TileElems<kHS>()];
   __shared__ __align__(TileAlign<kHS>()) bf16 s_v[TileElems<kHS>()];
   __shared__ __align__(TileAlign<kHS>()) bf16 s_q[OwnTileElems<kHS>()];
-  __shared__ __align__(TileAlign<kHS>()) bf16 s_v2[OwnTileElems<kHS>()];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
@@ -619,29 +610,10 @@ __global__ void __launch_bounds__(kThreads)
   // maxima are finite from the first tile on (2^−∞ = 0 rescales the empty
   // sums). Rows beyond T read q = 0: finite scores, never stored.
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  // wgmma: v in two tiles by turns, and P·v issued without a wait: it runs
-  // beside the next iteration's stores and S product, whose wait covers it.
-  // o is not zeroed there: the first tile's P·v starts from scale-d 0 (an
-  // ordinary instruction writing the accumulators before it would make
-  // ptxas serialize the kernel's wgmma, C7515), and its rescale is skipped.
-  float o[kHS / 8][4];
-  if constexpr (!UseWgmma<kHS>()) {
-#pragma unroll
-    for (int dn = 0; dn < kHS / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-  }
-  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v,
-                      UseWgmma<kHS>() ? s_v2 : nullptr,
-                      [&](int kt, const bf16* v_tile) {
+  float o[kHS / 8][4] = {};
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4];
-    if constexpr (UseWgmma<kHS>()) {
-      WgmmaFence();
-      IssueRowProducts<kHS, 8>(qa, s_k, 0, s);
-      WgmmaSync();
-      PinFragments(s);
-      PinFragments(o);
-    } else {
-      RowProducts<kHS, 8>(qa, s_k, 0, s);
-    }
+    RowProducts<kHS, 8>(qa, s_k, 0, s);
     if (kt == qt) MaskAbove(s, kt * kTile, t0, -INFINITY);
     float x0 = m0, x1 = m1;
 #pragma unroll
@@ -668,29 +640,17 @@ __global__ void __launch_bounds__(kThreads)
     }
     l0 = fmaf(l0, a0, r0);
     l1 = fmaf(l1, a1, r1);
-    if (!UseWgmma<kHS>() || kt > kt0) {
 #pragma unroll
-      for (int dn = 0; dn < kHS / 8; ++dn) {
-        o[dn][0] *= a0;
-        o[dn][1] *= a0;
-        o[dn][2] *= a1;
-        o[dn][3] *= a1;
-      }
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+      o[dn][0] *= a0;
+      o[dn][1] *= a0;
+      o[dn][2] *= a1;
+      o[dn][3] *= a1;
     }
     uint32_t pa[4][4];
     PackA<8>(s, pa);
-    if constexpr (UseWgmma<kHS>()) {
-      WgmmaFence();
-      IssueAccumulateT<kHS, 4>(pa, v_tile, 0, o, kt == kt0);
-      WgmmaCommit();
-    } else {
-      AccumulateT<kHS, 4>(pa, v_tile, 0, o);
-    }
+    AccumulateT<kHS, 4>(pa, s_v, 0, o);
   });
-  if constexpr (UseWgmma<kHS>()) {
-    WgmmaWait<0>();
-    PinFragments(o);
-  }
   l0 = QuadSum(l0);
   l1 = QuadSum(l1);
   m0 *= p.scale2;  // from here on in base-2 exponent units
@@ -947,8 +907,7 @@ __global__ void __launch_bounds__(kThreads)
     qs.Init(p, h, qt, s_k, s_v);
   }
   float dq[kHS / 8][4] = {};
-  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, nullptr,
-                      [&](int kt, const bf16*) {
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
     float s[8][4], dp[8][4];
     qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
 #pragma unroll
