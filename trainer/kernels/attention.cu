@@ -302,22 +302,22 @@ __device__ __forceinline__ void RowProducts(const RowOperand<kHS>& a,
     IssueRowProducts<kHS, kN>(a, b, n0, s);
     WgmmaSync();
     PinFragments(s);
-    return;
-  }
-  constexpr int kLd = kHS + kPad;
-  const int lane = threadIdx.x & 31;
-  const bf16* p = b + (n0 * 8 + (lane & 7) + (lane >> 4) * 8) * kLd +
-                  ((lane >> 3) & 1) * 8;
+  } else {
+    constexpr int kLd = kHS + kPad;
+    const int lane = threadIdx.x & 31;
+    const bf16* p = b + (n0 * 8 + (lane & 7) + (lane >> 4) * 8) * kLd +
+                    ((lane >> 3) & 1) * 8;
 #pragma unroll
-  for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-  for (int n = 0; n < kN; n += 2) {
+    for (int n = 0; n < kN; n += 2) {
 #pragma unroll
-    for (int ks = 0; ks < kHS / 16; ++ks) {
-      uint32_t r[4];
-      LdMatrix(r, p + n * 8 * kLd + ks * 16);
-      Mma(s[n], a.frag[ks], r[0], r[1]);
-      Mma(s[n + 1], a.frag[ks], r[2], r[3]);
+      for (int ks = 0; ks < kHS / 16; ++ks) {
+        uint32_t r[4];
+        LdMatrix(r, p + n * 8 * kLd + ks * 16);
+        Mma(s[n], a.frag[ks], r[0], r[1]);
+        Mma(s[n + 1], a.frag[ks], r[2], r[3]);
+      }
     }
   }
 }
@@ -334,20 +334,20 @@ __device__ __forceinline__ void AccumulateT(const uint32_t (&a)[kK][4],
     IssueAccumulateT<kHS, kK>(a, tile, k0, acc);
     WgmmaSync();
     PinFragments(acc);
-    return;
-  }
-  constexpr int kLd = kHS + kPad;
-  const int lane = threadIdx.x & 31;
-  const bf16* p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd +
-                  (lane >> 4) * 8;
+  } else {
+    constexpr int kLd = kHS + kPad;
+    const int lane = threadIdx.x & 31;
+    const bf16* p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd +
+                    (lane >> 4) * 8;
 #pragma unroll
-  for (int kk = 0; kk < kK; ++kk) {
+    for (int kk = 0; kk < kK; ++kk) {
 #pragma unroll
-    for (int dn = 0; dn < kHS / 8; dn += 2) {
-      uint32_t r[4];
-      LdMatrixTrans(r, p + kk * 16 * kLd + dn * 8);
-      Mma(acc[dn], a[kk], r[0], r[1]);
-      Mma(acc[dn + 1], a[kk], r[2], r[3]);
+      for (int dn = 0; dn < kHS / 8; dn += 2) {
+        uint32_t r[4];
+        LdMatrixTrans(r, p + kk * 16 * kLd + dn * 8);
+        Mma(acc[dn], a[kk], r[0], r[1]);
+        Mma(acc[dn + 1], a[kk], r[2], r[3]);
+      }
     }
   }
 }

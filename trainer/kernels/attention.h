@@ -2,9 +2,10 @@
 //
 // Fused causal softmax attention (flash-attention style: Dao et al., 2022,
 // "FlashAttention", and Dao, 2023, "FlashAttention-2"), forward and backward,
-// on tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation). No
-// [T, T] matrix is ever stored: scores and probabilities live in registers,
-// one 64 × 64 tile at a time.
+// on tensor cores (bf16 operands, fp32 accumulation: mma.sync m16n8k16, or
+// at HS = 64 Hopper's warpgroup products, wgmma m64n64k16, with the same
+// fragment layouts and results). No [T, T] matrix is ever stored: scores
+// and probabilities live in registers, one 64 × 64 tile at a time.
 //
 // Math, per head h (NH heads, HS head size, T rows; q, k, v are [T, HS] bf16
 // slices of the rotated qkv [T, 3C], column h·HS of each part):
