@@ -75,7 +75,7 @@ constexpr int TileLd() {
   return UseWgmma<kHS>() ? kHS : kHS + kPad;
 }
 
-// Bytes of a shared-memory tile (64 positions).
+// Elements (bf16) of a shared-memory tile of 64 positions.
 template <int kHS>
 constexpr int TileElems() {
   return kTile * TileLd<kHS>();
