@@ -881,7 +881,7 @@ __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
 // partial dq = dS · k; the tile's last chunk writes Σ (times the scale when
 // it was not applied to dS, ScaleInEpilogue) into dqkv.
 template <int kHS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, UseWgmma<kHS>() ? 3 : 1)
     BackwardQueryKernel(const Params p) {
   GridDependencyWait();
   __shared__ __align__(TileAlign<kHS>()) bf16 s_k[TileElems<kHS>()];
