@@ -82,6 +82,49 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One block per row, the row held in registers: thread i loads elements
+// i + 512·j (j < kPerThread = V / 512, all loads issued at once, so the row
+// is read from memory once instead of three times), then the max, the sum
+// of exponentials in the streaming kernel's order (j ascending: elements i,
+// i + 512, … as its kSumUnroll loop adds them) and the gradient from the
+// registers: the same bits as CrossEntropyKernel.
+template <int kPerThread>
+__global__ void __launch_bounds__(kThreads)
+    CrossEntropyRowInRegistersKernel(const float* __restrict__ logits,
+                                     const uint32_t* __restrict__ targets,
+                                     float grad_scale,
+                                     float* __restrict__ losses,
+                                     __nv_bfloat16* __restrict__ dlogits) {
+  GridDependencyWait();
+  __shared__ float scratch[32];
+  constexpr int V = kPerThread * kThreads;
+  const int64_t row = blockIdx.x;
+  const float* l = logits + row * V;
+  float x[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) x[j] = l[threadIdx.x + j * kThreads];
+  float m = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) m = fmaxf(m, x[j]);
+  m = BlockMax(m, scratch);
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) sum += expf(x[j] - m);
+  sum = BlockSum(sum, scratch);
+  const float lse = m + logf(sum);
+  const uint32_t target = targets[row];
+  if (threadIdx.x == 0) losses[row] = lse - l[target];
+  if (dlogits == nullptr) return;
+  __nv_bfloat16* d = dlogits + row * V;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const float p = expf(x[j] - lse);
+    d[i] = __float2bfloat16_rn(
+        (p - (static_cast<uint32_t>(i) == target ? 1.0f : 0.0f)) * grad_scale);
+  }
+}
+
 }  // namespace
 
 cudaError_t CrossEntropyForwardBackward(const float* logits,
@@ -93,6 +136,14 @@ cudaError_t CrossEntropyForwardBackward(const float* logits,
                     (reinterpret_cast<uintptr_t>(logits) & 15u) == 0 &&
                     (dlogits == nullptr ||
                      (reinterpret_cast<uintptr_t>(dlogits) & 7u) == 0);
+  if (vec4 && V == 24 * kThreads) {
+    return LaunchKernel(CrossEntropyRowInRegistersKernel<24>, T, kThreads, 0,
+                        stream, logits, targets, grad_scale, losses, dlogits);
+  }
+  if (vec4 && V == 8 * kThreads) {
+    return LaunchKernel(CrossEntropyRowInRegistersKernel<8>, T, kThreads, 0,
+                        stream, logits, targets, grad_scale, losses, dlogits);
+  }
   if (vec4) {
     return LaunchKernel(CrossEntropyKernel<true>, T, kThreads, 0, stream,
                         logits, targets, V, grad_scale, losses, dlogits);

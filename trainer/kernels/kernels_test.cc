@@ -995,9 +995,10 @@ TEST(CrossEntropyTest, LossesAndGradientsAgainstDouble) {
   EXPECT_TRUE(std::isfinite(l2[4]));
 }
 
-// The kernel reads rows 16 bytes at a time when V % 4 == 0 and the
-// buffers are aligned, else one float at a time; the sum of exponentials
-// keeps one order either way, so both give the same bits. The scalar path
+// At V = 12,288 with aligned buffers the kernel holds each row in
+// registers; unaligned, it streams the row one float at a time (V % 4 == 0
+// and aligned, other V: 16 bytes at a time). The sum of exponentials keeps
+// one order on every path, so they give the same bits. The streaming path
 // is forced by offsetting both buffers by one element.
 TEST(CrossEntropyTest, VectorAndScalarPathsGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
