@@ -931,10 +931,11 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(
         StreamWait(adam_stream_, stream_, adam_fork_event_, "adamw fork"));
     if (Skip(kPartAdamW)) return absl::OkStatus();
-    // Capped grid (AdamWOverlapBlocks) beside the backward of blocks below;
-    // block 0's update is part of the step's tail: full.
+    // Beside the backward of the blocks below on a few SMs
+    // (CudaStepTuning::adamw_overlap_blocks); block 0's update is part of
+    // the step's tail: the whole device.
     return AdamWRange(layer_chunks_[l].first, layer_chunks_[l].second,
-                      adam_stream_, l > 0 ? AdamWOverlapBlocks() : 0);
+                      adam_stream_, l > 0 ? g_tuning.adamw_overlap_blocks : 0);
   };
   auto reach_update = [&](AdamWPoint point) -> absl::Status {
     if (pending_update < 0 || g_tuning.adamw_schedule != point) {
@@ -1491,6 +1492,11 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
   if (tuning.side_sms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));
+  }
+  if (tuning.adamw_overlap_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaStepTuning.adamw_overlap_blocks = ",
+                     tuning.adamw_overlap_blocks, ": negative"));
   }
   g_tuning = tuning;
   return absl::OkStatus();

@@ -112,6 +112,14 @@ struct CudaStepTuning {
   // stream's, 1 the least, 2 the main stream's.
   int side_priority = 2;
   int adamw_priority = 1;
+  // > 0: each overlapped block update (blocks L−1 .. 1; the tail's updates
+  // always take the whole device) runs as this many 1,024-thread CTAs
+  // (kernels/adamw.h), so it holds at most this many SMs beside the
+  // backward's chain; 0: one 256-thread CTA per 4,096-element chunk, on
+  // every SM. The same bits either way. Measured (docs/PERFORMANCE.md run
+  // 13, H200, 200 steps): 26 2.517 ms/step against 2.612 for 0; 22 2.526,
+  // 33 2.544, 40 2.539; 16 falls behind (2.724: the tail waits for it).
+  int adamw_overlap_blocks = 26;
   // > 0: cuBLASLt plans the side stream's dW products (and the tied dE
   // product) for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), as
   // they run beside the main stream's chain; 0: for the whole device. Read

@@ -9,6 +9,33 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
+constexpr int kWideThreads = 1024;  // capped grids: a whole chunk per pass
+static_assert(kWideThreads * kUnroll == kAdamWChunk,
+              "a wide block's pass covers exactly one chunk");
+
+// One element: adamw.h's rule, single IEEE operations in its order. Stores
+// p, m, v (and the bf16 copy of p for decayed tensors).
+__device__ __forceinline__ void UpdateElement(const AdamWDeviceScalars& s,
+                                              bool decayed, int64_t k,
+                                              float pi, float mi0, float vi0,
+                                              float gi, float* p, float* m,
+                                              float* v,
+                                              __nv_bfloat16* p_bf16) {
+  if (decayed) pi = __fmul_rn(pi, s.decay_factor);
+  const float mi = __fadd_rn(__fmul_rn(s.beta1, mi0),
+                             __fmul_rn(s.one_minus_beta1, gi));
+  const float gg = __fmul_rn(gi, gi);
+  const float vi = __fadd_rn(__fmul_rn(s.beta2, vi0),
+                             __fmul_rn(s.one_minus_beta2, gg));
+  const float denom = __fadd_rn(
+      __fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt), s.epsilon);
+  const float ratio = __fdiv_rn(mi, denom);
+  pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
+  p[k] = pi;
+  m[k] = mi;
+  v[k] = vi;
+  if (decayed) p_bf16[k] = __float2bfloat16_rn(pi);
+}
 
 __global__ void __launch_bounds__(kThreads)
     AdamWKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
@@ -41,25 +68,47 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kUnroll; ++u) {
         const int i = base + u * kThreads + threadIdx.x;
         if (i >= chunk.count) continue;
-        const int64_t k = chunk.begin + i;
-        float pi = pv[u];
-        const float gi = gv[u];
-        if (chunk.decayed) pi = __fmul_rn(pi, s.decay_factor);
-        const float mi = __fadd_rn(__fmul_rn(s.beta1, mv[u]),
-                                   __fmul_rn(s.one_minus_beta1, gi));
-        const float gg = __fmul_rn(gi, gi);
-        const float vi = __fadd_rn(__fmul_rn(s.beta2, vv[u]),
-                                   __fmul_rn(s.one_minus_beta2, gg));
-        const float denom =
-            __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt),
-                      s.epsilon);
-        const float ratio = __fdiv_rn(mi, denom);
-        pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
-        p[k] = pi;
-        m[k] = mi;
-        v[k] = vi;
-        if (chunk.decayed) p_bf16[k] = __float2bfloat16_rn(pi);
+        UpdateElement(s, chunk.decayed != 0, chunk.begin + i, pv[u], mv[u],
+                      vv[u], gv[u], p, m, v, p_bf16);
       }
+    }
+  }
+}
+
+// The capped grid: blocks of kWideThreads, block b taking chunks b,
+// b + gridDim.x, …, each in one pass (kUnroll elements per thread, loads
+// issued before the arithmetic). A block fills an SM's thread slots, so the
+// update stays on at most gridDim.x SMs and leaves the others to the
+// kernels it runs beside (docs/PERFORMANCE.md run 13).
+__global__ void __launch_bounds__(kWideThreads)
+    AdamWWideKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
+                    const AdamWDeviceScalars* __restrict__ table,
+                    const int64_t* __restrict__ step, int64_t fixed_step,
+                    float* __restrict__ p, float* __restrict__ m,
+                    float* __restrict__ v, const float* __restrict__ g,
+                    __nv_bfloat16* __restrict__ p_bf16) {
+  GridDependencyWait();
+  const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
+  for (int c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const AdamWChunk chunk = chunks[c];
+    float pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = u * kWideThreads + threadIdx.x;
+      if (i < chunk.count) {
+        const int64_t k = chunk.begin + i;
+        pv[u] = p[k];
+        mv[u] = m[k];
+        vv[u] = v[k];
+        gv[u] = g[k];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = u * kWideThreads + threadIdx.x;
+      if (i >= chunk.count) continue;
+      UpdateElement(s, chunk.decayed != 0, chunk.begin + i, pv[u], mv[u],
+                    vv[u], gv[u], p, m, v, p_bf16);
     }
   }
 }
@@ -80,25 +129,20 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               __nv_bfloat16* p_bf16, cudaStream_t stream,
                               int max_blocks) {
   // An ordinary launch, not a programmatic one (launch.cuh): the update runs
-  // on its own low-priority stream beside the backward, and its CTAs (one
-  // per chunk, hundreds) launched early would sit on SMs waiting while the
-  // backward's kernels need them.
-  const int blocks = max_blocks > 0 ? std::min(num_chunks, max_blocks)
-                                    : num_chunks;
-  if (blocks <= 0) return cudaSuccess;
-  AdamWKernel<<<blocks, kThreads, 0, stream>>>(chunks, num_chunks,
-                                               scalars_table, step, fixed_step,
-                                               p, m, v, g, p_bf16);
+  // on its own low-priority stream beside the backward, and its CTAs
+  // launched early would sit on SMs waiting while the backward's kernels
+  // need them.
+  if (num_chunks <= 0) return cudaSuccess;
+  if (max_blocks > 0) {
+    AdamWWideKernel<<<std::min(num_chunks, max_blocks), kWideThreads, 0,
+                      stream>>>(chunks, num_chunks, scalars_table, step,
+                                fixed_step, p, m, v, g, p_bf16);
+  } else {
+    AdamWKernel<<<num_chunks, kThreads, 0, stream>>>(
+        chunks, num_chunks, scalars_table, step, fixed_step, p, m, v, g,
+        p_bf16);
+  }
   return cudaGetLastError();
-}
-
-namespace {
-int g_adamw_overlap_blocks = 0;
-}  // namespace
-
-int AdamWOverlapBlocks() { return g_adamw_overlap_blocks; }
-void SetAdamWOverlapBlocks(int max_blocks) {
-  g_adamw_overlap_blocks = max_blocks;
 }
 
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,

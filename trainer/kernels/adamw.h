@@ -19,8 +19,12 @@
 // list of chunks {begin, count ≤ kAdamWChunk, decayed} covering the plane
 // tensor by tensor (decay mask per tensor: the 2-D tensors). For decayed
 // chunks the updated p is also written rounded to bf16 into `p_bf16` (same
-// index): the operand copy of the weight matrices. One block per chunk
-// unless capped (max_blocks).
+// index): the operand copy of the weight matrices. Grid: one block of 256
+// threads per chunk (max_blocks = 0: the whole device, for updates nothing
+// else runs beside), or max_blocks blocks of 1,024 threads (each a whole
+// chunk per pass, taking chunks b, b + max_blocks, …): an update beside
+// other kernels then holds at most max_blocks SMs. The bits do not depend
+// on the grid.
 #ifndef COPPELIUS_TRAINER_KERNELS_ADAMW_H_
 #define COPPELIUS_TRAINER_KERNELS_ADAMW_H_
 
@@ -49,23 +53,14 @@ struct AdamWChunk {
   int32_t decayed;
 };
 
-// `max_blocks` > 0 caps the grid (each block then takes chunks
-// blockIdx.x, + gridDim.x, …): an update overlapping other kernels holds
-// fewer SMs for longer. 0: one block per chunk. The bits do not depend on
-// it.
+// Updates chunks [0, num_chunks) on `stream` (nothing when num_chunks ≤ 0)
+// with the grid `max_blocks` selects (above); returns the launch's error.
 cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               const AdamWDeviceScalars* scalars_table,
                               const int64_t* step, int64_t fixed_step,
                               float* p, float* m, float* v, const float* g,
                               __nv_bfloat16* p_bf16, cudaStream_t stream,
                               int max_blocks = 0);
-
-// Process-wide grid cap (max_blocks) for the updates the CUDA backend
-// overlaps with the backward of the blocks below (0: uncapped, the
-// default). Benchmarks set it (step_bench --adamw_blocks=N); read when the
-// step graph is captured.
-int AdamWOverlapBlocks();
-void SetAdamWOverlapBlocks(int max_blocks);
 
 // out[i] = bf16(in[i]) for i < n.
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,

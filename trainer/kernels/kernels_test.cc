@@ -1066,8 +1066,14 @@ TEST(EmbeddingTest, GatherAndDeterministicScatter) {
 
 // ----------------------------------------------------------------- adamw
 
-TEST(AdamWTest, BitwiseEqualToHostRule) {
+// Every grid: one 256-thread CTA per chunk (max_blocks 0) and capped grids
+// of 1,024-thread CTAs, fewer CTAs than chunks (a CTA takes several, the
+// last chunk of a tensor partial) and more.
+class AdamWTest : public testing::TestWithParam<int> {};
+
+TEST_P(AdamWTest, BitwiseEqualToHostRule) {
   SKIP_WITHOUT_GPU();
+  const int max_blocks = GetParam();
   struct Tensor {
     int64_t n;
     bool decayed;
@@ -1109,7 +1115,8 @@ TEST(AdamWTest, BitwiseEqualToHostRule) {
   step.Upload({1});  // table entry 1: t = 2
   ASSERT_EQ(AdamWUpdateChunks(dchunks.get(), static_cast<int>(chunks.size()),
                               dtable.get(), step.get(), 0, dp.get(), dm.get(),
-                              dv.get(), dg.get(), AsBf16(p16), nullptr),
+                              dv.get(), dg.get(), AsBf16(p16), nullptr,
+                              max_blocks),
             cudaSuccess);
   const AdamWStepScalars s = ComputeAdamWStepScalars(h, 2);
   int64_t off = 0;
@@ -1127,6 +1134,8 @@ TEST(AdamWTest, BitwiseEqualToHostRule) {
   }
   for (int64_t i = 0; i < 5000; ++i) ASSERT_EQ(g16[i], test::Bf16Bits(p[i])) << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(Grids, AdamWTest, testing::Values(0, 1, 2, 26));
 
 TEST(CastTest, RoundsToNearestEven) {
   SKIP_WITHOUT_GPU();

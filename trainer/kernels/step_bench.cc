@@ -37,6 +37,7 @@
 #include "trainer/cuda_products.h"
 #include "trainer/initialization.h"
 #include "trainer/kernels/adamw.h"
+#include "trainer/kernels/kernel_trace.h"
 #include "trainer/kernels/attention.h"
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/embedding.h"
@@ -52,8 +53,16 @@ ABSL_FLAG(std::string, config, "coppelius", "model config of the backend run");
 ABSL_FLAG(int, steps, 300, "timed steps of the backend run (after 20 warm-up)");
 ABSL_FLAG(bool, kernels, true, "time each kernel and product first");
 ABSL_FLAG(bool, pdl, false, "programmatic dependent launch");
-ABSL_FLAG(int, adamw_blocks, 0,
-          "grid cap of the overlapped AdamW updates (0: one block per chunk)");
+ABSL_FLAG(int, adamw_blocks,
+          coppelius::CudaStepTuning().adamw_overlap_blocks,
+          "CTAs of 1,024 threads of each overlapped AdamW update (0: one "
+          "256-thread CTA per chunk)");
+ABSL_FLAG(std::string, trace, "",
+          "after the timed run, trace --trace_steps more steps' kernels "
+          "with CUPTI (kernels/kernel_trace.h) into this CSV file");
+ABSL_FLAG(int, trace_steps, 4, "steps traced by --trace");
+ABSL_FLAG(bool, trace_from_start, false,
+          "--trace: start the trace before the backend is created");
 ABSL_FLAG(int, side_schedule, coppelius::CudaStepTuning().side_schedule,
           "where the backward issues the dW products (cuda_backend.h)");
 ABSL_FLAG(int, adamw_schedule, coppelius::CudaStepTuning().adamw_schedule,
@@ -446,6 +455,18 @@ int KernelBench() {
                                                  g_stream) == cudaSuccess;
                       }, 20),
                       N * 30.0, 0});
+    // The overlapped updates' grid alone (CudaStepTuning::adamw_overlap_blocks).
+    const int capped = absl::GetFlag(FLAGS_adamw_blocks);
+    if (capped > 0) {
+      g_rows.push_back(
+          {absl::StrCat("adamw (57.7M params) on ", capped, " CTAs x 1024"),
+           TimeIt([&] {
+             return AdamWUpdateChunks(dchunks, static_cast<int>(chunks.size()),
+                                      ds, nullptr, 0, p, m, v, g, p16,
+                                      g_stream, capped) == cudaSuccess;
+           }, 20),
+           N * 30.0, 0});
+    }
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   cublasLtDestroy(lt);
@@ -466,7 +487,13 @@ int BackendBench(const std::string& config_name, int steps) {
   std::vector<float> pmv(3 * n);
   CHECK_OK(InitializeImage(*config, 16, pmv.data()));
   const int warm = 20;
-  const int contexts = warm + steps + 1;
+  const std::string trace_path = absl::GetFlag(FLAGS_trace);
+  const int trace_steps =
+      trace_path.empty() ? 0 : std::max(1, absl::GetFlag(FLAGS_trace_steps));
+  const int contexts = warm + steps + trace_steps + 1;
+  if (!trace_path.empty() && absl::GetFlag(FLAGS_trace_from_start)) {
+    CHECK_OK(StartKernelTrace());
+  }
   std::mt19937_64 rng(2);
   std::vector<uint32_t> tokens(static_cast<size_t>(config->T) * contexts + 1);
   for (auto& t : tokens) t = rng() % config->V;
@@ -553,6 +580,15 @@ int BackendBench(const std::string& config_name, int steps) {
   }
   std::printf("%-44s %016llx\n", "P/M/V FNV-1a after warm-up + timed steps",
               static_cast<unsigned long long>(fnv));
+  if (!trace_path.empty()) {
+    if (!absl::GetFlag(FLAGS_trace_from_start)) CHECK_OK(StartKernelTrace());
+    CHECK_OK(run(warm + steps + trace_steps));
+    auto records = StopKernelTrace();
+    CHECK_OK(records.status());
+    CHECK_OK(WriteKernelTrace(*records, trace_path));
+    std::printf("%-44s %10zu -> %s\n", "kernel trace records", records->size(),
+                trace_path.c_str());
+  }
   return 0;
 }
 
@@ -599,13 +635,13 @@ int Main(int argc, char** argv) {
     return 2;
   }
   SetProgrammaticDependentLaunch(absl::GetFlag(FLAGS_pdl));
-  SetAdamWOverlapBlocks(absl::GetFlag(FLAGS_adamw_blocks));
   CudaStepTuning tuning;
   tuning.side_schedule = absl::GetFlag(FLAGS_side_schedule);
   tuning.adamw_schedule = absl::GetFlag(FLAGS_adamw_schedule);
   tuning.side_priority = absl::GetFlag(FLAGS_side_priority);
   tuning.adamw_priority = absl::GetFlag(FLAGS_adamw_priority);
   tuning.side_sms = absl::GetFlag(FLAGS_side_sms);
+  tuning.adamw_overlap_blocks = absl::GetFlag(FLAGS_adamw_blocks);
   tuning.fused_qkv_config = absl::GetFlag(FLAGS_fused_qkv_config);
   tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
   tuning.fused_down_dx_config = absl::GetFlag(FLAGS_fused_down_dx_config);
@@ -629,10 +665,10 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "device: %s (%d SMs); programmatic dependent launch %s; overlapped "
-      "AdamW blocks %d (0: one per chunk)\n",
+      "AdamW updates on %d CTAs of 1,024 threads (0: one per chunk)\n",
       prop.name, prop.multiProcessorCount,
       ProgrammaticDependentLaunchEnabled() ? "on" : "off",
-      AdamWOverlapBlocks());
+      tuning.adamw_overlap_blocks);
   if (tuning.skipped_parts != 0) {
     std::printf(
         "ABLATION: step parts 0x%x left out of the step graph; the backend's "
