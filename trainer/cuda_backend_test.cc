@@ -417,6 +417,41 @@ TEST(CudaBackendTest, CoppeliusFusedProductsGiveTheUnfusedBits) {
   }
 }
 
+// How many CTAs the overlapped block updates run on (a few of 1,024
+// threads, or one of 256 threads per 4,096-element chunk) must not change a
+// bit: every element is updated once, by the same rule, from the same
+// gradient.
+TEST(CudaBackendTest, UpdateGridsGiveTheSameBits) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  for (const char* name : {"tiny", "coppelius"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig config = *ModelConfigByName(name);
+    const int steps = 3;
+    const Inputs in = MakeInputs(config, steps + 1, std::random_device{}());
+    const CudaStepTuning defaults;
+    std::vector<RunResult> runs;
+    for (int blocks : {defaults.adamw_overlap_blocks, 0, 1}) {
+      CudaStepTuning tuning = defaults;
+      tuning.adamw_overlap_blocks = blocks;
+      ASSERT_TRUE(SetCudaStepTuning(tuning).ok());
+      auto backend = CreateCudaBackend(config);
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      runs.push_back(RunBackend(backend->get(), config, in, steps));
+    }
+    ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
+    for (size_t i = 1; i < runs.size(); ++i) {
+      SCOPED_TRACE(i == 1 ? "one CTA per chunk" : "one CTA");
+      for (int st = 0; st < steps; ++st) {
+        ASSERT_EQ(0, std::memcmp(runs[0].losses[st].data(),
+                                 runs[i].losses[st].data(), config.T * 4))
+            << "step " << st;
+      }
+      ASSERT_EQ(0, std::memcmp(runs[0].pmv.data(), runs[i].pmv.data(),
+                               runs[0].pmv.size() * 4));
+    }
+  }
+}
+
 TEST(CudaBackendTest, SplitSnapshotIsOrderedAfterEarlierSteps) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
   const ModelConfig config = *ModelConfigByName("tiny");
