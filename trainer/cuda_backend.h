@@ -29,7 +29,8 @@
 // The attention's dk/dv kernel runs beside its dq kernel on an attention
 // stream (the two write disjoint columns of dqkv); each block's AdamW runs
 // on a fourth, low-priority stream as soon as the block's gradients are
-// complete. These are fork/join edges of the capture; no buffer is written
+// complete, on a few 1,024-thread CTAs (CudaStepTuning::
+// adamw_overlap_blocks) so that it holds few SMs beside the chain. These are fork/join edges of the capture; no buffer is written
 // while another stream may still read it, so the overlap cannot change a
 // bit.
 // BeginSnapshot enqueues a device-side copy of P/M/V, then an asynchronous
