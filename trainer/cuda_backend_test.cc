@@ -118,6 +118,23 @@ RunResult RunBackend(Backend* b, const ModelConfig& config, const Inputs& in,
   return r;
 }
 
+// Two runs of RunBackend on the same inputs: forward record, every step's
+// losses, P/M/V and the final logits bitwise equal.
+void ExpectSameBits(const RunResult& a, const RunResult& b, const char* what) {
+  SCOPED_TRACE(what);
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() &&
+           std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(a.record, b.record)) << "forward record";
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t st = 0; st < a.losses.size(); ++st) {
+    EXPECT_TRUE(same(a.losses[st], b.losses[st])) << "losses of step " << st;
+  }
+  EXPECT_TRUE(same(a.pmv, b.pmv)) << "P/M/V";
+  EXPECT_TRUE(same(a.final_logits, b.final_logits)) << "final logits";
+}
+
 void CompareWithReference(const ModelConfig& config) {
   SCOPED_TRACE(config.name);
   const Inputs in = MakeInputs(config, 2, std::random_device{}());
@@ -332,17 +349,10 @@ void CheckDeterminism(const ModelConfig& config, int steps,
   ASSERT_TRUE(b.ok()) << b.status();
   const RunResult rb = RunBackend(b->get(), config, in, steps);
   SetProgrammaticDependentLaunch(initial_mode);
-  ASSERT_EQ(0, std::memcmp(ra.record.data(), rb.record.data(),
-                           ra.record.size() * 4));
+  ExpectSameBits(ra, rb, "second run");
   for (int s = 0; s < steps; ++s) {
-    ASSERT_EQ(0, std::memcmp(ra.losses[s].data(), rb.losses[s].data(),
-                             config.T * 4))
-        << "step " << s;
     for (float x : ra.losses[s]) ASSERT_TRUE(std::isfinite(x));
   }
-  ASSERT_EQ(0, std::memcmp(ra.pmv.data(), rb.pmv.data(), ra.pmv.size() * 4));
-  ASSERT_EQ(0, std::memcmp(ra.final_logits.data(), rb.final_logits.data(),
-                           ra.final_logits.size() * 4));
   auto telemetry = (*b)->Telemetry();
   ASSERT_TRUE(telemetry.ok()) << telemetry.status();
   EXPECT_EQ(telemetry->first_nonfinite_step, -1);
@@ -403,18 +413,8 @@ TEST(CudaBackendTest, CoppeliusFusedProductsGiveTheUnfusedBits) {
     runs.push_back(RunBackend(backend->get(), config, in, steps));
   }
   ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
-  for (size_t i = 1; i < runs.size(); ++i) {
-    SCOPED_TRACE(i == 1 ? "none fused" : "all fused");
-    ASSERT_EQ(0, std::memcmp(runs[0].record.data(), runs[i].record.data(),
-                             runs[0].record.size() * 4));
-    for (int st = 0; st < steps; ++st) {
-      ASSERT_EQ(0, std::memcmp(runs[0].losses[st].data(),
-                               runs[i].losses[st].data(), config.T * 4))
-          << "step " << st;
-    }
-    ASSERT_EQ(0, std::memcmp(runs[0].pmv.data(), runs[i].pmv.data(),
-                             runs[0].pmv.size() * 4));
-  }
+  ExpectSameBits(runs[0], runs[1], "none fused");
+  ExpectSameBits(runs[0], runs[2], "all fused");
 }
 
 // How many CTAs the overlapped block updates run on (a few of 1,024
@@ -439,16 +439,8 @@ TEST(CudaBackendTest, UpdateGridsGiveTheSameBits) {
       runs.push_back(RunBackend(backend->get(), config, in, steps));
     }
     ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
-    for (size_t i = 1; i < runs.size(); ++i) {
-      SCOPED_TRACE(i == 1 ? "one CTA per chunk" : "one CTA");
-      for (int st = 0; st < steps; ++st) {
-        ASSERT_EQ(0, std::memcmp(runs[0].losses[st].data(),
-                                 runs[i].losses[st].data(), config.T * 4))
-            << "step " << st;
-      }
-      ASSERT_EQ(0, std::memcmp(runs[0].pmv.data(), runs[i].pmv.data(),
-                               runs[0].pmv.size() * 4));
-    }
+    ExpectSameBits(runs[0], runs[1], "one CTA per chunk");
+    ExpectSameBits(runs[0], runs[2], "one CTA");
   }
 }
 
