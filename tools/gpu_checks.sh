@@ -11,6 +11,8 @@
 #      REV=NAME builds and stages one), and this build with the flags of
 #      each AB_FLAGS entry ("NAME=--flag=v[,--flag=v] ..."),
 #      two alternating rounds (SKIP_AB=1 skips), P/M/V digests side by side
+#      4c. with TRACE=1: the step's kernel timeline (CUPTI), summarized
+#      by tools/trace_table.py into trace_table.txt
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
 #   6. with PROFILE=1: ncu's duration of every kernel of one step graph,
@@ -148,6 +150,25 @@ if [ -x stage/bin/step_bench ] && [ "${SKIP_AB:-0}" != 1 ]; then
     done
   done
   tar -C "$out" -czf "$out/ab_logs.tgz" $(cd "$out" && ls ab_*.log) && rm -f "$out"/ab_*.log
+fi
+
+# 4c. with TRACE=1: a kernel timeline of 6 steps through CUPTI
+# (step_bench --trace, trainer/kernels/kernel_trace.h) summarized by
+# tools/trace_table.py: idle time, time with one or several kernels
+# running, each kernel's time alone on the GPU.
+if [ "${TRACE:-0}" = 1 ] && [ -x stage/bin/step_bench ]; then
+  echo "== kernel trace" | tee -a "$log"
+  timeout 100 stage/bin/step_bench --kernels=0 --steps=100 \
+    --trace="$out/trace.csv" --trace_steps=6 >"$out/trace_run.log" 2>&1
+  rc=$?
+  cat "$out/trace_run.log" >> "$log"
+  if [ $rc = 0 ] && python3 tools/trace_table.py "$out/trace.csv" --steps 4 \
+      >"$out/trace_table.txt" 2>&1; then
+    head -n 8 "$out/trace_table.txt" | tee -a "$log"
+    note "kernel trace" "$(sed -n 3p "$out/trace_table.txt" | awk '{print "span " $2 " us, idle " $3 ", one kernel " $4 ", several " $5}')"
+  else
+    note "kernel trace" "rc=$rc (see trace_run.log)"
+  fi
 fi
 
 # 5. the PyTorch baseline on the same model (tools/bench_torch.py), side by side
