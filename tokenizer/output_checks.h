@@ -38,10 +38,12 @@ absl::Status CheckNotCoppeliusFile(const std::string& output);
 // result file (config NAME, ...)" if `output` holds the host tag "CPLSRES1"
 // at the host status offset of the layout of one of the configs `train`
 // runs (trainer/model_config.h ModelConfigNames; docs/FORMATS.md "Result
-// file"), or has the size of that config's forward record plus k step
-// windows with a forward record that reads as logits
-// (trainer/result_file.h LooksLikeForwardRecord). OK for "-", anything
-// that is not a regular file or cannot be opened, and any other content.
+// file"), or has a size from that config's forward record to its complete
+// size (a killed run's, cut anywhere after its forward record) with a
+// forward record that reads as logits (trainer/result_file.h
+// LooksLikeForwardRecord), as inspect's kind detection reads it. OK for "-",
+// anything that is not a regular file or cannot be opened, and any other
+// content.
 absl::Status CheckNotAResultFile(const std::string& output);
 
 // Refuses an output that would destroy the input `input` before or while it

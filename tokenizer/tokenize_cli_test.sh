@@ -111,6 +111,13 @@ cp "$tmp/killed.res" "$tmp/killed.orig"
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/killed.res" 2> "$tmp/err"
 check "encode -o killed run's result refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/killed.res: exists and is a Coppelius result file (config tiny, incomplete"
 check "killed run's result untouched" cmp -s "$tmp/killed.res" "$tmp/killed.orig"
+# Killed inside a window's write: cut at 7,000 bytes (3 windows and 344
+# bytes of the 4th), as inspect still reads it (incomplete).
+head -c 7000 "$tmp/killed.orig" > "$tmp/cut.res"
+cp "$tmp/cut.res" "$tmp/cut.orig"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/cut.res" 2> "$tmp/err"
+check "encode -o result cut inside a window refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/cut.res: exists and is a Coppelius result file (config tiny, incomplete"
+check "cut result untouched" cmp -s "$tmp/cut.res" "$tmp/cut.orig"
 "$bin" train "$tmp/corpus.txt" -o "$tmp/c.tok" --vocab-size=300 --progress=false 2> "$tmp/err"
 check "train -o token cache refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/c.tok: exists and is a Coppelius token cache"
 check "token cache untouched by train" cmp -s "$tmp/c.tok" "$tmp/c.orig"
