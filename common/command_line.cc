@@ -4,7 +4,8 @@
 
 namespace coppelius {
 
-NormalizedCommandLine::NormalizedCommandLine(int argc, char** argv) {
+NormalizedCommandLine::NormalizedCommandLine(
+    int argc, char** argv, std::initializer_list<const char*> path_flags) {
   bool only_positional = false;  // after "--"
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -24,6 +25,13 @@ NormalizedCommandLine::NormalizedCommandLine(int argc, char** argv) {
     if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
       size_t end = std::min(a.find('='), a.size());
       std::replace(a.begin() + 2, a.begin() + end, '-', '_');
+      if (end == a.size() && i + 1 < argc && std::string(argv[i + 1]) == "-" &&
+          std::any_of(path_flags.begin(), path_flags.end(),
+                      [&](const char* name) { return a.substr(2) == name; })) {
+        args_.push_back(a + "=-");
+        ++i;
+        continue;
+      }
     }
     args_.push_back(a);
   }

@@ -66,6 +66,8 @@ void ProtectStandardStreams() {
   }
 }
 
+bool StandardOutputWasClosed() { return g_stdout_closed; }
+
 bool ProcessMayBeRunning(int64_t pid) {
   if (pid <= 0 || pid > INT32_MAX) return false;
   const int saved_errno = errno;

@@ -35,6 +35,11 @@ absl::Status ErrnoStatus(int errno_value, absl::string_view what,
 // nowhere.
 void ProtectStandardStreams();
 
+// Whether ProtectStandardStreams found standard output (fd 1) closed: a
+// binary that writes a report to std::cout (not through WriteAll) checks it
+// before doing any work.
+bool StandardOutputWasClosed();
+
 // Whether process `pid` may still be running: kill(pid, 0) succeeds or
 // fails with anything but ESRCH (e.g. EPERM: another user's process).
 // False for pid <= 0. Leaves errno as it was (callers scan directories

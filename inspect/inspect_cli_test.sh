@@ -160,9 +160,26 @@ done
 "$inspect" --vocab="$d/vocab.tiktoken" "$d/model.ckpt" > /dev/null 2> "$d/w.err" || fail "--vocab on a checkpoint"
 [[ $(wc -l < "$d/w.err") == 1 ]] && grep -q "warning: --vocab" "$d/w.err" || fail "warning: $(cat "$d/w.err")"
 
-# Usage errors: exit 2, one line.
+# Usage errors: exit 2, one line (no FILE: the error line, then the usage
+# on lines of their own).
 "$inspect" --kind=blob "$d/cache.tok" 2> "$d/u.err"; [[ $? == 2 ]] || fail "bad --kind"
 "$inspect" 2> "$d/u.err"; [[ $? == 2 ]] || fail "no FILE"
+[[ $(head -1 "$d/u.err") == "inspect: INVALID_ARGUMENT: expected exactly one FILE, got 0 (usage below; inspect --help lists the flags)" ]] \
+  && grep -q "^  inspect verify FILE" "$d/u.err" && ! grep -q 'n  inspect' "$d/u.err" \
+  || fail "no FILE: $(cat "$d/u.err")"
+# Standard output closed: a report or -o - would go nowhere: refused, exit 1.
+"$inspect" --config=tiny "$d/complete.res" >&- 2> "$d/c.err"; [[ $? == 1 ]] || fail "report to closed stdout"
+grep -q "the report: standard output is closed" "$d/c.err" || fail "$(cat "$d/c.err")"
+for cmd in "plot --config=tiny $d/complete.res" "export --config=tiny --safetensors $d/model.ckpt"; do
+  "$inspect" $cmd -o - >&- 2> "$d/c.err"; [[ $? == 1 ]] || fail "$cmd -o - to closed stdout"
+  [[ $(cat "$d/c.err") == "inspect: FAILED_PRECONDITION: -o -: standard output is closed; expected somewhere to write" ]] \
+    || fail "$cmd: $(cat "$d/c.err")"
+done
+"$inspect" plot --config=tiny "$d/complete.res" -o "$d/closed.svg" >&- || fail "plot -o FILE with stdout closed"
+# --safetensors - (stdin) without Abseil's warning about a flag value "-".
+"$inspect" export --config=tiny --safetensors - -o "$d/stdin.safetensors" < "$d/model.ckpt" 2> "$d/s.err" \
+  || fail "export --safetensors -"
+[[ ! -s "$d/s.err" ]] || fail "export --safetensors -: $(cat "$d/s.err")"
 "$inspect" --config=tiny "$d/missing" 2> "$d/m.err"; [[ $? == 1 ]] || fail "missing file"
 grep -q "missing" "$d/m.err" || fail "missing file not named"
 echo "inspect_cli_test: all checks passed"

@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
   coppelius::ExitOnOutOfMemory("inspect");
   absl::SetProgramUsageMessage(kUsage);
-  coppelius::NormalizedCommandLine command_line(argc, argv);
+  coppelius::NormalizedCommandLine command_line(
+      argc, argv, {"safetensors", "source", "vocab"});
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -98,6 +99,15 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--smoothing=", absl::GetFlag(FLAGS_smoothing),
         ": expected an integer >= 1")));
+  }
+  // Reports go to stdout, and plot / export with -o -: with stdout closed
+  // they would go nowhere (ProtectStandardStreams reopened it on /dev/null).
+  const bool writes_stdout =
+      (mode != "plot" && mode != "export") || absl::GetFlag(FLAGS_o) == "-";
+  if (writes_stdout && coppelius::StandardOutputWasClosed()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        mode == "plot" || mode == "export" ? "-o -" : "the report",
+        ": standard output is closed; expected somewhere to write")));
   }
   const bool source = !absl::GetFlag(FLAGS_source).empty();
   const bool vocab = !absl::GetFlag(FLAGS_vocab).empty();
@@ -137,9 +147,11 @@ int main(int argc, char** argv) {
     status = coppelius::RunExport(o, std::cout);
   } else {
     if (rest.size() != 1) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "expected exactly one FILE, got ", rest.size(), "; usage: ",
-          kUsage)));
+      const int code = Fail(absl::InvalidArgumentError(absl::StrCat(
+          "expected exactly one FILE, got ", rest.size(),
+          " (usage below; inspect --help lists the flags)")));
+      std::cerr << "usage: " << kUsage << std::endl;
+      return code;
     }
     coppelius::InspectOptions o;
     o.path = rest[0];
