@@ -89,6 +89,16 @@ uint64_t LeU64(absl::string_view b, size_t at) {
   return v;
 }
 
+// The name of WithStdinSpooled's temporary copy of stdin (under $TMPDIR),
+// which the reports then name "-".
+constexpr char kStdinSpoolPrefix[] = "inspect-stdin.";
+bool IsStdinSpool(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  return absl::StartsWith(
+      slash == absl::string_view::npos ? path : path.substr(slash + 1),
+      kStdinSpoolPrefix);
+}
+
 // `ns` since the Unix epoch and its UTC date. An int64 holds times up to
 // 2262-04-11T23:47:16.854775807Z; a larger u64 is no real time (a corrupt or
 // hostile field) and says so rather than print that date.
@@ -271,7 +281,8 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
   }
   if (r.staleness) {
     out << "  staleness: " << StalenessName(r.staleness->staleness)
-        << " (source now: mtime " << r.staleness->source.mtime_ns << ", size "
+        << " (source now: mtime "
+        << FormatSourceMtime(r.staleness->source.mtime_ns) << ", size "
         << r.staleness->source.size_bytes << ")\n";
   } else {
     out << "  staleness: not checked (no --source)\n";
@@ -375,7 +386,9 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     j.Field("path", o.path);
     j.FieldBool("fresh", false);
     j.FieldUint("file_bytes", reader.file_bytes());
-    j.FieldUint("file_mtime_ns", reader.file_mtime_ns());
+    // Read from "-": the spool file's mtime says nothing about the input.
+    j.FieldUint("file_mtime_ns",
+                IsStdinSpool(o.path) ? 0 : reader.file_mtime_ns());
     j.FieldUint("version", reader.preamble().version);
     j.FieldUint("payload_offset", reader.payload_offset());
     j.FieldUint("payload_bytes", reader.payload_bytes());
@@ -427,8 +440,11 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     return outcome;
   }
 
-  out << "checkpoint " << o.path << " (" << reader.file_bytes()
-      << " bytes, mtime " << FormatUnixNs(reader.file_mtime_ns()) << ")\n";
+  out << "checkpoint " << o.path << " (" << reader.file_bytes() << " bytes, "
+      << (IsStdinSpool(o.path)
+              ? std::string("from standard input")
+              : absl::StrCat("mtime ", FormatUnixNs(reader.file_mtime_ns())))
+      << ")\n";
   out << "  envelope: version " << reader.preamble().version
       << ", payload at " << reader.payload_offset() << ", "
       << reader.payload_bytes() << " bytes in " << reader.num_chunks()
@@ -1078,9 +1094,11 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
           cache->staleness->staleness != Staleness::kFresh) {
         const StalenessReport& s = *cache->staleness;
         v.failures.push_back(absl::StrCat(
-            path, ": header (offset 0: mtime ", s.header.mtime_ns, ", size ",
+            path, ": header (offset 0: mtime ",
+            static_cast<int64_t>(s.header.mtime_ns), ", size ",
             s.header.size_bytes, "): ", StalenessName(s.staleness),
-            "; source ", o.source, " now has mtime ", s.source.mtime_ns,
+            "; source ", o.source, " now has mtime ",
+            static_cast<int64_t>(s.source.mtime_ns),
             ", size ", s.source.size_bytes));
       }
       return v;
@@ -1144,8 +1162,9 @@ absl::Status WithStdinSpooled(
   }
   ASSIGN_OR_RETURN(std::string bytes, ReadFile("-"));
   const char* tmpdir = std::getenv("TMPDIR");
-  std::string spool = absl::StrCat(
-      tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp", "/inspect-stdin.XXXXXX");
+  std::string spool =
+      absl::StrCat(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp", "/",
+                   kStdinSpoolPrefix, "XXXXXX");
   int fd = mkstemp(spool.data());
   if (fd < 0) return ErrnoStatus(errno, "creating", spool);
   absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);

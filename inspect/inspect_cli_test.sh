@@ -160,6 +160,26 @@ done
 "$inspect" --vocab="$d/vocab.tiktoken" "$d/model.ckpt" > /dev/null 2> "$d/w.err" || fail "--vocab on a checkpoint"
 [[ $(wc -l < "$d/w.err") == 1 ]] && grep -q "warning: --vocab" "$d/w.err" || fail "warning: $(cat "$d/w.err")"
 
+# A source dated before 1970: its mtime is negative (i64) in the cache
+# header, the report and verify's failure, never a huge unsigned number.
+printf 'hello hello\n' > "$d/old.txt"
+touch -d '1960-01-01 00:00:00 UTC' "$d/old.txt"
+python3 - "$d/old.tok" <<'PY'
+import struct, sys
+open(sys.argv[1], "wb").write(struct.pack("<qQ", -315619200 * 10**9, 12) + struct.pack("<3I", 104, 101, 108))
+PY
+"$inspect" --config=tiny --source="$d/old.txt" "$d/old.tok" > "$d/old.out" || fail "inspect of a 1960 source's cache"
+grep -q "staleness: fresh (source now: mtime -315619200000000000 (1960-01-01T00:00:00" "$d/old.out" \
+  || fail "1960 staleness: $(cat "$d/old.out")"
+printf 'hello there\n' > "$d/old.txt"; touch -d '1960-01-02 00:00:00 UTC' "$d/old.txt"
+"$inspect" verify --config=tiny --source="$d/old.txt" "$d/old.tok" > "$d/old.out" 2>/dev/null
+[[ $? == 1 ]] || fail "verify of a stale 1960 cache passed"
+grep -q "header (offset 0: mtime -315619200000000000, size 12): stale: source modification time differs; source $d/old.txt now has mtime -315532800000000000, size 12" "$d/old.out" \
+  || fail "1960 verify: $(cat "$d/old.out")"
+# A checkpoint from stdin: the spool file's mtime is not reported.
+"$inspect" --config=tiny - < "$d/model.ckpt" > "$d/ck.out" || fail "inspect - < checkpoint"
+grep -q "^checkpoint - ([0-9]* bytes, from standard input)$" "$d/ck.out" || fail "stdin checkpoint: $(head -1 "$d/ck.out")"
+
 # Usage errors: exit 2, one line (no FILE: the error line, then the usage
 # on lines of their own).
 "$inspect" --kind=blob "$d/cache.tok" 2> "$d/u.err"; [[ $? == 2 ]] || fail "bad --kind"

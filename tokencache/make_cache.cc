@@ -181,7 +181,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
                         "%d bytes; %d tokens); nothing to do (--force "
                         "rebuilds)\n",
                         options.output_path, options.source_path,
-                        source_stat.mtime_ns, source_stat.size_bytes,
+                        static_cast<int64_t>(source_stat.mtime_ns),
+                        source_stat.size_bytes,
                         existing->num_tokens());
         }
         return absl::OkStatus();
@@ -206,7 +207,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           "%s: changed while being read (size %d -> %d bytes, mtime %d -> %d "
           "ns); run again",
           options.source_path, source_stat.size_bytes, after.size_bytes,
-          source_stat.mtime_ns, after.mtime_ns));
+          static_cast<int64_t>(source_stat.mtime_ns),
+          static_cast<int64_t>(after.mtime_ns)));
     }
   }
 

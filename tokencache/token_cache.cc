@@ -216,7 +216,7 @@ std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
   if (SourceMtimeTooFarAhead(header.mtime_ns, now)) {
     return absl::StrFormat(
         "its header's source mtime %d ns (offset 0) is more than a year ahead",
-        header.mtime_ns);
+        static_cast<int64_t>(header.mtime_ns));
   }
   if (num_tokens == 0 && header.size_bytes > 0) {
     return absl::StrFormat(
