@@ -572,19 +572,26 @@ absl::StatusOr<ResultFile> ReadResultOf(const std::string& path,
 }
 
 // What makes a parsed result corrupt or incomplete, one line each: the
-// forward record never written, missing tail, and the cross-field checks
-// (the notifier's non-finite steps against the step windows; the row T-1
-// prediction's valid flag against the final record).
+// forward record never written, missing tail (unless `count_incomplete` is
+// false: plot draws a run still going or killed, and a file holding only
+// the marker is such a run's), and the cross-field
+// checks (the notifier's non-finite steps against the step windows; the row
+// T-1 prediction's valid flag against the final record).
 std::vector<std::string> ResultProblems(const std::string& path,
-                                        const ResultFile& r) {
+                                        const ResultFile& r,
+                                        bool count_incomplete = true) {
   std::vector<std::string> problems;
   const ResultLayout layout = ComputeResultLayout(r.geometry);
-  if (r.marker_left) {
+  // The marker alone (no window yet) is a run killed before its forward
+  // record: incomplete; with windows after it, the file is corrupt.
+  if (r.marker_left &&
+      (count_incomplete || r.complete || r.complete_steps > 0)) {
     problems.push_back(absl::StrCat(
         path, ": offset 0 (forward record): marker be ba fe ca be ba fe "
               "ca still present, expected the forward logits"));
   }
   if (!r.complete) {
+    if (!count_incomplete) return problems;
     problems.push_back(absl::StrCat(
         path, ": incomplete: size ", r.file_size, " bytes, expected ",
         layout.complete_bytes, " (", r.complete_steps, " of ",
@@ -1788,6 +1795,18 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
           o.results[0], " of config ", config.name));
     }
     ASSIGN_OR_RETURN(ResultFile r, ReadResultOf(path, config));
+    // A corrupt file is not plotted (an incomplete one is: a run still
+    // going or killed); `inspect verify` lists every problem.
+    const std::vector<std::string> problems =
+        ResultProblems(path, r, /*count_incomplete=*/false);
+    if (!problems.empty()) {
+      return absl::DataLossError(absl::StrCat(
+          "plot: ", problems[0],
+          problems.size() > 1
+              ? absl::StrCat(" (and ", problems.size() - 1,
+                             " more: inspect verify lists them)")
+              : std::string()));
+    }
     if (!previous.empty()) {
       if (!previous_complete) {
         return absl::InvalidArgumentError(absl::StrCat(

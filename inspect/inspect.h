@@ -180,7 +180,10 @@ struct PlotOptions {
 // check). InvalidArgument if a file is not a result, no file has a step, the
 // files' configs differ,
 // the runs are not consecutive (naming both files and contexts) or
-// smoothing_steps < 1.
+// smoothing_steps < 1; DataLoss, naming the first problem, if a file is
+// corrupt as `verify` reads it (the marker left over the forward record,
+// the error notifier or predictions contradicting the windows or final
+// record: every problem but being incomplete).
 absl::Status RunPlot(const PlotOptions& options, std::ostream& out);
 
 // Renders the SVG text for per-step mean losses (pure; used by RunPlot).

@@ -140,6 +140,29 @@ python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).get
 grep -q "<svg" "$d/stdout.svg" || fail "plot -o - wrote no SVG"
 "$inspect" --config=tiny --json --kind=result "$d/complete.res" > /dev/null || fail "--kind=result"
 
+# Plot: a corrupt result is refused as verify reads it (exit 1, one line),
+# not drawn: a NaN loss in window 0 that the error notifier does not count,
+# and the marker written back over a complete file's forward record.
+python3 - "$d/complete.res" "$d/nan.res" "$d/remarked.res" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+nan = bytearray(b); nan[6184:6188] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(nan)
+rem = bytearray(b); rem[0:8] = bytes.fromhex("bebafecabebafeca")
+open(sys.argv[3], "wb").write(rem)
+PY
+for f in nan remarked; do
+  "$inspect" plot --config=tiny "$d/$f.res" -o "$d/$f.svg" 2> "$d/p.err"
+  [[ $? == 1 && ! -e "$d/$f.svg" && $(wc -l < "$d/p.err") == 1 ]] || fail "plot of $f.res: $(cat "$d/p.err")"
+  "$inspect" verify --config=tiny "$d/$f.res" > /dev/null 2>&1; [[ $? == 1 ]] || fail "verify of $f.res passed"
+done
+"$inspect" plot --config=tiny "$d/nan.res" -o - > /dev/null 2> "$d/p.err"
+grep -q "^inspect: DATA_LOSS: plot: $d/nan.res: offset [0-9]* (error notifier.nonfinite_steps): 0, expected 1" "$d/p.err" \
+  || fail "plot of nan.res: $(cat "$d/p.err")"
+"$inspect" plot --config=tiny "$d/remarked.res" -o - > /dev/null 2> "$d/p.err"
+grep -q "marker be ba fe ca be ba fe ca still present" "$d/p.err" || fail "plot of remarked.res: $(cat "$d/p.err")"
+"$inspect" plot --config=tiny "$d/partial.res" -o "$d/partial.svg" || fail "plot of an incomplete result"
+
 # Plot: runs out of order are refused.
 "$inspect" plot "$d/next.res" "$d/complete.res" -o "$d/bad.svg" 2> "$d/p.err"
 [[ $? == 2 && ! -e "$d/bad.svg" ]] || fail "plot of r2 r1"
