@@ -191,6 +191,31 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
       "); expected a regular file path"));
 }
 
+absl::Status CheckOutputPathUsable(const std::string& path,
+                                   absl::string_view what) {
+  if (path == "-") return absl::OkStatus();
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", path, ": is a directory, expected a file path"));
+  }
+  const std::string dir = DirName(path);
+  if (stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat(what, " ", path, ": directory ",
+                                              dir, " does not exist"));
+    }
+    return ErrnoStatus(errno, absl::StrCat("checking the directory of ", what),
+                       path);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", path, ": ", dir, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileAtomically(const std::string& path_or_link,
                                  absl::string_view contents) {
   if (path_or_link == "-") return WriteAll(STDOUT_FILENO, contents.data(),
@@ -214,7 +239,15 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
   }
   const std::string tmp = NewTemporaryPath(path);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "creating", tmp);
+  if (fd < 0) {
+    // Named by the path asked for (the temporary's name means nothing to
+    // the caller), with the temporary after it.
+    const int e = errno;
+    const absl::Status s = ErrnoStatus(e, "writing", path);
+    return absl::Status(
+        s.code(), absl::StrCat(s.message(), " (creating its temporary ", tmp,
+                               ")"));
+  }
   absl::Status status = WriteAll(fd, contents.data(), contents.size(), tmp);
   if (status.ok() && fsync(fd) != 0) status = ErrnoStatus(errno, "fsync", tmp);
   if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", tmp);

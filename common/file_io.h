@@ -99,6 +99,15 @@ bool SameFile(const std::string& a, const std::string& b);
 absl::Status CheckRegularFileOrAbsent(const std::string& path,
                                       absl::string_view what);
 
+// Checks an output path before any work is done, so that a typo costs
+// nothing: OK for "-" and for a path that is not a directory and whose
+// directory exists (an existing device or FIFO is fine: it is written, not
+// replaced). InvalidArgument "WHAT PATH: is a directory, expected a file
+// path" or "WHAT PATH: DIR is not a directory"; NotFound "WHAT PATH:
+// directory DIR does not exist".
+absl::Status CheckOutputPathUsable(const std::string& path,
+                                   absl::string_view what);
+
 // The directory part of `path` ("." when it has none).
 std::string DirName(const std::string& path);
 

@@ -78,6 +78,32 @@ TEST(WriteFileAtomically, UnwritableDirectoryFailsAndLeavesOldFile) {
   EXPECT_FALSE(WriteFileAtomically(TestDir() + "/missing-dir/x", "a").ok());
 }
 
+// The error names the path asked for first, not only its temporary.
+TEST(WriteFileAtomically, MissingDirectoryErrorNamesThePath) {
+  const std::string path = TestDir() + "/missing-dir/x.tiktoken";
+  const absl::Status s = WriteFileAtomically(path, "a");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message().rfind("writing " + path + ": ", 0), 0u) << s;
+}
+
+TEST(CheckOutputPathUsable, DirectoriesAndMissingParentsAreRefused) {
+  EXPECT_TRUE(CheckOutputPathUsable("-", "-o").ok());
+  EXPECT_TRUE(CheckOutputPathUsable(TestDir() + "/new-file", "-o").ok());
+  EXPECT_TRUE(CheckOutputPathUsable("/dev/null", "-o").ok());  // written
+  absl::Status s = CheckOutputPathUsable(TestDir(), "-o");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "-o " + TestDir() + ": is a directory, expected a file path");
+  s = CheckOutputPathUsable(TestDir() + "/no-such-dir/x", "-o");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "-o " + TestDir() + "/no-such-dir/x: directory " +
+                             TestDir() + "/no-such-dir does not exist");
+  const std::string file = TestDir() + "/plain-file";
+  ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
+  s = CheckOutputPathUsable(file + "/x", "--result");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--result " + file + "/x: " + file + " is not a directory");
+}
+
 TEST(PreadAll, ShortFileIsDataLossWithOffset) {
   std::string path = TestDir() + "/short.bin";
   ASSERT_TRUE(WriteFileAtomically(path, "abc").ok());

@@ -1735,6 +1735,7 @@ absl::Status CheckOutputPath(const std::string& output,
                              const std::vector<std::string>& inputs,
                              const std::string& config) {
   if (output == "-") return absl::OkStatus();
+  RETURN_IF_ERROR(CheckOutputPathUsable(output, "-o"));
   for (const std::string& in : inputs) {
     if (SameFile(output, in)) {
       return absl::InvalidArgumentError(

@@ -163,6 +163,14 @@ grep -q "^inspect: DATA_LOSS: plot: $d/nan.res: offset [0-9]* (error notifier.no
 grep -q "marker be ba fe ca be ba fe ca still present" "$d/p.err" || fail "plot of remarked.res: $(cat "$d/p.err")"
 "$inspect" plot --config=tiny "$d/partial.res" -o "$d/partial.svg" || fail "plot of an incomplete result"
 
+# Output paths are checked before anything is read.
+"$inspect" plot --config=tiny "$d/complete.res" -o "$d/nodir/x.svg" 2> "$d/p.err"
+[[ $? == 1 && $(cat "$d/p.err") == "inspect: NOT_FOUND: -o $d/nodir/x.svg: directory $d/nodir does not exist" ]] \
+  || fail "plot -o in a missing directory: $(cat "$d/p.err")"
+"$inspect" export --config=tiny --safetensors "$d/model.ckpt" -o "$d" 2> "$d/p.err"
+[[ $? == 2 && $(cat "$d/p.err") == "inspect: INVALID_ARGUMENT: -o $d: is a directory, expected a file path" ]] \
+  || fail "export -o a directory: $(cat "$d/p.err")"
+
 # Plot: runs out of order are refused.
 "$inspect" plot "$d/next.res" "$d/complete.res" -o "$d/bad.svg" 2> "$d/p.err"
 [[ $? == 2 && ! -e "$d/bad.svg" ]] || fail "plot of r2 r1"

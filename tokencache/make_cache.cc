@@ -122,6 +122,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     }
     // The cache is published by rename: a device or FIFO would be replaced.
     RETURN_IF_ERROR(CheckRegularFileOrAbsent(options.output_path, "-o"));
+    RETURN_IF_ERROR(CheckOutputPathUsable(options.output_path, "-o"));
   }
 
   SourceStat source_stat;

@@ -202,6 +202,17 @@ def main():
         fail("closed stdin left an output")
     print("ok: closed stdin refused")
 
+    # An output in a missing directory is refused before the source is
+    # encoded, naming the path given (not a temporary).
+    missing = f"{work}/no-such-dir/z.tok"
+    r = run(binary, [f"--vocab={vocab}", source, "-o", missing])
+    err = r.stderr.decode()
+    want = (f"make-cache: NOT_FOUND: -o {missing}: directory "
+            f"{work}/no-such-dir does not exist\n")
+    if r.returncode == 0 or err != want:
+        fail(f"missing output directory: rc {r.returncode} {err!r}, expected {want!r}")
+    print("ok: an output in a missing directory refused up front")
+
 
 if __name__ == "__main__":
     main()

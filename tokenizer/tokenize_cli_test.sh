@@ -188,4 +188,13 @@ tokenize: warning: --progress is not used by encode: ignored"
 { head -n 256 "$tmp/v.tiktoken"; echo 'YWI= 99999999999999999999'; } > "$tmp/bigrank.tiktoken"
 "$bin" encode --vocab="$tmp/bigrank.tiktoken" "$tmp/in.txt" -o "$tmp/never" 2> "$tmp/err"
 check "rank out of range" one_line_error "$tmp/err" "DATA_LOSS: $tmp/bigrank.tiktoken:257 (byte [0-9]*): rank 99999999999999999999 at byte [0-9]* is out of range (expected < 4294967296"
+# Output paths are checked before any work (train used to run its whole
+# training, then fail naming a temporary file).
+mkdir -p "$tmp/adir"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/adir" --vocab-size=300 --progress=false 2> "$tmp/err"
+check "train -o a directory refused" one_line_error "$tmp/err" "INVALID_ARGUMENT: -o $tmp/adir: is a directory, expected a file path"
+"$bin" train "$tmp/corpus.txt" -o "$tmp/nodir/v.tiktoken" --vocab-size=300 --progress=false 2> "$tmp/err"
+check "train -o in a missing directory refused" one_line_error "$tmp/err" "NOT_FOUND: -o $tmp/nodir/v.tiktoken: directory $tmp/nodir does not exist"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/in.txt/x" 2> "$tmp/err"
+check "encode -o under a file refused" one_line_error "$tmp/err" "INVALID_ARGUMENT: -o $tmp/in.txt/x: $tmp/in.txt is not a directory"
 exit $fail

@@ -119,6 +119,7 @@ absl::Status Run(const std::vector<char*>& args,
   }
   const std::string output = absl::GetFlag(FLAGS_o);
   if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
+  RETURN_IF_ERROR(coppelius::CheckOutputPathUsable(output, "-o"));
   RETURN_IF_ERROR(coppelius::CheckNotAResultFile(output));
   absl::StatusOr<coppelius::IdFormat> format = coppelius::IdFormat::kU32;
   if (command == "encode" || command == "decode") {
