@@ -403,6 +403,16 @@ absl::Status RunTrain(const TrainOptions& given,
     return absl::InvalidArgumentError(
         "--tokens and --checkpoint-in are required");
   }
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string*>{"tokens",
+                                                   &options.tokens_path},
+        {"checkpoint-in", &options.checkpoint_in}}) {
+    if (*path == "-") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, "=-: the run reads its inputs by offset (and maps the "
+          "checkpoint), so they must be files; standard input cannot be used"));
+    }
+  }
   RETURN_IF_ERROR(CheckThreadsFlag(options.threads));
   const int threads = HostThreads(options.threads);
   const int64_t steps = config.run_steps;

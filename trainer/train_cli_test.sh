@@ -38,6 +38,10 @@ expect_refusal "result = input checkpoint, with --overwrite" "name the same file
   --checkpoint-in=fresh.ckpt --checkpoint-out=c.ckpt --result=./fresh.ckpt --overwrite
 expect_refusal "checkpoint-out is a device" "not a regular file" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=/dev/null --result=r.bin
+expect_refusal "token cache from stdin" "--tokens=-: the run reads its inputs by offset" \
+  --tokens=- --checkpoint-in=fresh.ckpt --checkpoint-out=c.ckpt --result=r.bin
+expect_refusal "input checkpoint from stdin" "--checkpoint-in=-: the run reads its inputs by offset" \
+  --checkpoint-in=- --checkpoint-out=c.ckpt --result=r.bin
 # A first run fills hist/ with update-00000002..8; a second fresh run into
 # the same history would replace them.
 run --checkpoint-in=fresh.ckpt --checkpoint-out=a.ckpt --result=a.res --checkpoint-history=hist \
