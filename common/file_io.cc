@@ -68,6 +68,63 @@ void ProtectStandardStreams() {
 
 bool StandardOutputWasClosed() { return g_stdout_closed; }
 
+namespace {
+// Registered temporaries: state 0 free, 1 being filled or cleared, 2 armed
+// (the signal handler unlinks armed paths only). Lock-free atomics and
+// unlink(2) are async-signal-safe.
+constexpr int kInterruptSlots = 8;
+std::atomic<int> g_slot_state[kInterruptSlots];
+char g_slot_path[kInterruptSlots][PATH_MAX];
+
+void OnInterrupt(int signal_number) {
+  for (int i = 0; i < kInterruptSlots; ++i) {
+    if (g_slot_state[i].load() == 2) unlink(g_slot_path[i]);
+  }
+  // The default action now: the process ends as killed by this signal.
+  struct sigaction action = {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal_number, &action, nullptr);
+  raise(signal_number);
+}
+}  // namespace
+
+void InstallInterruptCleanup() {
+  struct sigaction action = {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    sigaddset(&action.sa_mask, signal_number);
+  }
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    sigaction(signal_number, &action, nullptr);
+  }
+}
+
+void RemoveOnInterrupt(const std::string& path) {
+  if (path.size() >= PATH_MAX) return;
+  for (int i = 0; i < kInterruptSlots; ++i) {
+    int expected = 0;
+    if (!g_slot_state[i].compare_exchange_strong(expected, 1)) continue;
+    std::memcpy(g_slot_path[i], path.c_str(), path.size() + 1);
+    g_slot_state[i].store(2);
+    return;
+  }
+}
+
+void KeepOnInterrupt(const std::string& path) {
+  for (int i = 0; i < kInterruptSlots; ++i) {
+    int expected = 2;
+    if (std::strcmp(g_slot_path[i], path.c_str()) != 0 ||
+        !g_slot_state[i].compare_exchange_strong(expected, 1)) {
+      continue;
+    }
+    g_slot_path[i][0] = '\0';
+    g_slot_state[i].store(0);
+    return;
+  }
+}
+
 bool ProcessMayBeRunning(int64_t pid) {
   if (pid <= 0 || pid > INT32_MAX) return false;
   const int saved_errno = errno;
@@ -248,16 +305,16 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
         s.code(), absl::StrCat(s.message(), " (creating its temporary ", tmp,
                                ")"));
   }
+  RemoveOnInterrupt(tmp);
   absl::Status status = WriteAll(fd, contents.data(), contents.size(), tmp);
   if (status.ok() && fsync(fd) != 0) status = ErrnoStatus(errno, "fsync", tmp);
   if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", tmp);
   if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
     status = ErrnoStatus(errno, "renaming to", path);
   }
-  if (!status.ok()) {
-    unlink(tmp.c_str());
-    return status;
-  }
+  if (!status.ok()) unlink(tmp.c_str());
+  KeepOnInterrupt(tmp);
+  if (!status.ok()) return status;
   return FsyncDirectory(DirName(path));
 }
 

@@ -35,6 +35,19 @@ absl::Status ErrnoStatus(int errno_value, absl::string_view what,
 // nowhere.
 void ProtectStandardStreams();
 
+// Interrupt cleanup. A writer registers a temporary while it exists
+// (RemoveOnInterrupt; WriteFileAtomically, TokenCacheWriter and inspect's
+// stdin spool do) and unregisters it once renamed or removed
+// (KeepOnInterrupt). After InstallInterruptCleanup (tokenize, make-cache and
+// inspect call it first thing), SIGINT, SIGTERM and SIGHUP remove every
+// registered temporary, then end the process by the same signal (default
+// action), so that Ctrl-C leaves no partial file behind; what SIGKILL
+// leaves, RemoveStaleTemporaries clears later. At most 8 temporaries at
+// once, paths below PATH_MAX bytes; beyond that, best effort.
+void InstallInterruptCleanup();
+void RemoveOnInterrupt(const std::string& path);
+void KeepOnInterrupt(const std::string& path);
+
 // Whether ProtectStandardStreams found standard output (fd 1) closed: a
 // binary that writes a report to std::cout (not through WriteAll) checks it
 // before doing any work.

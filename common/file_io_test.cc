@@ -86,6 +86,36 @@ TEST(WriteFileAtomically, MissingDirectoryErrorNamesThePath) {
   EXPECT_EQ(s.message().rfind("writing " + path + ": ", 0), 0u) << s;
 }
 
+// A child registers two temporaries, unregisters one and is interrupted:
+// the registered one is removed, the other kept, and the child ends by the
+// signal (its default action, after the cleanup).
+TEST(InterruptCleanup, SignalRemovesRegisteredTemporariesAndKills) {
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string armed = TestDir() + "/armed.tmp-1-00000000";
+    const std::string kept = TestDir() + "/kept.tmp-1-00000000";
+    ASSERT_TRUE(WriteFileAtomically(armed, "a").ok());
+    ASSERT_TRUE(WriteFileAtomically(kept, "k").ok());
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      InstallInterruptCleanup();
+      RemoveOnInterrupt(armed);
+      RemoveOnInterrupt(kept);
+      KeepOnInterrupt(kept);
+      raise(signal_number);
+      _exit(0);  // not reached: the signal ends the process
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal_number)
+        << "signal " << signal_number << ", status " << status;
+    struct stat st;
+    EXPECT_NE(stat(armed.c_str(), &st), 0) << "registered temporary left";
+    EXPECT_EQ(stat(kept.c_str(), &st), 0) << "unregistered file removed";
+    unlink(kept.c_str());
+  }
+}
+
 TEST(CheckOutputPathUsable, DirectoriesAndMissingParentsAreRefused) {
   EXPECT_TRUE(CheckOutputPathUsable("-", "-o").ok());
   EXPECT_TRUE(CheckOutputPathUsable(TestDir() + "/new-file", "-o").ok());

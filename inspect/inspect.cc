@@ -1174,10 +1174,12 @@ absl::Status WithStdinSpooled(
                    kStdinSpoolPrefix, "XXXXXX");
   int fd = mkstemp(spool.data());
   if (fd < 0) return ErrnoStatus(errno, "creating", spool);
+  RemoveOnInterrupt(spool);  // Ctrl-C while reading a large input
   absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
   close(fd);
   if (!w.ok()) {
     unlink(spool.c_str());
+    KeepOnInterrupt(spool);
     return w;
   }
   std::vector<std::string> spooled = paths;
@@ -1185,6 +1187,7 @@ absl::Status WithStdinSpooled(
   std::ostringstream report;
   absl::Status status = run(spooled, report_names_paths ? report : out);
   unlink(spool.c_str());
+  KeepOnInterrupt(spool);
   if (report_names_paths) {
     out << absl::StrReplaceAll(report.str(), {{spool, "-"}});
   }

@@ -77,6 +77,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
+  coppelius::InstallInterruptCleanup();
   coppelius::ExitOnOutOfMemory("inspect");
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(

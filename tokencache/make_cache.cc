@@ -146,6 +146,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
   if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
 
+  // What killed writers of the output left (a rebuild would clear it too,
+  // but a fresh cache returns before writing anything).
+  if (!to_stdout) RemoveStaleTemporaries(options.output_path);
   // An existing output: a cache of this source that is still fresh is kept;
   // a file that is not a token cache is never replaced without --force.
   struct stat out_st;

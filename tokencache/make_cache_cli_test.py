@@ -202,6 +202,21 @@ def main():
         fail("closed stdin left an output")
     print("ok: closed stdin refused")
 
+    # A temporary a killed make-cache left beside a fresh cache is removed by
+    # the next run, even though that run finds the cache fresh and writes
+    # nothing (the pid in its name is a process that has exited).
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = f"{out}.tmp-{dead.pid}-0badcafe"
+    with open(stale, "wb") as f:
+        f.write(b"partial")
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out])
+    if r.returncode != 0 or b"fresh" not in r.stderr:
+        fail(f"fresh run with a stale temporary: {r.stderr.decode()}")
+    if os.path.exists(stale):
+        fail("a killed writer's temporary survived a fresh run")
+    print("ok: a killed writer's temporary removed by a fresh run")
+
     # An output in a missing directory is refused before the source is
     # encoded, naming the path given (not a temporary).
     missing = f"{work}/no-such-dir/z.tok"

@@ -39,6 +39,7 @@ constexpr char kUsage[] =
 
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
+  coppelius::InstallInterruptCleanup();
   coppelius::ExitOnOutOfMemory("make-cache");
   absl::SetProgramUsageMessage(kUsage);
   // --help lists the flags of files whose name matches the program's; the

@@ -258,6 +258,7 @@ absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
     if (w.fd_ < 0) {
       return ErrnoStatus(errno, "creating temporary token cache", w.tmp_path_);
     }
+    RemoveOnInterrupt(w.tmp_path_);
   }
   char h[kTokenCacheHeaderBytes];
   absl::little_endian::Store64(h, header.mtime_ns);
@@ -291,6 +292,7 @@ void TokenCacheWriter::Abandon() {
   if (fd_ >= 0 && !to_stdout_) {
     close(fd_);
     unlink(tmp_path_.c_str());
+    KeepOnInterrupt(tmp_path_);
   }
   fd_ = -1;
 }
@@ -349,10 +351,9 @@ absl::Status TokenCacheWriter::Commit() {
     status = ErrnoStatus(errno, absl::StrCat("renaming ", tmp_path_, " to"),
                          path_);
   }
-  if (!status.ok()) {
-    unlink(tmp_path_.c_str());
-    return status;
-  }
+  if (!status.ok()) unlink(tmp_path_.c_str());
+  KeepOnInterrupt(tmp_path_);
+  if (!status.ok()) return status;
   return FsyncDirectory(DirName(path_));
 }
 

@@ -173,6 +173,7 @@ absl::Status Run(const std::vector<char*>& args,
 
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
+  coppelius::InstallInterruptCleanup();
   coppelius::ExitOnOutOfMemory("tokenize");
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
