@@ -218,6 +218,13 @@ grep -q "^checkpoint - ([0-9]* bytes, from standard input)$" "$d/ck.out" || fail
 [[ $(head -1 "$d/u.err") == "inspect: INVALID_ARGUMENT: expected exactly one FILE, got 0 (usage below; inspect --help lists the flags)" ]] \
   && grep -q "^  inspect verify FILE" "$d/u.err" && ! grep -q 'n  inspect' "$d/u.err" \
   || fail "no FILE: $(cat "$d/u.err")"
+# A mistyped subcommand is named as one (not "expected exactly one FILE" or
+# "opening exprot").
+"$inspect" verfiy "$d/complete.res" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verfiy: exit"
+[[ $(head -1 "$d/u.err") == 'inspect: INVALID_ARGUMENT: unknown subcommand "verfiy": expected verify, plot or export, or one FILE to report on' ]] \
+  || fail "verfiy: $(cat "$d/u.err")"
+"$inspect" exprot --safetensors "$d/model.ckpt" -o "$d/q.st" 2> "$d/u.err"; [[ $? == 2 && ! -e "$d/q.st" ]] || fail "exprot: exit"
+grep -q 'unknown subcommand "exprot"' "$d/u.err" || fail "exprot: $(cat "$d/u.err")"
 # Standard output closed: a report or -o - would go nowhere: refused, exit 1.
 "$inspect" --config=tiny "$d/complete.res" >&- 2> "$d/c.err"; [[ $? == 1 ]] || fail "report to closed stdout"
 grep -q "the report: standard output is closed" "$d/c.err" || fail "$(cat "$d/c.err")"

@@ -18,6 +18,8 @@
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
 // status 1 (2 for usage errors, --threads outside 0..1024 or --smoothing < 1). A flag the
 // mode or file kind does not use (--source, --vocab) gets a one-line warning.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <iostream>
 #include <thread>
@@ -147,6 +149,20 @@ int main(int argc, char** argv) {
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunExport(o, std::cout);
   } else {
+    // A word that names no file, followed by more arguments or given plot's
+    // or export's flags, is a mistyped subcommand ("inspect verfiy x.res").
+    struct stat st;
+    if (!rest.empty() && rest[0] != "-" &&
+        rest[0].find_first_of("/.") == std::string::npos &&
+        stat(rest[0].c_str(), &st) != 0 &&
+        (rest.size() > 1 || !absl::GetFlag(FLAGS_o).empty() ||
+         !absl::GetFlag(FLAGS_safetensors).empty())) {
+      const int code = Fail(absl::InvalidArgumentError(absl::StrCat(
+          "unknown subcommand \"", rest[0],
+          "\": expected verify, plot or export, or one FILE to report on")));
+      std::cerr << "usage: " << kUsage << std::endl;
+      return code;
+    }
     if (rest.size() != 1) {
       const int code = Fail(absl::InvalidArgumentError(absl::StrCat(
           "expected exactly one FILE, got ", rest.size(),
