@@ -16,7 +16,8 @@
 // report shows the identity and any refusal.
 //
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
-// status 1 (2 for usage errors, --threads outside 0..1024 or --smoothing < 1). A flag the
+// status 1 (2 for usage errors, --threads outside 0..1024 or --smoothing < 1;
+// an unknown flag and --help exit 1, from Abseil's parser). A flag the
 // mode or file kind does not use (--source, --vocab) gets a one-line warning.
 #include <sys/stat.h>
 
@@ -59,8 +60,9 @@ namespace {
 constexpr char kUsage[] =
     "inspect FILE [--json] [--source=SRC] [--vocab=VOCAB] "
     "[--config=coppelius|tiny] [--kind=cache|checkpoint|result]\n"
-    "  inspect verify FILE... [--json] [--config=coppelius|tiny]\n"
-    "  inspect plot RESULT... -o loss.svg\n"
+    "  inspect verify FILE... [--json] [--config=coppelius|tiny] "
+    "[--kind=...] [--source=SRC]\n"
+    "  inspect plot RESULT... -o loss.svg [--smoothing=100]\n"
     "  inspect export --safetensors CKPT -o model.safetensors";
 
 // A one-line warning for a flag the mode does not use.

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
       "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference] "
-      "[--checkpoint-history=DIR] [--overwrite] [--threads=N]\n"
+      "[--checkpoint-history=DIR] [--overwrite] [--threads=N] "
+      "[--progress=false]\n"
       "One invocation: config.run_steps AdamW steps from the input "
       "checkpoint's update count (a 0-byte input starts fresh), publishing "
       "the checkpoint every interval.");
