@@ -1,6 +1,7 @@
 #include "trainer/result_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -684,8 +685,26 @@ ResultWriter::~ResultWriter() {
 absl::StatusOr<std::unique_ptr<ResultWriter>> ResultWriter::Create(
     const std::string& path, const ResultGeometry& geometry) {
   RETURN_IF_ERROR(ValidateResultGeometry(geometry));
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Locked before it is truncated: O_TRUNC at open would already destroy
+  // what another run (holding the lock under another name) has written.
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "creating result file", path);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    close(fd);
+    if (e == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "result file ", path, ": being written by another process (the "
+          "same file under another name, such as a hard link?); refusing to "
+          "write it too"));
+    }
+    return ErrnoStatus(e, "locking result file", path);
+  }
+  if (ftruncate(fd, 0) != 0) {
+    const int e = errno;
+    close(fd);
+    return ErrnoStatus(e, "truncating result file", path);
+  }
   std::unique_ptr<ResultWriter> writer(new ResultWriter(path, geometry, fd));
   RETURN_IF_ERROR(
       writer->Pwrite(kResultMarker, kResultMarkerBytes, 0, "marker"));

@@ -213,9 +213,13 @@ absl::Status ValidateResultTail(const ResultGeometry& geometry,
 // Writes a result file (see the file comment for the call order).
 class ResultWriter {
  public:
-  // Creates (or truncates) `path` and writes the marker at offset 0.
-  // Errors: InvalidArgument (geometry), NotFound / Internal / ... from
-  // open(2) and write(2), naming the path.
+  // Creates (or truncates) `path` and writes the marker at offset 0. The
+  // file stays locked (flock(2), exclusive) while the writer lives, taken
+  // before it is truncated: the same file under another name (a hard link)
+  // cannot be written by two runs at once. Errors: InvalidArgument
+  // (geometry); FailedPrecondition if another process holds the file's
+  // lock (nothing is changed then); NotFound / Internal / ... from open(2)
+  // and write(2), naming the path.
   static absl::StatusOr<std::unique_ptr<ResultWriter>> Create(
       const std::string& path, const ResultGeometry& geometry);
 

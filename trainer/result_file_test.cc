@@ -473,6 +473,30 @@ TEST(ResultWriter, FreshInputTail) {
   EXPECT_EQ(r->tail.host.first_context, 0u);
 }
 
+// Two writers of one file under two names (a hard link): the second is
+// refused before it truncates anything; once the first is gone, the file
+// can be written again.
+TEST(ResultWriter, SecondWriterOfTheSameFileIsRefused) {
+  const std::string path = TempPath("linked.res");
+  const std::string link = TempPath("linked-too.res");
+  unlink(path.c_str());
+  unlink(link.c_str());
+  {
+    auto first = ResultWriter::Create(path, kTiny);
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_EQ(::link(path.c_str(), link.c_str()), 0);
+    ASSERT_TRUE((*first)->WriteForwardRecord(Forward(kTiny).data()).ok());
+    const std::string before = Slurp(path);
+    auto second = ResultWriter::Create(link, kTiny);
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(second.status().message(),
+                HasSubstr("being written by another process"));
+    EXPECT_EQ(Slurp(path), before);  // not truncated
+  }
+  auto again = ResultWriter::Create(link, kTiny);
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
 TEST(ResultWriter, CreateInMissingDirectoryFails) {
   auto w = ResultWriter::Create("/nonexistent-dir/x.res", kTiny);
   EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound);
