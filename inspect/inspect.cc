@@ -1325,7 +1325,10 @@ absl::StatusOr<const KnownLayout*> HostTagConfig(
     if (size < static_cast<uint64_t>(k.layout.complete_bytes)) continue;
     ASSIGN_OR_RETURN(std::string tag,
                      PreadString(path, k.layout.host_offset, 8));
-    if (tag == absl::string_view(kResultHostTag, 8)) return &k;
+    if (ResultSignatureOf(size, "", tag, ResultGeometryOf(k.config)) ==
+        ResultSignature::kHostTag) {
+      return &k;
+    }
   }
   return nullptr;
 }
@@ -1360,9 +1363,8 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
   const bool text = LooksLikeText(head);
   if (!text) {
     for (const KnownLayout& k : known) {
-      if (p.size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
-          p.size <= static_cast<uint64_t>(k.layout.complete_bytes) &&
-          LooksLikeForwardRecord(head, k.layout.forward_bytes)) {
+      if (ResultSignatureOf(p.size, head, "", ResultGeometryOf(k.config)) ==
+          ResultSignature::kForwardRecord) {
         return FileKind::kResult;
       }
     }

@@ -81,25 +81,22 @@ absl::Status CheckNotAResultFile(const std::string& output) {
     if (!config.ok()) continue;
     const ResultLayout layout = ComputeResultLayout(ResultGeometryOf(*config));
     char tag[8] = {};
-    if (st.st_size >= layout.complete_bytes &&
-        pread(fd, tag, sizeof(tag), layout.host_offset) == 8 &&
-        absl::string_view(tag, 8) ==
-            absl::string_view(kResultHostTag, 8)) {
-      found = absl::StrCat(name, ", host tag at byte ", layout.host_offset);
-      break;
+    const bool tag_read = st.st_size >= layout.complete_bytes &&
+                          pread(fd, tag, sizeof(tag), layout.host_offset) == 8;
+    switch (ResultSignatureOf(
+        static_cast<uint64_t>(st.st_size), head,
+        tag_read ? absl::string_view(tag, 8) : absl::string_view(),
+        ResultGeometryOf(*config))) {
+      case ResultSignature::kHostTag:
+        found = absl::StrCat(name, ", host tag at byte ", layout.host_offset);
+        break;
+      case ResultSignature::kForwardRecord:
+        found = absl::StrCat(name, ", incomplete: a killed run's");
+        break;
+      case ResultSignature::kNone:
+        break;
     }
-    // Killed after its forward record: the forward record and part of the
-    // step windows (a kill may land inside a window's write), the forward
-    // record reading as logits: what inspect's kind detection reads as an
-    // incomplete result.
-    if (st.st_size >= layout.forward_bytes &&
-        st.st_size <= layout.complete_bytes &&
-        static_cast<int64_t>(head.size()) >=
-            std::min<int64_t>(layout.forward_bytes, 4096) &&
-        LooksLikeForwardRecord(head, layout.forward_bytes)) {
-      found = absl::StrCat(name, ", incomplete: a killed run's");
-      break;
-    }
+    if (!found.empty()) break;
   }
   close(fd);
   if (found.empty()) return absl::OkStatus();

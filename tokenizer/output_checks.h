@@ -35,15 +35,13 @@ absl::Status CheckNotCoppeliusFile(const std::string& output);
 // What CheckNotCoppeliusFile cannot see: a complete (or
 // killed-after-its-forward-record) result file starts with fp32 logits, not
 // its marker. FailedPrecondition "-o OUTPUT: exists and is a Coppelius
-// result file (config NAME, ...)" if `output` holds the host tag "CPLSRES1"
-// at the host status offset of the layout of one of the configs `train`
-// runs (trainer/model_config.h ModelConfigNames; docs/FORMATS.md "Result
-// file"), or has a size from that config's forward record to its complete
-// size (a killed run's, cut anywhere after its forward record) with a
-// forward record that reads as logits (trainer/result_file.h
-// LooksLikeForwardRecord), as inspect's kind detection reads it. OK for "-",
-// anything that is not a regular file or cannot be opened, and any other
-// content.
+// result file (config NAME, ...)" if `output` shows a result's signature
+// (trainer/result_file.h ResultSignatureOf, the rule inspect's kind
+// detection uses: the host tag "CPLSRES1" at the host status offset, or a
+// killed run's size with a forward record of logits) for one of the configs
+// `train` runs (trainer/model_config.h ModelConfigNames; docs/FORMATS.md
+// "Result file"). OK for "-", anything that is not a regular file or cannot
+// be opened, and any other content.
 absl::Status CheckNotAResultFile(const std::string& output);
 
 // Refuses an output that would destroy the input `input` before or while it

@@ -833,22 +833,20 @@ bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes) {
   return true;
 }
 
-bool LooksLikeResult(uint64_t size, absl::string_view head,
-                     absl::string_view host_tag,
-                     const ResultGeometry& geometry) {
-  if (!ValidateResultGeometry(geometry).ok()) return false;
+ResultSignature ResultSignatureOf(uint64_t size, absl::string_view head,
+                                  absl::string_view host_tag,
+                                  const ResultGeometry& geometry) {
+  if (!ValidateResultGeometry(geometry).ok()) return ResultSignature::kNone;
   const ResultLayout layout = ComputeResultLayout(geometry);
-  if (size > static_cast<uint64_t>(layout.complete_bytes)) return false;
-  if (size >= kResultMarkerBytes && head.size() >= kResultMarkerBytes &&
-      std::memcmp(head.data(), kResultMarker, kResultMarkerBytes) == 0) {
-    return true;
+  const uint64_t complete = static_cast<uint64_t>(layout.complete_bytes);
+  if (size >= complete && host_tag == absl::string_view(kResultHostTag, 8)) {
+    return ResultSignature::kHostTag;
   }
-  if (size == static_cast<uint64_t>(layout.complete_bytes)) {
-    return host_tag == absl::string_view(kResultHostTag, 8);
+  if (size >= static_cast<uint64_t>(layout.forward_bytes) &&
+      size <= complete && LooksLikeForwardRecord(head, layout.forward_bytes)) {
+    return ResultSignature::kForwardRecord;
   }
-  if (size < static_cast<uint64_t>(layout.windows_offset)) return false;
-  const uint64_t rest = size - layout.windows_offset;
-  return rest % layout.window_bytes == 0;
+  return ResultSignature::kNone;
 }
 
 std::vector<double> StepMeanLosses(const ResultFile& result) {

@@ -290,14 +290,22 @@ absl::StatusOr<ResultFile> ParseResult(absl::string_view bytes,
 absl::StatusOr<ResultFile> ReadResult(const std::string& path,
                                       const ResultGeometry& geometry);
 
-// True when a file of `size` bytes whose first bytes are `head` can be a
-// result file of `geometry`: the marker at offset 0 (size >= 8), or a
-// complete size with the host tag at its offset (`host_tag` is the 8 bytes
-// found there, empty if unknown), or a size 12 V + 4 T k (k <= steps).
-// Used by inspect's kind detection; weaker than ParseResult.
-bool LooksLikeResult(uint64_t size, absl::string_view head,
-                     absl::string_view host_tag,
-                     const ResultGeometry& geometry);
+// How a file of `size` bytes is recognised as a result of `geometry` once
+// its marker is gone (the marker at offset 0 is each caller's own first
+// check): `head` holds its first bytes, `host_tag` the 8 bytes at the host
+// status offset (empty when not read).
+//   kHostTag: size >= the complete size and the host tag at its offset (a
+//     complete file, or one with bytes appended);
+//   kForwardRecord: a size from the forward record's (12 V) to the complete
+//     size, the first bytes reading as logits (LooksLikeForwardRecord): a
+//     run killed after its forward record, cut anywhere, or a complete file
+//     whose host tag is damaged.
+// The one rule inspect's kind detection and tokenize's refusal to replace
+// results share.
+enum class ResultSignature { kNone, kHostTag, kForwardRecord };
+ResultSignature ResultSignatureOf(uint64_t size, absl::string_view head,
+                                  absl::string_view host_tag,
+                                  const ResultGeometry& geometry);
 
 // Whether the first bytes of `head` (at most `forward_bytes`, the forward
 // record's 12 V) read as fp32 logits: every value is 0, non-finite (a run
@@ -306,9 +314,8 @@ bool LooksLikeResult(uint64_t size, absl::string_view head,
 // about 2^-1000 over 1,024 values, u32 token ids (denormals) and English
 // text (a lower-case letter in a float's top byte reads as 2^67 or more)
 // fail it, and so does a length-prefixed header (such as a safetensors
-// file: a small u64 whose low word is a denormal). Used by inspect's kind
-// detection and by tokenize to recognise a result killed after its forward
-// record.
+// file: a small u64 whose low word is a denormal). ResultSignatureOf's
+// test of a forward record.
 bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes);
 
 // Step s's mean loss over its T rows (a file's per-step curve).

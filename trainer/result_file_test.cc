@@ -503,16 +503,30 @@ TEST(ResultWriter, CreateInMissingDirectoryFails) {
   EXPECT_THAT(w.status().message(), HasSubstr("/nonexistent-dir/x.res"));
 }
 
-TEST(LooksLikeResult, Detects) {
+TEST(ResultSignatureOf, HostTagOrForwardRecordBySize) {
   const std::string full = Slurp(WriteComplete("d.res", kTiny, MakeTail(kTiny)));
-  EXPECT_TRUE(LooksLikeResult(full.size(), full.substr(0, 16),
-                              full.substr(26944, 8), kTiny));
-  EXPECT_FALSE(LooksLikeResult(full.size(), full.substr(0, 16), "nottag!!",
-                               kTiny));
-  EXPECT_TRUE(LooksLikeResult(8, "\xbe\xba\xfe\xca\xbe\xba\xfe\xca", "", kTiny));
-  EXPECT_TRUE(LooksLikeResult(6144 + 512, full.substr(0, 16), "", kTiny));
-  EXPECT_FALSE(LooksLikeResult(6144 + 500, full.substr(0, 16), "", kTiny));
-  EXPECT_FALSE(LooksLikeResult(full.size() + 4, full.substr(0, 16), "", kTiny));
+  const std::string tag = full.substr(26944, 8);
+  const std::string head = full.substr(0, 4096);
+  EXPECT_EQ(ResultSignatureOf(full.size(), head, tag, kTiny),
+            ResultSignature::kHostTag);
+  // Bytes appended after a complete file: still its tag.
+  EXPECT_EQ(ResultSignatureOf(full.size() + 4, head, tag, kTiny),
+            ResultSignature::kHostTag);
+  // A damaged tag: the forward record still tells (complete size).
+  EXPECT_EQ(ResultSignatureOf(full.size(), head, "nottag!!", kTiny),
+            ResultSignature::kForwardRecord);
+  EXPECT_EQ(ResultSignatureOf(full.size() + 4, head, "nottag!!", kTiny),
+            ResultSignature::kNone);
+  // Killed after the forward record, at a window boundary or inside one.
+  EXPECT_EQ(ResultSignatureOf(6144 + 512, head, "", kTiny),
+            ResultSignature::kForwardRecord);
+  EXPECT_EQ(ResultSignatureOf(6144 + 500, head, "", kTiny),
+            ResultSignature::kForwardRecord);
+  // Shorter than the forward record, or not logits (u32 ids: denormals).
+  EXPECT_EQ(ResultSignatureOf(6143, head, "", kTiny), ResultSignature::kNone);
+  const std::string ids("\x07\x00\x00\x00\x63\x00\x00\x00", 8);
+  EXPECT_EQ(ResultSignatureOf(6144 + 512, ids, "", kTiny),
+            ResultSignature::kNone);
 }
 
 }  // namespace
