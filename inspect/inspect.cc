@@ -19,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -99,6 +100,15 @@ bool IsStdinSpool(absl::string_view path) {
       kStdinSpoolPrefix);
 }
 
+// Signed `ns` since the Unix epoch and its UTC date.
+std::string SignedNsAndDate(int64_t ns) {
+  return absl::StrCat(ns, " (",
+                      absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ",
+                                       absl::FromUnixNanos(ns),
+                                       absl::UTCTimeZone()),
+                      ")");
+}
+
 // `ns` since the Unix epoch and its UTC date. An int64 holds times up to
 // 2262-04-11T23:47:16.854775807Z; a larger u64 is no real time (a corrupt or
 // hostile field) and says so rather than print that date.
@@ -107,23 +117,14 @@ std::string FormatUnixNs(uint64_t ns) {
   if (ns > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return absl::StrCat(ns, " (beyond 2262-04-11, not a real time)");
   }
-  const absl::Time t = absl::FromUnixNanos(static_cast<int64_t>(ns));
-  return absl::StrCat(ns, " (",
-                      absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ", t,
-                                       absl::UTCTimeZone()),
-                      ")");
+  return SignedNsAndDate(static_cast<int64_t>(ns));
 }
 
 // A cache header's source mtime (i64 in the file: a source dated before
 // 1970 is negative) and its UTC date.
 std::string FormatSourceMtime(uint64_t raw) {
   const int64_t ns = static_cast<int64_t>(raw);
-  if (ns >= 0) return FormatUnixNs(raw);
-  return absl::StrCat(ns, " (",
-                      absl::FormatTime("%Y-%m-%dT%H:%M:%E9SZ",
-                                       absl::FromUnixNanos(ns),
-                                       absl::UTCTimeZone()),
-                      ")");
+  return ns >= 0 ? FormatUnixNs(raw) : SignedNsAndDate(ns);
 }
 
 std::string Hex(absl::string_view bytes) {
@@ -1174,20 +1175,19 @@ absl::Status WithStdinSpooled(
                    kStdinSpoolPrefix, "XXXXXX");
   int fd = mkstemp(spool.data());
   if (fd < 0) return ErrnoStatus(errno, "creating", spool);
-  RemoveOnInterrupt(spool);  // Ctrl-C while reading a large input
-  absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
-  close(fd);
-  if (!w.ok()) {
+  RemoveOnInterrupt(spool);  // Ctrl-C while a large input is read
+  absl::Cleanup remove_spool = [&spool] {
     unlink(spool.c_str());
     KeepOnInterrupt(spool);
-    return w;
-  }
+  };
+  absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
+  close(fd);
+  if (!w.ok()) return w;
   std::vector<std::string> spooled = paths;
   std::replace(spooled.begin(), spooled.end(), std::string("-"), spool);
   std::ostringstream report;
   absl::Status status = run(spooled, report_names_paths ? report : out);
-  unlink(spool.c_str());
-  KeepOnInterrupt(spool);
+  std::move(remove_spool).Invoke();
   if (report_names_paths) {
     out << absl::StrReplaceAll(report.str(), {{spool, "-"}});
   }
