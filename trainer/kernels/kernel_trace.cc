@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace coppelius {
 namespace {
@@ -100,15 +101,13 @@ absl::Status LoadCupti() {
     }
     return absl::OkStatus();
   };
-  for (absl::Status s :
-       {resolve(&g_cupti.register_callbacks, "cuptiActivityRegisterCallbacks"),
-        resolve(&g_cupti.enable, "cuptiActivityEnable"),
-        resolve(&g_cupti.disable, "cuptiActivityDisable"),
-        resolve(&g_cupti.flush_all, "cuptiActivityFlushAll"),
-        resolve(&g_cupti.next_record, "cuptiActivityGetNextRecord"),
-        resolve(&g_cupti.result_string, "cuptiGetResultString")}) {
-    if (!s.ok()) return s;
-  }
+  RETURN_IF_ERROR(resolve(&g_cupti.register_callbacks,
+                          "cuptiActivityRegisterCallbacks"));
+  RETURN_IF_ERROR(resolve(&g_cupti.enable, "cuptiActivityEnable"));
+  RETURN_IF_ERROR(resolve(&g_cupti.disable, "cuptiActivityDisable"));
+  RETURN_IF_ERROR(resolve(&g_cupti.flush_all, "cuptiActivityFlushAll"));
+  RETURN_IF_ERROR(resolve(&g_cupti.next_record, "cuptiActivityGetNextRecord"));
+  RETURN_IF_ERROR(resolve(&g_cupti.result_string, "cuptiGetResultString"));
   return absl::OkStatus();
 }
 
@@ -118,24 +117,17 @@ absl::Status StartKernelTrace() {
   if (g_tracing) {
     return absl::FailedPreconditionError("kernel trace: already on");
   }
-  if (absl::Status s = LoadCupti(); !s.ok()) return s;
+  RETURN_IF_ERROR(LoadCupti());
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     delete g_records;
     g_records = new std::vector<KernelRecord>();
   }
-  if (absl::Status s = Check(
-          g_cupti.register_callbacks(BufferRequested, BufferCompleted),
-          "cuptiActivityRegisterCallbacks");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
-                "cuptiActivityEnable(CONCURRENT_KERNEL)");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      Check(g_cupti.register_callbacks(BufferRequested, BufferCompleted),
+            "cuptiActivityRegisterCallbacks"));
+  RETURN_IF_ERROR(Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+                        "cuptiActivityEnable(CONCURRENT_KERNEL)"));
   g_tracing = true;
   return absl::OkStatus();
 }
@@ -146,17 +138,10 @@ absl::StatusOr<std::vector<KernelRecord>> StopKernelTrace() {
     return absl::InternalError(absl::StrCat(
         "kernel trace: cudaDeviceSynchronize: ", cudaGetErrorString(e)));
   }
-  if (absl::Status s = Check(g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
-                             "cuptiActivityFlushAll");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          Check(g_cupti.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
-                "cuptiActivityDisable(CONCURRENT_KERNEL)");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(Check(g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
+                        "cuptiActivityFlushAll"));
+  RETURN_IF_ERROR(Check(g_cupti.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+                        "cuptiActivityDisable(CONCURRENT_KERNEL)"));
   g_tracing = false;
   std::vector<KernelRecord> out;
   {
