@@ -1489,14 +1489,13 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
           ") is not a multiple of 64; only fused_gate_up_config takes it"));
     }
   }
-  if (tuning.side_sms < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CudaStepTuning.side_sms = ", tuning.side_sms, ": negative"));
-  }
-  if (tuning.adamw_overlap_blocks < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaStepTuning.adamw_overlap_blocks = ",
-                     tuning.adamw_overlap_blocks, ": negative"));
+  for (const auto& [field, value] :
+       {std::pair<const char*, int>{"side_sms", tuning.side_sms},
+        {"adamw_overlap_blocks", tuning.adamw_overlap_blocks}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaStepTuning.", field, " = ", value, ": negative"));
+    }
   }
   g_tuning = tuning;
   return absl::OkStatus();

@@ -218,6 +218,8 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   cases.back().tuning.adamw_priority = -1;
   cases.push_back({"side_sms", defaults});
   cases.back().tuning.side_sms = -1;
+  cases.push_back({"adamw_overlap_blocks", defaults});
+  cases.back().tuning.adamw_overlap_blocks = -1;
   cases.push_back({"fused_qkv_config", defaults});
   cases.back().tuning.fused_qkv_config = -2;
   cases.push_back({"fused_down_dx_config", defaults});
