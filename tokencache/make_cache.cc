@@ -146,9 +146,6 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
   if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
 
-  // What killed writers of the output left (a rebuild would clear it too,
-  // but a fresh cache returns before writing anything).
-  if (!to_stdout) RemoveStaleTemporaries(options.output_path);
   // An existing output: a cache of this source that is still fresh is kept;
   // a file that is not a token cache is never replaced without --force.
   struct stat out_st;
@@ -189,6 +186,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
                         source_stat.size_bytes,
                         existing->num_tokens());
         }
+        // What killed writers of the output left (a rebuild clears it when
+        // it makes its own temporary; this run writes nothing).
+        RemoveStaleTemporaries(options.output_path);
         return absl::OkStatus();
       }
       if (options.summary) {
