@@ -1060,14 +1060,14 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(reach(kDwAfterDelta));
     RETURN_IF_ERROR(reach_update(kAdamWAfterDelta));
     RETURN_IF_ERROR(ForkAttention());
-    if (!Skip(kPartAttentionBackward)) {
+    if (!Skip(kPartAttentionBackward | kPartAttentionKeys)) {
       CUDA_RETURN_IF_ERROR(
           AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
                                 HS, attention_scratch_, dqkv16,
                                 attention_stream_),
           "AttentionBackwardKeys");
     }
-    if (!Skip(kPartAttentionBackward)) {
+    if (!Skip(kPartAttentionBackward | kPartAttentionQuery)) {
       CUDA_RETURN_IF_ERROR(
           AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
                                  NH, HS, attention_scratch_, dqkv16, stream_),

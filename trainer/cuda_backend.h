@@ -92,6 +92,8 @@ enum CudaStepPart : uint32_t {
   kPartForwardProducts = 1u << 10,  // the blocks' forward products
   kPartCrossEntropy = 1u << 11,
   kPartLogitsProducts = 1u << 12,   // logits forward and dX
+  kPartAttentionQuery = 1u << 13,   // the attention backward's dq kernel
+  kPartAttentionKeys = 1u << 14,    // the attention backward's dk/dv kernel
 };
 
 // For benchmarks only (step_bench's flags): how the step graph is built.

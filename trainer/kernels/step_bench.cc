@@ -610,6 +610,8 @@ constexpr StepPartName kStepParts[] = {
     {"fwdproducts", kPartForwardProducts},
     {"ce", kPartCrossEntropy},
     {"logits", kPartLogitsProducts},
+    {"attnq", kPartAttentionQuery},
+    {"attnkv", kPartAttentionKeys},
 };
 
 int Main(int argc, char** argv) {
@@ -622,8 +624,8 @@ int Main(int argc, char** argv) {
       "then records the kernels of N more steps (CUPTI) into FILE "
       "(tools/trace_table.py summarizes it). --skip (ablation: the parts are left "
       "out of the step graph, the results are wrong): dw normreduce adamw "
-      "attnbwd attnfwd swiglu rope normfwd normrows dx fwdproducts ce "
-      "logits.");
+      "attnbwd (attnq, attnkv: its dq or dk/dv kernel) attnfwd swiglu rope "
+      "normfwd normrows dx fwdproducts ce logits.");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr, "step_bench: unexpected argument %s\n", rest[1]);
