@@ -673,6 +673,42 @@ std::vector<std::string> ResultProblems(const std::string& path,
                                   layout.final_offset + 4 * first_bad_logit,
                                   " is not finite)")));
   }
+  // The loss block's first window is the last step's window, copied: an
+  // intact file has the same bits in both.
+  if (r.complete_steps > 0) {
+    const int64_t rows_kept = std::min<int64_t>(r.geometry.T, 1024);
+    const float* window = r.step_losses.data() + r.step_losses.size() -
+                          static_cast<size_t>(r.geometry.T);
+    for (int64_t i = 0; i < rows_kept; ++i) {
+      const float a = t.loss.last_row_losses[i];
+      if (std::memcmp(&a, &window[i], sizeof(float)) != 0) {
+        problems.push_back(absl::StrFormat(
+            "%s: offset %d (loss block.last_row_losses, row %d): %.9g, but "
+            "step %d's window holds %.9g at offset %d (the block copies "
+            "that window)",
+            path, layout.loss_block_offset + 4 * i, i, a,
+            r.geometry.steps - 1, window[i],
+            layout.windows_offset +
+                (r.geometry.steps - 1) * layout.window_bytes + 4 * i));
+        break;
+      }
+    }
+  }
+  // A run that met an error stops before its tail (SPEC §5), so a complete
+  // result recording one did not come from a successful run.
+  if (t.errors.invalid_token_seen) {
+    problems.push_back(absl::StrCat(
+        path, ": offset ", layout.error_offset + 16,
+        " (error notifier.invalid_token_seen): 1, expected 0 (the run met a "
+        "token id >= V)"));
+  }
+  if (t.errors.cuda_error != 0 || !t.errors.text.empty()) {
+    problems.push_back(absl::StrCat(
+        path, ": offset ", layout.error_offset + 20,
+        " (error notifier.cuda_error): ", t.errors.cuda_error, " with text \"",
+        t.errors.text, "\", expected 0 and no text (the run recorded an "
+        "error)"));
+  }
   return problems;
 }
 
@@ -981,11 +1017,6 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
     out << "token " << p.token;
     if (vocab) out << " " << Printable(TokenText(vocab, p.token));
     out << "\n";
-  }
-  if (!loss_block_matches) {
-    out << "  WARNING: the loss block's per-row cross-entropy differs from the "
-           "last step window (step "
-        << g.steps - 1 << ")\n";
   }
   if (final_all_zero) {
     out << "  WARNING: the final record's " << g.V

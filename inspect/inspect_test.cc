@@ -462,14 +462,17 @@ TEST_F(InspectTest, ResultReport) {
   EXPECT_THAT(text, HasSubstr("embedding parameter head (1024): mean +0.5 "
                               "std 0 min +0.5 max +0.5 nonfinite 0"));
   EXPECT_THAT(text, Not(HasSubstr("WARNING")));
-  // The loss block's window 0 equals step 7's window (both 2.5): no warning;
-  // changing one row of the last window brings it.
+  EXPECT_THAT(text, Not(HasSubstr("PROBLEM")));
+  // The loss block's window 0 equals step 7's window (both 2.5); changing
+  // one row of the last window makes the file fail, naming the row.
   std::string res = *ReadFile(Path("complete.res"));
   res[6144 + 7 * 256 + 4 * 10] ^= 1;
   ASSERT_TRUE(WriteFileAtomically(Path("lossdiff.res"), res).ok());
-  EXPECT_THAT(Report("lossdiff.res"),
-              HasSubstr("WARNING: the loss block's per-row cross-entropy "
-                        "differs from the last step window (step 7)"));
+  EXPECT_THAT(Report("lossdiff.res", false, "", "",
+                     absl::StatusCode::kDataLoss),
+              HasSubstr("offset 8392 (loss block.last_row_losses, row 10): "
+                        "2.5, but step 7's window holds 2.50000024 at offset "
+                        "7976"));
 
   // Incomplete files are reported in full, then fail (exit status 1).
   const std::string partial =
@@ -502,6 +505,34 @@ TEST_F(InspectTest, ResultWarnsOnUnwrittenFinalRecord) {
   EXPECT_THAT(Report("zero_final.res", true, "", "",
                      absl::StatusCode::kDataLoss),
               HasSubstr("\"final_record_all_zero\":true"));
+}
+
+// A complete result whose error notifier records a failed run (a run that
+// meets an error stops before its tail) fails verify, naming the field.
+TEST_F(InspectTest, VerifyFailsAResultRecordingAnError) {
+  const std::string good = *ReadFile(Path("complete.res"));
+  // tiny error notifier at 26880: invalid token (u32) at +16, CUDA error
+  // (i32) at +20, text at +24.
+  std::string cuda = good;
+  const char code[4] = {'\xbc', '\x02', 0, 0};  // 700
+  std::copy(code, code + 4, cuda.begin() + 26900);
+  const std::string text = "illegal address";
+  std::copy(text.begin(), text.end(), cuda.begin() + 26904);
+  ASSERT_TRUE(WriteFileAtomically(Path("cuda_error.res"), cuda).ok());
+  std::string report;
+  absl::Status s = Verify({"cuda_error.res"}, &report);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(report,
+              HasSubstr("offset 26900 (error notifier.cuda_error): 700 with "
+                        "text \"illegal address\", expected 0 and no text"));
+  std::string token = good;
+  token[26896] = 1;
+  ASSERT_TRUE(WriteFileAtomically(Path("invalid_token.res"), token).ok());
+  s = Verify({"invalid_token.res"}, &report);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(report,
+              HasSubstr("offset 26896 (error notifier.invalid_token_seen): 1, "
+                        "expected 0"));
 }
 
 TEST_F(InspectTest, VerifyGoodFiles) {
