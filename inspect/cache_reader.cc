@@ -91,12 +91,12 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(const std::string& path,
 
 std::string CacheHeaderProblem(const std::string& path,
                                const CacheFileInfo& info, absl::Time now) {
-  // No vocabulary here: the rule without its upper bound.
-  const std::string why = ::coppelius::CacheHeaderProblem(
-      info.header, info.num_tokens, /*max_token_bytes=*/0, now);
+  // No vocabulary here: the rule with the vocabulary-free bound.
+  const std::string why =
+      CacheHeaderProblemWithoutVocabulary(info.header, info.num_tokens, now);
   if (why.empty()) return "";
   return absl::StrCat(path, ": ", why,
-                      "; make-cache refuses it as not a token cache");
+                      "; not a token cache as make-cache writes them");
 }
 
 }  // namespace coppelius

@@ -48,9 +48,10 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(
     size_t chunk_ids = kCacheReadIds);
 
 // Why the header cannot be a source's (one line naming `path`), or "" when
-// it can: tokencache/token_cache.h CacheHeaderProblem, make-cache's rule,
-// without its bound from the vocabulary (inspect has none), so that
-// `inspect verify` fails what make-cache calls not a token cache.
+// it can: tokencache/token_cache.h CacheHeaderProblemWithoutVocabulary
+// (make-cache's rule with a vocabulary-free bound: inspect has no
+// vocabulary), the rule train applies too, so that `inspect verify` fails
+// what make-cache calls not a token cache.
 std::string CacheHeaderProblem(const std::string& path,
                                const CacheFileInfo& info, absl::Time now);
 

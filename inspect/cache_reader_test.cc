@@ -144,17 +144,22 @@ TEST(CacheHeaderProblem, MakeCachesRuleForASourcesHeader) {
   EXPECT_EQ(problem(~0ull, 9, 1), "");         // 1 ns before 1970
   EXPECT_EQ(problem(year_ahead + 1, 9, 1),
             "c.tok: its header's source mtime 1731536000000000001 ns (offset "
-            "0) is more than a year ahead; make-cache refuses it as not a "
-            "token cache");
+            "0) is more than a year ahead; not a token cache as "
+            "make-cache writes them");
   EXPECT_EQ(problem(1, 4, 5),
             "c.tok: its header names 4 source bytes (offset 8) for 5 tokens, "
-            "fewer than one per token; make-cache refuses it as not a token "
-            "cache");
+            "fewer than one per token; not a token cache as make-cache "
+            "writes them");
   EXPECT_EQ(problem(1, 16, 0),
             "c.tok: its header names 16 source bytes (offset 8) but it holds "
-            "no tokens; make-cache refuses it as not a token cache");
-  // No upper bound without a vocabulary: many bytes per token pass here.
-  EXPECT_EQ(problem(1, 1ull << 40, 1), "");
+            "no tokens; not a token cache as make-cache writes them");
+  // Without a vocabulary, at most 1,024 source bytes per token.
+  EXPECT_EQ(problem(1, 2 * 1024, 2), "");
+  EXPECT_EQ(problem(1, 1ull << 40, 1),
+            "c.tok: its header names 1099511627776 source bytes (offset 8) for "
+            "1 tokens, more than 1024 per token where text encodes to a few (a "
+            "raw u32 id file read as a cache?); not a token cache as "
+            "make-cache writes them");
 }
 
 TEST(CacheStaleness, ClassifiesAgainstTheSourceStat) {

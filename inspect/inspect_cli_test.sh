@@ -87,11 +87,11 @@ py verify-json "$d/v.json" 1 || fail "verify JSON"
 
 # Caches are read with pread in bounded chunks, not mapped (a cache cut
 # short while inspect reads it must be a DataLoss, not a SIGBUS): a 256 MiB
-# sparse cache (header: stdin, 2^40 source bytes; ids all 0) is reported and
+# sparse cache (header: stdin, 2^30 source bytes; ids all 0) is reported and
 # verified under a 160 MB address-space limit that no mapping of it fits in.
 c="$d/sparse.tok"
 truncate -s $((16 + 4 * 67108864)) "$c" || fail truncate
-printf '\0\0\0\0\0\0\0\0\0\0\0\0\0\1\0\0' | dd of="$c" conv=notrunc 2>/dev/null
+printf '\0\0\0\0\0\0\0\0\0\0\0\100\0\0\0\0' | dd of="$c" conv=notrunc 2>/dev/null
 ( ulimit -v 160000; "$inspect" --config=tiny "$c" ) > "$d/sparse.txt" 2>&1 \
   || fail "inspect of a 256 MiB cache in 160 MB: $(cat "$d/sparse.txt")"
 grep -q "tokens: 67108864$" "$d/sparse.txt" || fail "sparse: $(cat "$d/sparse.txt")"

@@ -241,7 +241,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   report->total_seconds = SecondsSince(start);
   if (options.summary) {
     absl::FPrintF(stderr,
-                  "make-cache: wrote %s: %d tokens (%d contexts of 1024) from "
+                  "make-cache: wrote %s: %d tokens (%d contexts of 1,024, the "
+                  "coppelius context; other configs: inspect --config) from "
                   "%d bytes; encoding %.2f s (%.1f MB/s), total %.2f s\n",
                   options.output_path, report->num_tokens,
                   NumContexts(report->num_tokens, 1024), report->source_bytes,

@@ -240,6 +240,23 @@ std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
   return "";
 }
 
+std::string CacheHeaderProblemWithoutVocabulary(const SourceStat& header,
+                                                uint64_t num_tokens,
+                                                absl::Time now) {
+  std::string why = CacheHeaderProblem(header, num_tokens, 0, now);
+  if (!why.empty()) return why;
+  if (num_tokens > 0 && static_cast<unsigned __int128>(num_tokens) *
+                                kTokenBytesWithoutVocabulary <
+                            header.size_bytes) {
+    return absl::StrFormat(
+        "its header names %d source bytes (offset 8) for %d tokens, more "
+        "than %d per token where text encodes to a few (a raw u32 id file "
+        "read as a cache?)",
+        header.size_bytes, num_tokens, kTokenBytesWithoutVocabulary);
+  }
+  return "";
+}
+
 // ---------------------------------------------------------------------------
 // TokenCacheWriter
 

@@ -78,6 +78,21 @@ bool SourceMtimeTooFarAhead(uint64_t mtime_ns, absl::Time now);
 std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
                                uint64_t max_token_bytes, absl::Time now);
 
+// The most source bytes per id, on average, that a reader without a
+// vocabulary (inspect, train) accepts in a cache header. Text encodes to a
+// few bytes per id; a raw u32 id file read as a cache (what `tokenize
+// encode` writes, passed where a cache belongs) names gigabytes of source
+// in bytes 8..15 once its fourth id is 1 or more. A heuristic, not the
+// vocabulary's bound: make-cache, which has the vocabulary, applies that.
+constexpr uint64_t kTokenBytesWithoutVocabulary = 1024;
+
+// CacheHeaderProblem for readers without a vocabulary: its rules, and at
+// most kTokenBytesWithoutVocabulary source bytes per id ("" if the header
+// could be a source's).
+std::string CacheHeaderProblemWithoutVocabulary(const SourceStat& header,
+                                                uint64_t num_tokens,
+                                                absl::Time now);
+
 // stat(2) of `path`: NotFound if missing, InvalidArgument if not a regular
 // file.
 absl::StatusOr<SourceStat> StatSource(const std::string& path);

@@ -244,6 +244,24 @@ TEST(TokenCacheWriter, KeepsOldCacheUntilCommit) {
   EXPECT_EQ(ReadBytes(path), MakeCacheBytes(1, 2, {1}));
 }
 
+TEST(CacheHeaderProblem, WithoutAVocabularyAtMost1024BytesPerId) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  EXPECT_EQ(CacheHeaderProblemWithoutVocabulary({1, 5 * 1024}, 5, now), "");
+  EXPECT_EQ(CacheHeaderProblemWithoutVocabulary({0, 0}, 0, now), "");
+  EXPECT_EQ(CacheHeaderProblemWithoutVocabulary({1, 5 * 1024 + 1}, 5, now),
+            "its header names 5121 source bytes (offset 8) for 5 tokens, more "
+            "than 1024 per token where text encodes to a few (a raw u32 id "
+            "file read as a cache?)");
+  // The rules with the vocabulary's bound still apply first.
+  EXPECT_THAT(CacheHeaderProblemWithoutVocabulary({1, 4}, 5, now),
+              testing::HasSubstr("fewer than one per token"));
+  // A raw id file 7, 9, 300, 112, ... (what tokenize encode writes) read as
+  // a cache: bytes 8..15 are 300 + 112 * 2^32, about 481 GB.
+  EXPECT_THAT(CacheHeaderProblemWithoutVocabulary(
+                  {7 + (9ull << 32), 300 + (112ull << 32)}, 102434, now),
+              testing::HasSubstr("a raw u32 id file read as a cache?"));
+}
+
 TEST(CacheHeaderProblem, TheRuleThatTellsACacheFromOtherFiles) {
   const absl::Time now = absl::FromUnixSeconds(1700000000);
   const uint64_t year_ahead = 1700000000000000000ull + 365ull * 86400 * 1000000000;

@@ -92,7 +92,7 @@ import random, struct, sys
 random.seed(5)
 ids = [random.randrange(512) for _ in range(8 * 64 + 1)]
 with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<QQ", 0, 0) + struct.pack("<%dI" % len(ids), *ids))
+    f.write(struct.pack("<QQ", 0, 4 * len(ids)) + struct.pack("<%dI" % len(ids), *ids))
 PY
   : > "$e2e/fresh"
   timeout 60 stage/bin/train --config=tiny --backend=cuda --progress=false \

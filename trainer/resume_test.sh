@@ -12,13 +12,14 @@ W=${TEST_TMPDIR:-$(mktemp -d)}/resume
 rm -rf "$W"; mkdir -p "$W/histA" "$W/histB"
 cd "$W"
 
-# A token cache of 20 contexts of 64 random ids < 512 (header: mtime 0, size 0).
+# A token cache of 20 contexts of 64 random ids < 512 (header: mtime 0, and
+# 4 source bytes per id, which a source can have).
 python3 - <<'PY'
 import random, struct
 r = random.Random(7)
 ids = [r.randrange(512) for _ in range(20 * 64 + 1)]
 with open("tokens.tok", "wb") as f:
-    f.write(struct.pack("<QQ", 0, 0))
+    f.write(struct.pack("<QQ", 0, 4 * len(ids)))
     f.write(struct.pack("<%dI" % len(ids), *ids))
 PY
 : > fresh.ckpt

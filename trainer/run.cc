@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "checkpoint/envelope.h"
 #include "checkpoint/publisher.h"
 #include "checkpoint/reader.h"
@@ -399,6 +400,11 @@ absl::Status RunTrain(const TrainOptions& given,
     return absl::InvalidArgumentError(absl::StrCat(
         "--backend=", options.backend, ": expected cuda or reference"));
   }
+  if (options.crash_after_publications < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--crash_after_publications=", options.crash_after_publications,
+        ": expected >= 0 (0: never)"));
+  }
   if (options.tokens_path.empty() || options.checkpoint_in.empty()) {
     return absl::InvalidArgumentError(
         "--tokens and --checkpoint-in are required");
@@ -487,6 +493,16 @@ absl::Status RunTrain(const TrainOptions& given,
 
   // --- The token stream: c0 + steps contexts, every used id < V.
   ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(options.tokens_path));
+  // The header has no magic number: its plausibility is what tells a cache
+  // from another file (inspect verify's rule, docs/FORMATS.md).
+  if (const std::string why = CacheHeaderProblemWithoutVocabulary(
+          cache.header(), cache.num_tokens(), absl::Now());
+      !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.tokens_path, ": ", why,
+        "; not a token cache as make-cache writes them (make-cache turns "
+        "text into one)"));
+  }
   // c0 comes from a file: compare without forming c0 + steps, which a
   // hostile update count (up to 2^64 − 1) would wrap.
   const uint64_t contexts = cache.NumContexts(T);

@@ -45,9 +45,11 @@ class RunTrainTest : public ::testing::Test {
   void SetUp() override {
     dir_ = NewTempDir();
     config_ = *ModelConfigByName("tiny");
-    // Three contexts of T tokens (+ 1), ids < V.
-    auto writer =
-        TokenCacheWriter::Create(dir_ + "/t.tok", SourceStat{1, 1});
+    // Three contexts of T tokens (+ 1), ids < V; a header that can be a
+    // source's (4 bytes per id).
+    auto writer = TokenCacheWriter::Create(
+        dir_ + "/t.tok",
+        SourceStat{1, 4 * (3 * static_cast<uint64_t>(config_.T) + 1)});
     ASSERT_TRUE(writer.ok()) << writer.status();
     std::vector<uint32_t> ids(3 * config_.T + 1);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
@@ -98,6 +100,55 @@ TEST_F(RunTrainTest, UpdateCountBeyondTheCacheIsRefused) {
   const absl::Status s = RunTrain(options_, NoBackend, progress);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("needs contexts 2.."), std::string::npos) << s;
+}
+
+// The cache header has no magic number: train refuses, as inspect verify
+// fails, a header no source could have (tokencache/token_cache.h
+// CacheHeaderProblemWithoutVocabulary): a raw id file from tokenize encode
+// read as a cache, and an all-zero header in front of ids.
+TEST_F(RunTrainTest, FilesThatAreNotTokenCachesAreRefused) {
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  std::vector<uint32_t> raw(3 * config_.T + 5);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = 7 + i % 300;
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* why;
+  };
+  std::string zeros(16, '\0');
+  zeros.append(reinterpret_cast<const char*>(raw.data()), 4 * (raw.size() - 4));
+  const std::vector<Case> cases = {
+      {"raw.u32",
+       std::string(reinterpret_cast<const char*>(raw.data()), 4 * raw.size()),
+       "a raw u32 id file read as a cache?"},
+      {"zeros.tok", zeros, "fewer than one per token"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    options_.tokens_path = dir_ + "/" + c.name;
+    WriteBytes(options_.tokens_path, c.bytes);
+    std::ostringstream progress;
+    const absl::Status s = RunTrain(options_, NoBackend, progress);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(c.why), std::string::npos) << s;
+    EXPECT_NE(s.message().find("offset 8"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(c.name), std::string::npos) << s;
+    EXPECT_FALSE(Exists(options_.checkpoint_out));
+    EXPECT_FALSE(Exists(options_.result_path));
+  }
+}
+
+TEST_F(RunTrainTest, NegativeCrashAfterPublicationsIsInvalidArgument) {
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  options_.crash_after_publications = -3;
+  std::ostringstream progress;
+  const absl::Status s = RunTrain(options_, NoBackend, progress);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("--crash_after_publications=-3"),
+            std::string::npos)
+      << s;
 }
 
 TEST_F(RunTrainTest, ThreadCountOutOfRangeIsInvalidArgument) {

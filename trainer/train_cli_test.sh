@@ -13,7 +13,7 @@ python3 - <<'PY'
 import random, struct
 r = random.Random(3)
 ids = [r.randrange(512) for _ in range(16 * 64 + 1)]
-open("t.tok", "wb").write(struct.pack("<QQ", 0, 0) + struct.pack("<%dI" % len(ids), *ids))
+open("t.tok", "wb").write(struct.pack("<QQ", 0, 4 * len(ids)) + struct.pack("<%dI" % len(ids), *ids))
 PY
 : > fresh.ckpt
 fail=0
