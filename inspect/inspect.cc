@@ -60,8 +60,12 @@ absl::StatusOr<FileProbe> Probe(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a regular file",
+        S_ISDIR(st.st_mode)
+            ? " (a directory)"
+            : " (a pipe or device: inspect reads files by offset; give the "
+              "bytes on standard input as -, e.g. `... | inspect -`)"));
   }
   FileProbe p;
   p.size = st.st_size;
@@ -580,7 +584,8 @@ absl::StatusOr<ResultFile> ReadResultOf(const std::string& path,
 // T-1 prediction's valid flag against the final record).
 std::vector<std::string> ResultProblems(const std::string& path,
                                         const ResultFile& r,
-                                        bool count_incomplete = true) {
+                                        bool count_incomplete = true,
+                                        const FileDetection* d = nullptr) {
   std::vector<std::string> problems;
   const ResultLayout layout = ComputeResultLayout(r.geometry);
   // The marker alone (no window yet) is a run killed before its forward
@@ -593,9 +598,18 @@ std::vector<std::string> ResultProblems(const std::string& path,
   }
   if (!r.complete) {
     if (!count_incomplete) return problems;
+    // A file too short to tell its config is measured against the
+    // default's geometry: say so, and how to name another.
+    const std::string assumed =
+        d != nullptr && d->config_source != "--config" &&
+                absl::StartsWith(d->config_source, "default")
+            ? absl::StrCat(" for config ", d->config.name,
+                           ", assumed: the file does not tell; --config=NAME "
+                           "names another")
+            : "";
     problems.push_back(absl::StrCat(
         path, ": incomplete: size ", r.file_size, " bytes, expected ",
-        layout.complete_bytes, " (", r.complete_steps, " of ",
+        layout.complete_bytes, assumed, " (", r.complete_steps, " of ",
         r.geometry.steps, " step windows; tail from offset ",
         layout.input_stat_offset, " missing)"));
     return problems;
@@ -1039,7 +1053,8 @@ absl::Status InspectResult(const InspectOptions& o, const FileDetection& d,
     ASSIGN_OR_RETURN(Vocabulary v, Vocabulary::Load(o.vocab, d.config.V));
     vocab = std::move(v);
   }
-  const std::vector<std::string> problems = ResultProblems(o.path, r);
+  const std::vector<std::string> problems =
+      ResultProblems(o.path, r, /*count_incomplete=*/true, &d);
   PrintResult(o, d, r, problems, vocab, out);
   if (problems.empty()) return absl::OkStatus();
   return absl::DataLossError(
@@ -1118,7 +1133,7 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
         v.failures.push_back(std::string(r.status().message()));
         return v;
       }
-      v.failures = ResultProblems(path, *r);
+      v.failures = ResultProblems(path, *r, /*count_incomplete=*/true, &*d);
       return v;
     }
     case FileKind::kCache:

@@ -535,6 +535,22 @@ TEST_F(InspectTest, VerifyFailsAResultRecordingAnError) {
                         "expected 0"));
 }
 
+// A result too short to name its config is measured against the default
+// config's geometry; the failure says that it assumed it.
+TEST_F(InspectTest, ShortResultSaysItsConfigIsAssumed) {
+  ASSERT_TRUE(WriteFileAtomically(Path("short.res"), "\xbe\xba\xfe").ok());
+  std::string report;
+  EXPECT_EQ(Verify({"short.res"}, &report, "", "").code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("incomplete: size 3 bytes, expected 41813600 "
+                                "for config coppelius, assumed: the file does "
+                                "not tell; --config=NAME names another"));
+  // Named, the config is not called assumed.
+  EXPECT_EQ(Verify({"short.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, Not(HasSubstr("assumed")));
+}
+
 TEST_F(InspectTest, VerifyGoodFiles) {
   std::string report;
   absl::Status s = Verify({"cache.tok", "model.ckpt", "complete.res"},
@@ -872,16 +888,16 @@ TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
   EXPECT_EQ(report, absl::StrCat(
                         "FAIL ", max, ": ", max,
                         ": its header's source mtime 4611686018427387904 ns "
-                        "(offset 0) is more than a year ahead; make-cache "
-                        "refuses it as not a token cache\n"));
+                        "(offset 0) is more than a year ahead; not a token "
+                        "cache as make-cache writes them\n"));
   const std::string few = Path("few_bytes.tok");
   s = Verify({"few_bytes.tok"}, &report);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(report,
             absl::StrCat("FAIL ", few, ": ", few,
                          ": its header names 1280 source bytes (offset 8) for "
-                         "1281 tokens, fewer than one per token; make-cache "
-                         "refuses it as not a token cache\n"));
+                         "1281 tokens, fewer than one per token; not a token "
+                         "cache as make-cache writes them\n"));
   EXPECT_TRUE(Verify({"stdin.tok"}, &report).ok()) << report;
   EXPECT_EQ(report, absl::StrCat("OK ", Path("stdin.tok"), " (cache)\n"));
   // The report: printed in full with the problem, then DataLoss.

@@ -32,7 +32,8 @@ ABSL_FLAG(bool, overwrite, false,
 ABSL_FLAG(bool, progress, true, "progress lines on stderr");
 ABSL_FLAG(int, threads, 0, "host threads for initialization and digests (0 = all cores, at most 1024)");
 ABSL_FLAG(int, crash_after_publications, 0,
-          "testing only: SIGKILL the process after the Nth publication");
+          "testing only: SIGKILL the process after the Nth publication "
+          "(0: never)");
 
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
