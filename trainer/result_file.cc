@@ -233,6 +233,14 @@ absl::Status CheckTail(const ResultGeometry& g, const ResultLayout& layout,
                     absl::StrCat("expected ", expected_issues[k], ", found ",
                                  s.issues));
     }
+    // The n-th issue of a kind releases n: its last issue released `issues`.
+    if (s.completion_value != s.issues) {
+      return c.Fail(c.Off(base, sem_off::kCompletion),
+                    absl::StrCat(field, ".completion_value"),
+                    absl::StrCat("expected the release value of its last "
+                                 "issue, ",
+                                 s.issues, ", found ", s.completion_value));
+    }
     RETURN_IF_ERROR(CheckInterval(c, c.Off(base, sem_off::kEnd), field,
                                   "device_start_ns", "device_end_ns",
                                   s.device_start_ns, s.device_end_ns));
@@ -343,6 +351,14 @@ absl::Status CheckTail(const ResultGeometry& g, const ResultLayout& layout,
     if (ts.step != step) {
       return c.Fail(c.Off(base, ts_off::kStep), absl::StrCat(field, ".step"),
                     absl::StrCat("expected ", step, ", found ", ts.step));
+    }
+    // The n-th issue of its kind: 1 for forward and final, s + 1 for step s.
+    const uint64_t release = kind == SubmissionKind::kUpdate ? step + 1 : 1;
+    if (ts.release_value != release) {
+      return c.Fail(c.Off(base, ts_off::kRelease),
+                    absl::StrCat(field, ".release_value"),
+                    absl::StrCat("expected ", release, " (issue ", release,
+                                 " of its kind), found ", ts.release_value));
     }
     RETURN_IF_ERROR(CheckInterval(c, c.Off(base, ts_off::kHostComplete),
                                   field, "host_issue_ns", "host_complete_ns",
@@ -501,6 +517,10 @@ absl::StatusOr<ResultTail> DecodeTail(absl::string_view b,
 
   const int64_t lb = layout.loss_block_offset;
   t.loss.last_row_losses = GetFloats(b, lb, 1024);
+  // T < 1,024 rows: +0.0 after them.
+  RETURN_IF_ERROR(CheckZero(b, lb + 4 * std::min<int64_t>(g.T, 1024),
+                            lb + 4096, "loss block.last_row_losses padding",
+                            c));
   t.loss.embedding_gradient_head = GetFloats(b, lb + 4096, 1024);
   t.loss.embedding_parameter_head = GetFloats(b, lb + 8192, 1024);
   t.loss.embedding_first_moment_head = GetFloats(b, lb + 12288, 1024);

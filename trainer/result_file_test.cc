@@ -107,7 +107,7 @@ ResultTail MakeTail(const ResultGeometry& g) {
     ts.host_complete_ns = 100 * i + 50;
     ts.device_start_ns = 100 * i + 10;
     ts.device_end_ns = 100 * i + 10 + 7 * i;
-    ts.release_value = i;
+    ts.release_value = (i == 0 || i > g.steps) ? 1 : i;  // issue i of its kind
   }
   return t;
 }
@@ -378,6 +378,14 @@ TEST(ResultReader, HostileInputs) {
       {27104 + 64 * 4 + 16, std::string("\x63", 1), "timestamp[4].step"},
       {27104 + 64 * 4 + 56, std::string("\x63", 1), "timestamp[4].reserved"},
       {27104 + 64 * 4 + 40, std::string("\xff\xff", 2), "device_end_ns"},
+      {27104 + 64 * 4 + 4, std::string("\x09", 1),
+       "offset 27364 (timestamp[4].release_value): expected 4"},
+      {27104 + 64 * 9 + 4, std::string("\x02", 1),
+       "timestamp[9].release_value"},
+      {26784, std::string("\x03", 1),
+       "offset 26784 (semaphore[forward].completion_value)"},
+      {8352 + 4 * 64, std::string("\x01", 1),
+       "offset 8608 (loss block.last_row_losses padding)"},
   };
   for (const Case& c : cases) {
     std::string bad = full;
