@@ -101,6 +101,15 @@ PY
   rc=$?
   tail -n 5 "$out/e2e_train.log" | tee -a "$log"
   note "train --config=tiny --backend=cuda" "rc=$rc $(stat -c %s "$e2e/result" 2>/dev/null) bytes of result"
+  # The CUDA backend's result and checkpoint through every check of
+  # inspect verify (the tail's cross-checks included).
+  if [ $rc -eq 0 ] && [ -x stage/bin/inspect ]; then
+    stage/bin/inspect verify --config=tiny "$e2e/ck" "$e2e/result" \
+      >"$out/e2e_verify.log" 2>&1
+    vrc=$?
+    cat "$out/e2e_verify.log" | tee -a "$log"
+    note "inspect verify of that checkpoint and result" "rc=$vrc"
+  fi
 fi
 
 # 4. benchmarks
