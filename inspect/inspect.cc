@@ -61,11 +61,7 @@ absl::StatusOr<FileProbe> Probe(const std::string& path) {
   if (!S_ISREG(st.st_mode)) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not a regular file",
-        S_ISDIR(st.st_mode)
-            ? " (a directory)"
-            : " (a pipe or device: inspect reads files by offset; give the "
-              "bytes on standard input as -, e.g. `... | inspect -`)"));
+        path, ": not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : ""));
   }
   FileProbe p;
   p.size = st.st_size;
@@ -94,7 +90,7 @@ uint64_t LeU64(absl::string_view b, size_t at) {
   return v;
 }
 
-// The name of WithStdinSpooled's temporary copy of stdin (under $TMPDIR),
+// The name of WithStreamsSpooled's temporary copy of a stream (under $TMPDIR),
 // which the reports then name "-".
 constexpr char kStdinSpoolPrefix[] = "inspect-stdin.";
 bool IsStdinSpool(absl::string_view path) {
@@ -1200,46 +1196,68 @@ std::string FormatTick(double v) {
   return absl::StrFormat("%.4g", v);
 }
 
-// Runs `run` on `paths` with "-" (stdin, at most once) replaced by a spool
-// of stdin: a temporary file under $TMPDIR (checkpoints are mapped, caches
-// and results read by offset, so they need a file), removed afterwards. The status, and the
-// report when `report_names_paths`, name "-", not the spool.
-absl::Status WithStdinSpooled(
+// Whether `path` is read as a stream: "-" (stdin), or a pipe or character
+// device (a named pipe, the shell's `<(...)`, /dev/stdin), which cannot be
+// read by offset or mapped.
+bool IsStream(const std::string& path) {
+  if (path == "-") return true;
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 &&
+         (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode));
+}
+
+// Runs `run` on `paths` with each stream (IsStream; each at most once)
+// replaced by a spool of its bytes: a temporary file under $TMPDIR
+// (checkpoints are mapped, caches and results read by offset, so they need
+// a file), removed afterwards. The status, and the report when
+// `report_names_paths`, name the stream ("-" or its path), not the spool.
+absl::Status WithStreamsSpooled(
     const std::vector<std::string>& paths, bool report_names_paths,
     std::ostream& out,
     const std::function<absl::Status(const std::vector<std::string>&,
                                      std::ostream&)>& run) {
-  const int64_t dashes = std::count(paths.begin(), paths.end(), "-");
-  if (dashes > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "- (stdin) is given ", dashes, " times; it can be read once"));
-  }
-  ASSIGN_OR_RETURN(std::string bytes, ReadFile("-"));
-  const char* tmpdir = std::getenv("TMPDIR");
-  std::string spool =
-      absl::StrCat(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp", "/",
-                   kStdinSpoolPrefix, "XXXXXX");
-  int fd = mkstemp(spool.data());
-  if (fd < 0) return ErrnoStatus(errno, "creating", spool);
-  RemoveOnInterrupt(spool);  // Ctrl-C while a large input is read
-  absl::Cleanup remove_spool = [&spool] {
-    unlink(spool.c_str());
-    KeepOnInterrupt(spool);
-  };
-  absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
-  close(fd);
-  if (!w.ok()) return w;
   std::vector<std::string> spooled = paths;
-  std::replace(spooled.begin(), spooled.end(), std::string("-"), spool);
+  std::vector<std::pair<std::string, std::string>> names;  // spool, stream
+  absl::Cleanup remove_spools = [&names] {
+    for (const auto& [spool, stream] : names) {
+      unlink(spool.c_str());
+      KeepOnInterrupt(spool);
+    }
+  };
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& path = paths[i];
+    if (!IsStream(path)) continue;
+    const int64_t given = std::count(paths.begin(), paths.end(), path);
+    if (given > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, path == "-" ? " (stdin)" : " (a stream)", " is given ", given,
+          " times; it can be read once"));
+    }
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string spool =
+        absl::StrCat(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp", "/",
+                     kStdinSpoolPrefix, "XXXXXX");
+    int fd = mkstemp(spool.data());
+    if (fd < 0) return ErrnoStatus(errno, "creating", spool);
+    RemoveOnInterrupt(spool);  // Ctrl-C while a large input is read
+    names.emplace_back(spool, path);
+    absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
+    close(fd);
+    if (!w.ok()) return w;
+    spooled[i] = spool;
+  }
   std::ostringstream report;
   absl::Status status = run(spooled, report_names_paths ? report : out);
-  std::move(remove_spool).Invoke();
+  std::vector<std::pair<std::string, std::string>> renames(names.begin(),
+                                                           names.end());
+  std::move(remove_spools).Invoke();
   if (report_names_paths) {
-    out << absl::StrReplaceAll(report.str(), {{spool, "-"}});
+    out << absl::StrReplaceAll(report.str(), renames);
   }
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrReplaceAll(status.message(),
-                                                         {{spool, "-"}}));
+  return absl::Status(status.code(),
+                      absl::StrReplaceAll(status.message(), renames));
 }
 
 }  // namespace
@@ -1555,8 +1573,8 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
   }
   RETURN_IF_ERROR(CheckThreads(options.threads));
   RETURN_IF_ERROR(CheckSmoothing(options.smoothing_steps));
-  if (options.path != "-") return InspectPath(options, out);
-  return WithStdinSpooled(
+  if (!IsStream(options.path)) return InspectPath(options, out);
+  return WithStreamsSpooled(
       {options.path}, true, out,
       [&](const std::vector<std::string>& paths, std::ostream& report) {
         InspectOptions o = options;
@@ -1609,8 +1627,8 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
-  if (std::count(o.paths.begin(), o.paths.end(), "-")) {
-    return WithStdinSpooled(
+  if (std::any_of(o.paths.begin(), o.paths.end(), IsStream)) {
+    return WithStreamsSpooled(
         o.paths, true, out,
         [&](const std::vector<std::string>& paths, std::ostream& report) {
           VerifyOptions spooled = o;
@@ -1814,8 +1832,8 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
                                       "is required");
   }
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
-  if (std::count(o.results.begin(), o.results.end(), "-")) {
-    return WithStdinSpooled(
+  if (std::any_of(o.results.begin(), o.results.end(), IsStream)) {
+    return WithStreamsSpooled(
         o.results, false, out,
         [&](const std::vector<std::string>& paths, std::ostream& svg_out) {
           PlotOptions spooled = o;
@@ -1971,8 +1989,8 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
         "export: expected --safetensors CHECKPOINT and -o OUTPUT");
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
-  if (o.checkpoint == "-") {
-    return WithStdinSpooled(
+  if (IsStream(o.checkpoint)) {
+    return WithStreamsSpooled(
         {o.checkpoint}, false, out,
         [&](const std::vector<std::string>& paths, std::ostream& bytes_out) {
           ExportOptions spooled = o;

@@ -130,6 +130,23 @@ cmp -s "$d/stdin.svg" "$d/file.svg" || fail "plot - differs from plot FILE"
   || fail "export -"
 cmp -s "$d/stdin.safetensors" "$d/model.safetensors" || fail "export - differs"
 
+# Pipes and process substitution (read once, like -), named by their path.
+"$inspect" verify --config=tiny <(cat "$d/model.ckpt") "$d/cache.tok" <(cat "$d/complete.res") \
+  > "$d/vp.txt" || fail "verify <(...): $(cat "$d/vp.txt")"
+[[ $(grep -c "^OK /dev/fd/" "$d/vp.txt") == 2 ]] || fail "verify <(...) names: $(cat "$d/vp.txt")"
+mkfifo "$d/fifo" || fail mkfifo
+cat "$d/complete.res" > "$d/fifo" &
+"$inspect" --config=tiny --json --vocab="$d/vocab.tiktoken" "$d/fifo" > "$d/rf.json" || fail "inspect FIFO"
+wait
+py result-json "$d/rf.json" || fail "result JSON answers from a named pipe"
+grep -q "\"path\":\"$d/fifo\"" "$d/rf.json" || fail "FIFO report does not name the pipe"
+cat "$d/model.ckpt" > "$d/fifo" &
+"$inspect" export --config=tiny --safetensors="$d/fifo" -o "$d/fifo.safetensors" \
+  || fail "export from a named pipe"
+wait
+cmp -s "$d/fifo.safetensors" "$d/model.safetensors" || fail "export from a pipe differs"
+rm -f "$d/fifo"
+
 # Plot of two consecutive runs.
 "$inspect" plot --config=tiny "$d/complete.res" "$d/partial.res" -o "$d/loss.svg" || fail plot
 python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith('svg')" \
