@@ -60,8 +60,9 @@ absl::StatusOr<FileProbe> Probe(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not a regular file", S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file",
+                     S_ISDIR(st.st_mode) ? " (a directory)" : ""));
   }
   FileProbe p;
   p.size = st.st_size;
@@ -90,8 +91,8 @@ uint64_t LeU64(absl::string_view b, size_t at) {
   return v;
 }
 
-// The name of WithStreamsSpooled's temporary copy of a stream (under $TMPDIR),
-// which the reports then name "-".
+// The name of WithStreamsSpooled's temporary copy of a stream (under
+// $TMPDIR), which the reports then name as the stream ("-" or its path).
 constexpr char kStdinSpoolPrefix[] = "inspect-stdin.";
 bool IsStdinSpool(absl::string_view path) {
   const size_t slash = path.rfind('/');
@@ -575,9 +576,12 @@ absl::StatusOr<ResultFile> ReadResultOf(const std::string& path,
 // What makes a parsed result corrupt or incomplete, one line each: the
 // forward record never written, missing tail (unless `count_incomplete` is
 // false: plot draws a run still going or killed, and a file holding only
-// the marker is such a run's), and the cross-field
-// checks (the notifier's non-finite steps against the step windows; the row
-// T-1 prediction's valid flag against the final record).
+// the marker is such a run's; `d`, when given, lets the line say that a
+// too-short file's config was assumed), and the cross-field checks (the
+// notifier's non-finite steps against the step windows; the row T-1
+// prediction against the final record; the loss block's first window
+// against the last step window; an invalid token or a CUDA error in the
+// notifier: a run that meets one stops before its tail).
 std::vector<std::string> ResultProblems(const std::string& path,
                                         const ResultFile& r,
                                         bool count_incomplete = true,
