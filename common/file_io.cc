@@ -253,6 +253,9 @@ absl::Status CheckOutputPathUsable(const std::string& path,
   if (path == "-") return absl::OkStatus();
   struct stat st;
   if (stat(path.c_str(), &st) == 0) {
+    // A regular file is replaced through a temporary beside it; a device or
+    // FIFO is written.
+    if (S_ISREG(st.st_mode)) return ProbeTemporaryInDirectory(path, what);
     if (!S_ISDIR(st.st_mode)) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
         what, " ", path, ": is a directory, expected a file path"));
@@ -270,7 +273,41 @@ absl::Status CheckOutputPathUsable(const std::string& path,
     return absl::InvalidArgumentError(
         absl::StrCat(what, " ", path, ": ", dir, " is not a directory"));
   }
-  return absl::OkStatus();
+  return ProbeTemporaryInDirectory(path, what);
+}
+
+absl::Status ProbeTemporaryInDirectory(const std::string& path,
+                                       absl::string_view what) {
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) | rd();
+  const std::string probe =
+      absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), r);
+  const std::string dir = DirName(path);
+  RemoveOnInterrupt(probe);
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                      0644);
+  const int err = errno;
+  if (fd >= 0) {
+    close(fd);
+    unlink(probe.c_str());
+  }
+  KeepOnInterrupt(probe);
+  if (fd >= 0) return absl::OkStatus();
+  if (err == ENAMETOOLONG) {
+    const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s %s: too long a name for its temporary (%s: %d bytes; the "
+        "directory allows %d)",
+        what, path, BaseName(probe), BaseName(probe).size(), name_max));
+  }
+  const std::string message =
+      absl::StrFormat("%s %s: cannot create files in directory %s (%s)", what,
+                      path, dir, std::strerror(err));
+  if (err == EACCES || err == EROFS || err == EPERM) {
+    return absl::PermissionDeniedError(message);
+  }
+  if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
+  return ErrnoStatus(err, absl::StrCat("creating a file beside ", what), path);
 }
 
 absl::Status WriteFileAtomically(const std::string& path_or_link,

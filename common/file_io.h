@@ -114,12 +114,26 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
 
 // Checks an output path before any work is done, so that a typo costs
 // nothing: OK for "-" and for a path that is not a directory and whose
-// directory exists (an existing device or FIFO is fine: it is written, not
-// replaced). InvalidArgument "WHAT PATH: is a directory, expected a file
+// directory exists and takes the path's temporaries
+// (ProbeTemporaryInDirectory; an existing device or FIFO is fine: it is
+// written, not replaced). InvalidArgument "WHAT PATH: is a directory, expected a file
 // path" or "WHAT PATH: DIR is not a directory"; NotFound "WHAT PATH:
 // directory DIR does not exist".
 absl::Status CheckOutputPathUsable(const std::string& path,
                                    absl::string_view what);
+
+// Creates and at once removes, in the directory of `path`, a file named
+// like the longest temporary a writer of `path` uses ("PATH.tmp.PID.<16
+// hex>", checkpoint/publisher.h's; NewTemporaryPath's is shorter), so that
+// an output that cannot be published is refused before the work rather
+// than after it. InvalidArgument "WHAT PATH: too long a name for its
+// temporary (... bytes; the directory allows N)"; PermissionDenied "WHAT
+// PATH: cannot create files in directory DIR (reason)" (read-only file
+// system, no write permission); NotFound when the directory is missing;
+// other errors as ErrnoStatus. CheckOutputPathUsable calls it for a path
+// that is absent or a regular file.
+absl::Status ProbeTemporaryInDirectory(const std::string& path,
+                                       absl::string_view what);
 
 // The directory part of `path` ("." when it has none).
 std::string DirName(const std::string& path);

@@ -11,6 +11,7 @@
 #include <thread>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace coppelius {
@@ -132,6 +133,30 @@ TEST(CheckOutputPathUsable, DirectoriesAndMissingParentsAreRefused) {
   s = CheckOutputPathUsable(file + "/x", "--result");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "--result " + file + "/x: " + file + " is not a directory");
+}
+
+// A name that fits the directory but whose temporary ("NAME.tmp.PID.<16
+// hex>") does not is refused up front, not after the work.
+TEST(CheckOutputPathUsable, NamesWhoseTemporaryIsTooLongAreRefused) {
+  const std::string fits = TestDir() + "/" + std::string(200, 'y');
+  EXPECT_TRUE(CheckOutputPathUsable(fits, "-o").ok());
+  const std::string long_name = TestDir() + "/" + std::string(240, 'y');
+  absl::Status s = CheckOutputPathUsable(long_name, "-o");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), testing::HasSubstr("too long a name for its "
+                                              "temporary"));
+  EXPECT_THAT(s.message(), testing::HasSubstr("the directory allows 255"));
+  // The probe leaves nothing behind.
+  ASSERT_TRUE(WriteFileAtomically(fits, "x").ok());
+  EXPECT_TRUE(CheckOutputPathUsable(fits, "-o").ok());
+  DIR* d = opendir(TestDir().c_str());
+  ASSERT_NE(d, nullptr);
+  int temporaries = 0;
+  while (dirent* e = readdir(d)) {
+    if (std::string(e->d_name).find(".tmp.") != std::string::npos) ++temporaries;
+  }
+  closedir(d);
+  EXPECT_EQ(temporaries, 0);
 }
 
 TEST(PreadAll, ShortFileIsDataLossWithOffset) {

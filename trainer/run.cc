@@ -69,17 +69,10 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
         flag));
   }
   RETURN_IF_ERROR(CheckRegularFileOrAbsent(path, absl::StrCat("--", flag)));
-  // Checked now rather than at the first publication, many steps later.
-  const std::string dir = DirName(path);
-  if (access(dir.c_str(), W_OK | X_OK) != 0) {
-    const int err = errno;
-    const std::string message =
-        absl::StrFormat("--%s=%s: cannot create files in directory %s (%s)",
-                        flag, path, dir, std::strerror(err));
-    return err == ENOENT || err == ENOTDIR
-               ? absl::NotFoundError(message)
-               : absl::PermissionDeniedError(message);
-  }
+  // Checked now rather than at the first publication, many steps later:
+  // the directory takes a file named like the publisher's temporaries.
+  RETURN_IF_ERROR(
+      ProbeTemporaryInDirectory(path, absl::StrCat("--", flag)));
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return absl::OkStatus();
   if (st.st_size == 0 || overwrite) return absl::OkStatus();
@@ -427,12 +420,22 @@ absl::Status RunTrain(const TrainOptions& given,
   const size_t num_parameters = static_cast<size_t>(NumParameters(config));
   const CheckpointIdentity identity = RunCheckpointIdentity(config);
 
-  // --- Outputs must not clobber another run's (checked before any work).
+  // --- Outputs must not clobber another run's (checked before any work);
+  // the same file named twice first (--overwrite cannot help there).
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string*>{"checkpoint-out",
+                                                   &options.checkpoint_out},
+        {"result", &options.result_path}}) {
+    if (path->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " is required"));
+    }
+  }
+  RETURN_IF_ERROR(CheckDistinctPaths(options));
   RETURN_IF_ERROR(CheckOutputPath("checkpoint-out", options.checkpoint_out,
                                   options.checkpoint_in, options.overwrite));
   RETURN_IF_ERROR(CheckOutputPath("result", options.result_path, "",
                                   options.overwrite));
-  RETURN_IF_ERROR(CheckDistinctPaths(options));
   RETURN_IF_ERROR(CheckHistoryPlacement(options));
   // The inputs must not be the outputs' lock files (taking the lock would
   // write into them).

@@ -139,6 +139,22 @@ TEST_F(RunTrainTest, FilesThatAreNotTokenCachesAreRefused) {
   }
 }
 
+// A checkpoint-out whose publisher temporary ("NAME.tmp.PID.<16 hex>")
+// would exceed the directory's name limit is refused before the run, not
+// at the first publication with an incomplete result left behind.
+TEST_F(RunTrainTest, CheckpointNameTooLongForItsTemporaryIsRefusedUpFront) {
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  options_.checkpoint_out = dir_ + "/" + std::string(240, 'y');
+  std::ostringstream progress;
+  const absl::Status s = RunTrain(options_, NoBackend, progress);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("too long a name for its temporary"),
+            std::string::npos)
+      << s;
+  EXPECT_FALSE(Exists(options_.result_path));
+}
+
 TEST_F(RunTrainTest, NegativeCrashAfterPublicationsIsInvalidArgument) {
   options_.checkpoint_in = dir_ + "/fresh.ckpt";
   WriteBytes(options_.checkpoint_in, "");
