@@ -14,8 +14,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/output_checks.h"
 #include "tokenizer/vocabulary.h"
@@ -166,8 +168,29 @@ absl::Status RunDecode(const DecodeOptions& options) {
   ASSIGN_OR_RETURN(std::vector<uint32_t> ids,
                    ParseIds(data, options.format, options.input_path));
   std::string bytes;
-  RETURN_IF_ERROR(
-      Annotate(vocabulary.Decode(ids, &bytes), options.input_path));
+  absl::Status decoded = vocabulary.Decode(ids, &bytes);
+  if (!decoded.ok() && options.format == IdFormat::kU32 &&
+      data.size() >= kTokenCacheHeaderBytes &&
+      (data.size() - kTokenCacheHeaderBytes) % 4 == 0) {
+    // A token cache given where raw ids belong: its 16-byte header reads as
+    // four huge ids. Say so when the header could be a source's.
+    const SourceStat header{
+        absl::little_endian::Load64(data.data()),
+        absl::little_endian::Load64(data.data() + 8)};
+    const uint64_t n = (data.size() - kTokenCacheHeaderBytes) / 4;
+    if (CacheHeaderProblem(header, n, vocabulary.longest_token_bytes(),
+                           absl::Now())
+            .empty()) {
+      decoded = absl::Status(
+          decoded.code(),
+          absl::StrCat(decoded.message(),
+                       "; the file looks like a Coppelius token cache (a "
+                       "16-byte header, then ",
+                       n, " ids): decode its ids with `tail -c +17 ",
+                       options.input_path, " | tokenize decode ... -`"));
+    }
+  }
+  RETURN_IF_ERROR(Annotate(decoded, options.input_path));
   return Annotate(WriteFileAtomically(options.output_path, bytes),
                   absl::StrCat("writing bytes to ", options.output_path));
 }

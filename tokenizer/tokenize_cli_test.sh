@@ -99,6 +99,12 @@ cp "$tmp/c.tok" "$tmp/c.orig"
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/c.tok" 2> "$tmp/err"
 check "encode -o token cache refused" one_line_error "$tmp/err" "FAILED_PRECONDITION: -o $tmp/c.tok: exists and is a Coppelius token cache"
 check "token cache untouched" cmp -s "$tmp/c.tok" "$tmp/c.orig"
+# The same cache given to decode (which reads raw ids): the error says what
+# the file is and how to decode its ids.
+"$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/c.tok" -o "$tmp/never" 2> "$tmp/err"
+check "decode of a token cache explained" one_line_error "$tmp/err" "looks like a Coppelius token cache (a 16-byte header, then 50 ids)"
+tail -c +17 "$tmp/c.tok" | "$bin" decode --vocab="$tmp/v.tiktoken" - -o "$tmp/c.txt"
+check "decode of a cache's ids" test "$(head -c 5 "$tmp/c.txt")" = hello
 # A tiny result killed after its forward record and 4 step windows (6,144 +
 # 4 x 256 bytes, logits of magnitude 0.5..8).
 python3 - "$tmp/killed.res" <<'PY'
