@@ -460,7 +460,8 @@ absl::Status RunTrain(const TrainOptions& given,
   // incomplete result aside. The lock files are hidden and named after the
   // canonical path, so every spelling of one file (symlinks, "..", "dir/.")
   // takes the same lock: ".NAME.lock" beside a file output, ".lock" inside
-  // the history directory (created now if it does not exist).
+  // the history directory (created, if it does not exist, once the inputs
+  // have passed their checks below).
   ASSIGN_OR_RETURN(
       FileLock checkpoint_lock,
       FileLock::Acquire(checkpoint_lock_path,
@@ -470,21 +471,6 @@ absl::Status RunTrain(const TrainOptions& given,
       FileLock result_lock,
       FileLock::Acquire(result_lock_path,
                         absl::StrCat("--result=", options.result_path)));
-  std::optional<FileLock> history_lock;
-  if (!options.checkpoint_history_dir.empty()) {
-    if (mkdir(options.checkpoint_history_dir.c_str(), 0755) != 0 &&
-        errno != EEXIST) {
-      return ErrnoStatus(errno, "creating --checkpoint-history directory",
-                         options.checkpoint_history_dir);
-    }
-    ASSIGN_OR_RETURN(
-        history_lock,
-        FileLock::Acquire(
-            CanonicalPath(options.checkpoint_history_dir) + "/.lock",
-                          absl::StrCat("--checkpoint-history=",
-                                       options.checkpoint_history_dir)));
-  }
-
   // --- The input checkpoint: 0 bytes = fresh, else a verified envelope.
   ASSIGN_OR_RETURN(CheckpointReader input,
                    CheckpointReader::Open(options.checkpoint_in));
@@ -534,6 +520,22 @@ absl::Status RunTrain(const TrainOptions& given,
           "vocabulary of config %s)",
           options.tokens_path, index, 16 + 4 * index, ids[i], V, config.name));
     }
+  }
+  // The history directory is created (and locked) only once the inputs
+  // passed, so that a refused run leaves no directory behind.
+  std::optional<FileLock> history_lock;
+  if (!options.checkpoint_history_dir.empty()) {
+    if (mkdir(options.checkpoint_history_dir.c_str(), 0755) != 0 &&
+        errno != EEXIST) {
+      return ErrnoStatus(errno, "creating --checkpoint-history directory",
+                         options.checkpoint_history_dir);
+    }
+    ASSIGN_OR_RETURN(
+        history_lock,
+        FileLock::Acquire(
+            CanonicalPath(options.checkpoint_history_dir) + "/.lock",
+                          absl::StrCat("--checkpoint-history=",
+                                       options.checkpoint_history_dir)));
   }
   // (After the token check: history names c0 + s are formed only for a
   // c0 the cache holds.)

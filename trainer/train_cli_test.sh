@@ -76,10 +76,14 @@ if command -v flock >/dev/null; then
   flock -n 9 || { echo "FAIL: could not take hist/.lock"; exit 1; }
   for h in hist histlink hist/.; do
     expect_refusal "history ($h) in use by another process" "in use by another process" \
-      --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a3.res --checkpoint-history=$h
+      --checkpoint-in=fresh.ckpt --checkpoint-out=l.ckpt --result=l.res --checkpoint-history=$h
   done
   exec 9>&-
 fi
+# A run refused for its inputs creates no history directory.
+expect_refusal "missing input, new history" "opening checkpoint" \
+  --checkpoint-in=missing.ckpt --checkpoint-out=m.ckpt --result=m.res --checkpoint-history=newhist
+[[ -e newhist ]] && { echo "FAIL: refused run created its history directory"; fail=1; }
 # The history directory named like the result: refused before any lock.
 expect_refusal "history = result" "names the same path as" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=h.ckpt --result=h.res --checkpoint-history=h.res
