@@ -1695,7 +1695,8 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
 std::string RenderLossSvg(const std::vector<double>& per_step,
                           const std::vector<double>& smoothed,
                           const std::vector<size_t>& run_starts,
-                          absl::string_view title) {
+                          absl::string_view title, uint64_t first_step,
+                          absl::string_view x_label) {
   const double width = 800, height = 480;
   const double left = 70, right = 20, top = 40, bottom = 50;
   const double pw = width - left - right, ph = height - top - bottom;
@@ -1760,11 +1761,11 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
         "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>"
         "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
         X(s), top + ph, X(s), top + ph + 5, X(s), top + ph + 20,
-        FormatTick(s)));
+        FormatTick(static_cast<double>(first_step) + s)));
   }
   absl::StrAppend(&svg, absl::StrFormat(
-      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n",
-      left + pw / 2, height - 10));
+      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+      left + pw / 2, height - 10, SvgEscape(x_label)));
   absl::StrAppend(&svg, absl::StrFormat(
       "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" "
       "transform=\"rotate(-90 16 %.1f)\">mean cross-entropy loss (nats)</text>\n",
@@ -1851,6 +1852,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   std::vector<size_t> run_starts;
   std::string previous;             // the previous file
   uint64_t previous_c0 = 0, previous_steps = 0;
+  std::optional<uint64_t> first_c0;  // the first file's, when complete
   bool previous_complete = false;
   for (const std::string& path : o.results) {
     ASSIGN_OR_RETURN(FileDetection d,
@@ -1898,6 +1900,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
             " (give consecutive runs in order)"));
       }
     }
+    if (previous.empty() && r.complete) first_c0 = r.tail.host.first_context;
     previous = path;
     previous_complete = r.complete;
     if (r.complete) {
@@ -1918,7 +1921,15 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   const std::string title = absl::StrCat(
       "Coppelius (", config.name, ") loss, ", o.results.size(), " run",
       o.results.size() == 1 ? "" : "s", ", ", means.size(), " steps");
-  const std::string svg = RenderLossSvg(means, smoothed, run_starts, title);
+  // Steps counted from the first run's c0: a step is labelled with the
+  // context it trained on (c0 + s), as in the result's own numbering.
+  const std::string x_label =
+      first_c0.has_value()
+          ? std::string("step (context trained on: c0 + s)")
+          : std::string("step (from 0: the first file is incomplete and "
+                        "names no c0)");
+  const std::string svg = RenderLossSvg(means, smoothed, run_starts, title,
+                                        first_c0.value_or(0), x_label);
   if (o.output == "-") {
     out << svg;
     out.flush();

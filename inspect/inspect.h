@@ -173,7 +173,7 @@ struct PlotOptions {
 };
 
 // Writes an SVG (per-step mean loss and its smoothed curve against the step
-// counted across the given files, labelled axes). Incomplete files
+// counted across the given files from the first file's c0, labelled axes). Incomplete files
 // contribute their complete steps. The runs must be consecutive: every file
 // but the last must be complete, and each file's c0 (host status) must equal
 // the previous file's c0 + steps done (an incomplete last file has no c0 to
@@ -188,13 +188,17 @@ absl::Status RunPlot(const PlotOptions& options, std::ostream& out);
 
 // Renders the SVG text for per-step mean losses (pure; used by RunPlot).
 // `run_starts` are the steps where a later run's file begins (dashed
-// vertical lines; empty for one run). Any values render: non-finite ones are
+// vertical lines; empty for one run). The x axis counts steps from
+// `first_step` (RunPlot: the first file's c0, so a step is labelled with the
+// context it trained on, c0 + s; 0 when that file is incomplete and has no
+// c0), named in the axis label. Any values render: non-finite ones are
 // left out of the curves, a flat series gets an axis around its value, and
 // coordinates stay finite up to +-DBL_MAX.
 std::string RenderLossSvg(const std::vector<double>& per_step,
                           const std::vector<double>& smoothed,
                           const std::vector<size_t>& run_starts,
-                          absl::string_view title);
+                          absl::string_view title, uint64_t first_step = 0,
+                          absl::string_view x_label = "step");
 
 struct ExportOptions {
   std::string checkpoint;  // "-": stdin, spooled

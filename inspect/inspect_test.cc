@@ -1017,8 +1017,19 @@ TEST_F(InspectTest, PlotConsecutiveRuns) {
   ASSERT_TRUE(RunPlot(o, out).ok());
   const std::string svg = out.str();
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
-  EXPECT_THAT(svg, HasSubstr(">step</text>"));
+  // Steps counted from the first run's c0 (16): ticks 16 .. 26.
+  EXPECT_THAT(svg, HasSubstr(">step (context trained on: c0 + s)</text>"));
+  EXPECT_THAT(svg, HasSubstr("text-anchor=\"middle\">16</text>"));
+  EXPECT_THAT(svg, HasSubstr("text-anchor=\"middle\">26</text>"));
   EXPECT_THAT(svg, HasSubstr("mean cross-entropy loss"));
+  // An incomplete first file names no c0: counted from 0, and said so.
+  PlotOptions partial = o;
+  partial.results = {Path("partial.res")};
+  std::ostringstream partial_out;
+  ASSERT_TRUE(RunPlot(partial, partial_out).ok());
+  EXPECT_THAT(partial_out.str(),
+              HasSubstr(">step (from 0: the first file is incomplete and "
+                        "names no c0)</text>"));
   // 8 + 3 steps: 11 points on the per-step curve.
   const size_t at = svg.find("id=\"per-step\"");
   ASSERT_NE(at, std::string::npos);
