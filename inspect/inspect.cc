@@ -573,6 +573,23 @@ absl::StatusOr<ResultFile> ReadResultOf(const std::string& path,
   return ReadResult(path, g);
 }
 
+// The first row where the loss block's copy of the last step's window
+// differs (bitwise) from that window, or -1 (also for a file with no
+// complete step).
+int64_t FirstLossBlockMismatch(const ResultFile& r) {
+  if (!r.complete || r.complete_steps == 0) return -1;
+  const int64_t rows_kept = std::min<int64_t>(r.geometry.T, 1024);
+  const float* window = r.step_losses.data() + r.step_losses.size() -
+                        static_cast<size_t>(r.geometry.T);
+  for (int64_t i = 0; i < rows_kept; ++i) {
+    if (std::memcmp(&r.tail.loss.last_row_losses[i], &window[i],
+                    sizeof(float)) != 0) {
+      return i;
+    }
+  }
+  return -1;
+}
+
 // What makes a parsed result corrupt or incomplete, one line each: the
 // forward record never written, missing tail (unless `count_incomplete` is
 // false: plot draws a run still going or killed, and a file holding only
@@ -689,24 +706,14 @@ std::vector<std::string> ResultProblems(const std::string& path,
   }
   // The loss block's first window is the last step's window, copied: an
   // intact file has the same bits in both.
-  if (r.complete_steps > 0) {
-    const int64_t rows_kept = std::min<int64_t>(r.geometry.T, 1024);
-    const float* window = r.step_losses.data() + r.step_losses.size() -
-                          static_cast<size_t>(r.geometry.T);
-    for (int64_t i = 0; i < rows_kept; ++i) {
-      const float a = t.loss.last_row_losses[i];
-      if (std::memcmp(&a, &window[i], sizeof(float)) != 0) {
-        problems.push_back(absl::StrFormat(
-            "%s: offset %d (loss block.last_row_losses, row %d): %.9g, but "
-            "step %d's window holds %.9g at offset %d (the block copies "
-            "that window)",
-            path, layout.loss_block_offset + 4 * i, i, a,
-            r.geometry.steps - 1, window[i],
-            layout.windows_offset +
-                (r.geometry.steps - 1) * layout.window_bytes + 4 * i));
-        break;
-      }
-    }
+  if (const int64_t i = FirstLossBlockMismatch(r); i >= 0) {
+    const int64_t last = r.geometry.steps - 1;
+    problems.push_back(absl::StrFormat(
+        "%s: offset %d (loss block.last_row_losses, row %d): %.9g, but step "
+        "%d's window holds %.9g at offset %d (the block copies that window)",
+        path, layout.loss_block_offset + 4 * i, i, t.loss.last_row_losses[i],
+        last, r.step_losses[last * r.geometry.T + i],
+        layout.windows_offset + last * layout.window_bytes + 4 * i));
   }
   // A run that met an error stops before its tail (SPEC §5), so a complete
   // result recording one did not come from a successful run.
@@ -753,7 +760,7 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
   int final_argmax = 0;
   bool final_consistent = true;
   bool final_all_zero = false;
-  bool loss_block_matches = true;
+  const bool loss_block_matches = FirstLossBlockMismatch(r) < 0;
   DeviceTimes times;
   if (r.complete) {
     final_argmax = Argmax(t.final_logits.data(), g.V);
@@ -761,16 +768,6 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
                        t.host.predictions[2].token ==
                            static_cast<uint32_t>(final_argmax);
     times = UpdateTimes(r);
-    if (r.complete_steps > 0) {
-      const int64_t rows_kept = std::min<int64_t>(g.T, 1024);
-      loss_block_matches = std::equal(
-          t.loss.last_row_losses.begin(),
-          t.loss.last_row_losses.begin() + rows_kept,
-          r.step_losses.end() - g.T,
-          [](float a, float b) {
-            return std::memcmp(&a, &b, sizeof(float)) == 0;
-          });
-    }
     final_all_zero = std::all_of(t.final_logits.begin(), t.final_logits.end(),
                                  [](float x) { return x == 0.0f; });
   }
@@ -1253,15 +1250,11 @@ absl::Status WithStreamsSpooled(
   }
   std::ostringstream report;
   absl::Status status = run(spooled, report_names_paths ? report : out);
-  std::vector<std::pair<std::string, std::string>> renames(names.begin(),
-                                                           names.end());
   std::move(remove_spools).Invoke();
-  if (report_names_paths) {
-    out << absl::StrReplaceAll(report.str(), renames);
-  }
+  if (report_names_paths) out << absl::StrReplaceAll(report.str(), names);
   if (status.ok()) return status;
   return absl::Status(status.code(),
-                      absl::StrReplaceAll(status.message(), renames));
+                      absl::StrReplaceAll(status.message(), names));
 }
 
 }  // namespace
