@@ -134,22 +134,32 @@ absl::Status CheckNotATokenCache(const std::string& output,
     return absl::OkStatus();
   }
   // A cache's size and 16-byte header (nothing else is read).
-  const absl::StatusOr<uint64_t> num_tokens =
-      TokenCountOfFileSize(output, static_cast<uint64_t>(st.st_size));
-  unsigned char h[kTokenCacheHeaderBytes];
-  if (!num_tokens.ok() || !ReadHead(output, h, sizeof(h))) {
-    return absl::OkStatus();
-  }
-  const SourceStat header{absl::little_endian::Load64(h),
-                          absl::little_endian::Load64(h + 8)};
-  if (!CacheHeaderProblem(header, *num_tokens, max_token_bytes, absl::Now())
-           .empty()) {
-    return absl::OkStatus();
-  }
+  char h[kTokenCacheHeaderBytes];
+  if (!ReadHead(output, h, sizeof(h))) return absl::OkStatus();
+  const std::optional<uint64_t> num_tokens = TokenCacheIdCount(
+      absl::string_view(h, sizeof(h)), static_cast<uint64_t>(st.st_size),
+      max_token_bytes);
+  if (!num_tokens.has_value()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "-o ", output, ": exists and is a Coppelius token cache (",
       *num_tokens,
       " ids); refusing to replace it (choose another output path)"));
+}
+
+std::optional<uint64_t> TokenCacheIdCount(absl::string_view head,
+                                          uint64_t size,
+                                          uint64_t max_token_bytes) {
+  if (head.size() < kTokenCacheHeaderBytes || size < kTokenCacheHeaderBytes ||
+      (size - kTokenCacheHeaderBytes) % kTokenBytes != 0) {
+    return std::nullopt;
+  }
+  const uint64_t n = (size - kTokenCacheHeaderBytes) / kTokenBytes;
+  const SourceStat header{absl::little_endian::Load64(head.data()),
+                          absl::little_endian::Load64(head.data() + 8)};
+  if (!CacheHeaderProblem(header, n, max_token_bytes, absl::Now()).empty()) {
+    return std::nullopt;
+  }
+  return n;
 }
 
 }  // namespace coppelius

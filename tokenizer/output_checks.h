@@ -7,6 +7,7 @@
 #define COPPELIUS_TOKENIZER_OUTPUT_CHECKS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -69,6 +70,15 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
 // for a few ids). OK for "-", a missing, empty or non-regular output.
 absl::Status CheckNotATokenCache(const std::string& output,
                                  uint64_t max_token_bytes);
+
+// The id count N when a file of `size` bytes whose first bytes are `head`
+// (at least 16) is shaped like a token cache (size 16 + 4 N) and its header
+// could be a source's (CacheHeaderProblem with `max_token_bytes`); nullopt
+// otherwise. What CheckNotATokenCache tests an existing output by, and
+// decode an input it cannot decode.
+std::optional<uint64_t> TokenCacheIdCount(absl::string_view head,
+                                          uint64_t size,
+                                          uint64_t max_token_bytes);
 
 }  // namespace coppelius
 

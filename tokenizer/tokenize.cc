@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,10 +15,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
-#include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/output_checks.h"
 #include "tokenizer/vocabulary.h"
@@ -169,24 +168,17 @@ absl::Status RunDecode(const DecodeOptions& options) {
                    ParseIds(data, options.format, options.input_path));
   std::string bytes;
   absl::Status decoded = vocabulary.Decode(ids, &bytes);
-  if (!decoded.ok() && options.format == IdFormat::kU32 &&
-      data.size() >= kTokenCacheHeaderBytes &&
-      (data.size() - kTokenCacheHeaderBytes) % 4 == 0) {
-    // A token cache given where raw ids belong: its 16-byte header reads as
-    // four huge ids. Say so when the header could be a source's.
-    const SourceStat header{
-        absl::little_endian::Load64(data.data()),
-        absl::little_endian::Load64(data.data() + 8)};
-    const uint64_t n = (data.size() - kTokenCacheHeaderBytes) / 4;
-    if (CacheHeaderProblem(header, n, vocabulary.longest_token_bytes(),
-                           absl::Now())
-            .empty()) {
+  // A token cache given where raw ids belong: its 16-byte header reads as
+  // four huge ids. Say so when the header could be a source's.
+  if (!decoded.ok() && options.format == IdFormat::kU32) {
+    if (const std::optional<uint64_t> n = TokenCacheIdCount(
+            data, data.size(), vocabulary.longest_token_bytes())) {
       decoded = absl::Status(
           decoded.code(),
           absl::StrCat(decoded.message(),
                        "; the file looks like a Coppelius token cache (a "
                        "16-byte header, then ",
-                       n, " ids): decode its ids with `tail -c +17 ",
+                       *n, " ids): decode its ids with `tail -c +17 ",
                        options.input_path, " | tokenize decode ... -`"));
     }
   }
