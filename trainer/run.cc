@@ -57,11 +57,9 @@ int HostThreads(int requested) {
 
 // Refuses to replace a non-empty `path` (another run's output) unless
 // `overwrite`, or unless it is the input checkpoint being continued.
+// Precondition: `path` is not empty (RunTrain checks that first).
 absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
                              const std::string& input, bool overwrite) {
-  if (path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, " is required"));
-  }
   if (path == "-") {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--%s=-: the run's outputs are files (published by rename, rewritten "
