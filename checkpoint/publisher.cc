@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -28,12 +27,6 @@ namespace {
 
 // Largest single pwrite; keeps injected faults and progress granular.
 constexpr size_t kMaxWriteBytes = size_t{64} << 20;
-
-std::string TemporaryName(const std::string& path) {
-  std::random_device rd;
-  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  return absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), r);
-}
 
 int PosixFsyncDirectory(const char* dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -266,7 +259,7 @@ absl::Status PublishCheckpoint(const std::string& path,
   const uint64_t payload_offset = planned_prefix.size();
   const uint64_t total = payload_offset + payload_bytes;
 
-  const std::string tmp = TemporaryName(path);
+  const std::string tmp = PublicationTemporaryPath(path);
   int fd = ops.open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     return Annotate(ErrnoStatus(errno, "creating temporary", tmp),
@@ -361,7 +354,7 @@ absl::Status LinkIntoHistory(const std::string& published_path,
                              uint64_t update_count, const FileOps* file_ops) {
   const FileOps ops = file_ops != nullptr ? *file_ops : PosixFileOps();
   const std::string history = HistoryPath(history_dir, update_count);
-  const std::string history_tmp = TemporaryName(history);
+  const std::string history_tmp = PublicationTemporaryPath(history);
   if (ops.link(published_path.c_str(), history_tmp.c_str()) != 0) {
     const absl::Status link_error = ErrnoStatus(
         errno, absl::StrCat("hard-linking ", published_path, " as"),

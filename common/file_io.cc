@@ -278,10 +278,7 @@ absl::Status CheckOutputPathUsable(const std::string& path,
 
 absl::Status ProbeTemporaryInDirectory(const std::string& path,
                                        absl::string_view what) {
-  std::random_device rd;
-  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) | rd();
-  const std::string probe =
-      absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), r);
+  const std::string probe = PublicationTemporaryPath(path);
   const std::string dir = DirName(path);
   RemoveOnInterrupt(probe);
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
@@ -400,6 +397,12 @@ int RemoveStaleTemporaries(const std::string& path) {
     if (unlink(v.c_str()) == 0) ++removed;
   }
   return removed;
+}
+
+std::string PublicationTemporaryPath(const std::string& path) {
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), r);
 }
 
 std::string NewTemporaryPath(const std::string& path) {

@@ -74,6 +74,12 @@ int RemoveStaleTemporaries(const std::string& path);
 // RemoveStaleTemporaries is the one that parses it.
 std::string NewTemporaryPath(const std::string& path);
 
+// A fresh temporary name for a checkpoint publication of `path`:
+// "<path>.tmp.<pid>.<16 hex digits>" (random). The one place that format
+// is made (checkpoint/publisher.h's IsTemporaryName parses it); the longest
+// temporary name of any writer here, which ProbeTemporaryInDirectory tries.
+std::string PublicationTemporaryPath(const std::string& path);
+
 // Reads the whole file (or stdin for "-") into a string.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
@@ -123,8 +129,8 @@ absl::Status CheckOutputPathUsable(const std::string& path,
                                    absl::string_view what);
 
 // Creates and at once removes, in the directory of `path`, a file named
-// like the longest temporary a writer of `path` uses ("PATH.tmp.PID.<16
-// hex>", checkpoint/publisher.h's; NewTemporaryPath's is shorter), so that
+// like the longest temporary a writer of `path` uses
+// (PublicationTemporaryPath; NewTemporaryPath's is shorter), so that
 // an output that cannot be published is refused before the work rather
 // than after it. InvalidArgument "WHAT PATH: too long a name for its
 // temporary (... bytes; the directory allows N)"; PermissionDenied "WHAT
