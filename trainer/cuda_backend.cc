@@ -347,6 +347,9 @@ class CudaBackend final : public Backend {
   float* da32_ = nullptr;
   bf16* dy16_ = nullptr;
   void* attention_scratch_ = nullptr;
+  // The tuning's attention splits when the backend was created (the
+  // scratch is sized for them).
+  AttentionSplits attention_splits_;
   // Host side (mapped pinned) rings and staging.
   float* loss_ring_ = nullptr;       // [kRingSlots][T]
   float* loss_ring_dev_ = nullptr;   // its device alias
@@ -660,7 +663,10 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(MakeSideRing(&dgu16_ring_, 2, T * 2 * H * sizeof(bf16), "dgu"));
   RETURN_IF_ERROR(Alloc(&dy16_, T * C, "dy bf16"));
   {
-    const size_t bytes = AttentionScratchBytes(T_, NH_, HS_);
+    attention_splits_.forward = g_tuning.attention_forward_split;
+    attention_splits_.query = g_tuning.attention_query_split;
+    attention_splits_.keys = g_tuning.attention_keys_split;
+    const size_t bytes = AttentionScratchBytes(T_, NH_, HS_, attention_splits_);
     char* scratch = nullptr;
     RETURN_IF_ERROR(Alloc(&scratch, bytes, "attention scratch"));
     // Zero once: the kernels' counters start (and stay) at zero.
@@ -811,7 +817,7 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
     if (!Skip(kPartAttentionForward)) {
       CUDA_RETURN_IF_ERROR(AttentionForward(qkv16_[l], T, NH, HS, y16_[l],
                                             stats_[l], attention_scratch_,
-                                            stream_),
+                                            stream_, attention_splits_),
                            "AttentionForward");
     }
     if (!Skip(kPartForwardProducts)) {
@@ -1040,7 +1046,8 @@ absl::Status CudaBackend::BackwardPass() {
         CUDA_RETURN_IF_ERROR(
             OutputDxDeltaMatmul(dresid16, p16_ + o.output, y16_[l], T, C, NH,
                                 HS, dy16_,
-                                AttentionDelta(attention_scratch_, T, NH, HS),
+                                AttentionDelta(attention_scratch_, T, NH, HS,
+                                               attention_splits_),
                                 g_tuning.fused_output_dx_config, stream_),
             "OutputDxDeltaMatmul");
       }
@@ -1054,7 +1061,7 @@ absl::Status CudaBackend::BackwardPass() {
     if (!fused.output_dx && !Skip(kPartAttentionBackward)) {
       CUDA_RETURN_IF_ERROR(
           AttentionBackwardDelta(y16_[l], dy16_, T, NH, HS, attention_scratch_,
-                                 stream_),
+                                 stream_, attention_splits_),
           "AttentionBackwardDelta");
     }
     RETURN_IF_ERROR(reach(kDwAfterDelta));
@@ -1064,13 +1071,14 @@ absl::Status CudaBackend::BackwardPass() {
       CUDA_RETURN_IF_ERROR(
           AttentionBackwardKeys(qkv16_[l], dy16_, stats_[l], rope_table_, T, NH,
                                 HS, attention_scratch_, dqkv16,
-                                attention_stream_),
+                                attention_stream_, attention_splits_),
           "AttentionBackwardKeys");
     }
     if (!Skip(kPartAttentionBackward | kPartAttentionQuery)) {
       CUDA_RETURN_IF_ERROR(
           AttentionBackwardQuery(qkv16_[l], dy16_, stats_[l], rope_table_, T,
-                                 NH, HS, attention_scratch_, dqkv16, stream_),
+                                 NH, HS, attention_scratch_, dqkv16, stream_,
+                                 attention_splits_),
           "AttentionBackwardQuery");
     }
     RETURN_IF_ERROR(JoinAttention());
@@ -1160,9 +1168,11 @@ absl::Status CudaBackend::BuildStepGraph() {
   for (int64_t s = 0; s < contexts; ++s) {
     const AdamWStepScalars a =
         ComputeAdamWStepScalars(hyper, update_count_ + s + 1);
-    static_assert(sizeof(AdamWStepScalars) == sizeof(AdamWDeviceScalars),
+    static_assert(sizeof(AdamWStepScalars) + sizeof(float) ==
+                      sizeof(AdamWDeviceScalars),
                   "AdamW scalar structs differ");
     std::memcpy(&table[s], &a, sizeof(a));
+    SetAdamWDivisorReciprocal(&table[s]);
   }
   RETURN_IF_ERROR(Alloc(&adam_table_, table.size(), "AdamW scalars"));
   CUDA_RETURN_IF_ERROR(
@@ -1495,6 +1505,16 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
     if (value < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("CudaStepTuning.", field, " = ", value, ": negative"));
+    }
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, int>{"attention_forward_split",
+                                    tuning.attention_forward_split},
+        {"attention_query_split", tuning.attention_query_split},
+        {"attention_keys_split", tuning.attention_keys_split}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CudaStepTuning.", field, " = ", value, ": must be at least 1"));
     }
   }
   g_tuning = tuning;

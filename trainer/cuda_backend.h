@@ -54,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainer/backend.h"
+#include "trainer/kernels/attention_items.h"
 #include "trainer/model_config.h"
 
 namespace coppelius {
@@ -155,6 +156,13 @@ struct CudaStepTuning {
   // configuration 3 4.6 µs against 3.6 + 2.0, but the step slower (2.686
   // against 2.663 ms): off.
   int fused_output_dx_config = -1;
+  // Key (or query) tiles per chunk of the attention kernels' items
+  // (kernels/attention.h AttentionSplits; each ≥ 1): fewer give more CTAs
+  // with fewer tile steps each. Read when the backend is created (the
+  // attention scratch is sized for them).
+  int attention_forward_split = kAttentionSplit;
+  int attention_query_split = kAttentionSplit;
+  int attention_keys_split = kAttentionSplit;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

@@ -1,5 +1,6 @@
 // File: trainer/kernels/adamw.cu (see adamw.h for the math).
 #include "trainer/kernels/adamw.h"
+#include "trainer/kernels/divide.h"
 #include "trainer/kernels/launch.cuh"
 
 #include <algorithm>
@@ -13,7 +14,8 @@ constexpr int kWideThreads = 1024;  // capped grids: a whole chunk per pass
 static_assert(kWideThreads * kUnroll == kAdamWChunk,
               "a wide block's pass covers exactly one chunk");
 
-// One element: adamw.h's rule, single IEEE operations in its order. Stores
+// One element: adamw.h's rule, single IEEE operations in its order (the
+// division by bias_correction2_sqrt as divide.h's equal one). Stores
 // p, m, v (and the bf16 copy of p for decayed tensors).
 __device__ __forceinline__ void UpdateElement(const AdamWDeviceScalars& s,
                                               bool decayed, int64_t k,
@@ -27,8 +29,10 @@ __device__ __forceinline__ void UpdateElement(const AdamWDeviceScalars& s,
   const float gg = __fmul_rn(gi, gi);
   const float vi = __fadd_rn(__fmul_rn(s.beta2, vi0),
                              __fmul_rn(s.one_minus_beta2, gg));
-  const float denom = __fadd_rn(
-      __fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt), s.epsilon);
+  const float denom =
+      __fadd_rn(DivideByKnownDivisor(__fsqrt_rn(vi), s.bias_correction2_sqrt,
+                                     s.inv_bias_correction2_sqrt),
+                s.epsilon);
   const float ratio = __fdiv_rn(mi, denom);
   pi = __fsub_rn(pi, __fmul_rn(s.step_size, ratio));
   p[k] = pi;

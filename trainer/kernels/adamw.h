@@ -2,7 +2,9 @@
 //
 // AdamW update on flat planes (SPEC §4), mirroring trainer/adamw.h's exact
 // fp32 operation order bitwise (single IEEE operations, round to nearest,
-// no FMA: __fmul_rn / __fadd_rn / __fsqrt_rn / __fdiv_rn):
+// no FMA: __fmul_rn / __fadd_rn / __fsqrt_rn / __fdiv_rn, and for the
+// division by bias_correction2_sqrt divide.h's three fused operations, which
+// give the same correctly rounded quotient):
 //
 //   if decayed: p = p * decay_factor
 //   m = (beta1 * m) + (one_minus_beta1 * g)
@@ -37,7 +39,9 @@ namespace coppelius {
 
 constexpr int kAdamWChunk = 4096;
 
-// Same fields and order as trainer/adamw.h's AdamWStepScalars.
+// trainer/adamw.h's AdamWStepScalars (the same fields in the same order),
+// then RN(1 / bias_correction2_sqrt) for divide.h: set it with
+// SetAdamWDivisorReciprocal.
 struct AdamWDeviceScalars {
   float decay_factor;
   float beta1, one_minus_beta1;
@@ -45,7 +49,14 @@ struct AdamWDeviceScalars {
   float step_size;
   float bias_correction2_sqrt;
   float epsilon;
+  float inv_bias_correction2_sqrt;
 };
+
+// Sets s->inv_bias_correction2_sqrt = RN(1 / s->bias_correction2_sqrt) (the
+// host's IEEE fp32 division).
+inline void SetAdamWDivisorReciprocal(AdamWDeviceScalars* s) {
+  s->inv_bias_correction2_sqrt = 1.0f / s->bias_correction2_sqrt;
+}
 
 struct AdamWChunk {
   int64_t begin;

@@ -36,6 +36,7 @@
 // not isolated; shared-memory A is what FlashAttention-3 uses there too.)
 #include "trainer/kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -407,6 +408,7 @@ struct Params {
   const float* rope;  // RoPE table: cos [T, HS/2] then sin [T, HS/2]
   bf16* dqkv;         // [T, 3C]
   int T, NH, num_tiles;
+  int split;     // tiles per chunk of this launch (attention_items.h)
   float scale;   // 1/sqrt(HS)
   float scale2;  // scale · log2(e): scores in base-2 exponent units
   // Scratch (AttentionScratchBytes): counters [3][NH][num_tiles] (zero
@@ -586,8 +588,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(TileAlign<kHS>()) bf16 s_q[OwnTileElems<kHS>()];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
-  const int n_chunks = QueryTileChunks(qt);
+  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
+  const int n_chunks = QueryTileChunks(qt, p.split);
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
   const bf16* q = p.qkv + h * kHS;
@@ -890,7 +892,7 @@ __global__ void __launch_bounds__(kThreads, UseWgmma<kHS>() ? 3 : 1)
   __shared__ __align__(TileAlign<kHS>()) bf16 s_dy[OwnTileElems<kHS>()];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, &qt, &chunk, &kt0, &kt1);
+  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
   const bf16* k = p.qkv + C + h * kHS;
   const bf16* v = k + C;
   TileRegs<kHS> nk, nv;
@@ -925,7 +927,7 @@ __global__ void __launch_bounds__(kThreads, UseWgmma<kHS>() ? 3 : 1)
     PackA<8>(s, dsa);
     AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
   });
-  const int n_chunks = QueryTileChunks(qt);
+  const int n_chunks = QueryTileChunks(qt, p.split);
   const int col0 = h * kHS + (threadIdx.x & 3) * 2;
   RopeRows<kHS> rr;
   rr.Load(p.rope, T, qs.t0);
@@ -955,7 +957,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(8) float s_d[kTile];
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
   int kt, chunk, qt0, qt1;
-  KeyItem(blockIdx.x, p.num_tiles, &kt, &chunk, &qt0, &qt1);
+  KeyItem(blockIdx.x, p.num_tiles, p.split, &kt, &chunk, &qt0, &qt1);
   const int r0 = (threadIdx.x >> 5) * 16;
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
   const int j0 = kt * kTile + r0 + g, j1 = j0 + 8;
@@ -1070,7 +1072,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  const int n_chunks = KeyTileChunks(kt, p.num_tiles);
+  const int n_chunks = KeyTileChunks(kt, p.num_tiles, p.split);
   const int col0 = h * kHS + c * 2;
   RopeRows<kHS> rr;
   rr.Load(p.rope, T, j0);
@@ -1108,9 +1110,13 @@ struct ScratchLayout {
   size_t words;
 };
 
-ScratchLayout Layout(int T, int NH, int HS) {
+// Room for the partials of every kernel at its split in `splits`.
+ScratchLayout Layout(int T, int NH, int HS, const AttentionSplits& splits) {
+  const int min_split =
+      std::min(splits.forward, std::min(splits.query, splits.keys));
   const size_t tiles = static_cast<size_t>(AttentionTiles(T));
-  const size_t chunks = static_cast<size_t>(AttentionChunks(static_cast<int>(tiles)));
+  const size_t chunks = static_cast<size_t>(
+      AttentionChunks(static_cast<int>(tiles), min_split));
   const size_t rows = chunks * NH * T;
   const size_t plane = chunks * T * static_cast<size_t>(NH) * HS;
   auto up = [](size_t w) { return (w + 63) / 64 * 64; };
@@ -1138,8 +1144,8 @@ ScratchLayout Layout(int T, int NH, int HS) {
 
 Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
                   const float* rope, bf16* dqkv, int T, int NH, int HS,
-                  void* scratch) {
-  const ScratchLayout l = Layout(T, NH, HS);
+                  void* scratch, const AttentionSplits& splits, int split) {
+  const ScratchLayout l = Layout(T, NH, HS, splits);
   float* w = static_cast<float*>(scratch);
   Params p;
   p.qkv = qkv;
@@ -1151,6 +1157,7 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   p.T = T;
   p.NH = NH;
   p.num_tiles = AttentionTiles(T);
+  p.split = split;
   p.scale = 1.0f / sqrtf(static_cast<float>(HS));
   p.scale2 = p.scale * 1.4426950408889634f;  // log2(e)
   p.counters = reinterpret_cast<int*>(w + l.counters);
@@ -1168,7 +1175,7 @@ enum Which { kForward, kDelta, kQuery, kKeys };
 
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
-  const dim3 grid(NumAttentionItems(p.num_tiles), p.NH);
+  const dim3 grid(NumAttentionItems(p.num_tiles, p.split), p.NH);
   switch (which) {
     case kForward:
       return LaunchKernel(ForwardKernel<kHS>, grid, kThreads, 0, stream, p);
@@ -1190,7 +1197,7 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
 
 cudaError_t Launch(Which which, int HS, const Params& p,
                    cudaStream_t stream) {
-  if (p.T <= 0 || p.NH <= 0) return cudaErrorInvalidValue;
+  if (p.T <= 0 || p.NH <= 0 || p.split < 1) return cudaErrorInvalidValue;
   switch (HS) {
     case 16: return LaunchHS<16>(which, p, stream);
     case 32: return LaunchHS<32>(which, p, stream);
@@ -1204,12 +1211,17 @@ cudaError_t Launch(Which which, int HS, const Params& p,
 cudaError_t LaunchBackward(Which which, const bf16* qkv, const bf16* y,
                            const bf16* dy, const float* stats,
                            const float* rope_table, int T, int NH, int HS,
-                           void* scratch, bf16* dqkv, cudaStream_t stream) {
+                           void* scratch, const AttentionSplits& splits,
+                           int split, bf16* dqkv, cudaStream_t stream) {
   return Launch(which, HS,
                 MakeParams(qkv, dy, const_cast<bf16*>(y),
                            const_cast<float*>(stats), rope_table, dqkv, T, NH,
-                           HS, scratch),
+                           HS, scratch, splits, split),
                 stream);
+}
+
+bool SplitsValid(const AttentionSplits& splits) {
+  return splits.forward >= 1 && splits.query >= 1 && splits.keys >= 1;
 }
 
 }  // namespace
@@ -1218,57 +1230,71 @@ bool AttentionSupportsHeadSize(int HS) {
   return HS == 16 || HS == 32 || HS == 64;
 }
 
-size_t AttentionScratchBytes(int T, int NH, int HS) {
-  return Layout(T, NH, HS).words * 4;
+size_t AttentionScratchBytes(int T, int NH, int HS,
+                             const AttentionSplits& splits) {
+  if (!SplitsValid(splits)) return 0;
+  return Layout(T, NH, HS, splits).words * 4;
 }
 
 cudaError_t AttentionForward(const bf16* qkv, int T, int NH, int HS, bf16* y,
                              float* stats, void* scratch,
-                             cudaStream_t stream) {
+                             cudaStream_t stream,
+                             const AttentionSplits& splits) {
+  if (!SplitsValid(splits)) return cudaErrorInvalidValue;
   return Launch(kForward, HS,
                 MakeParams(qkv, nullptr, y, stats, nullptr, nullptr, T, NH, HS,
-                           scratch),
+                           scratch, splits, splits.forward),
                 stream);
 }
 
-float* AttentionDelta(void* scratch, int T, int NH, int HS) {
-  return static_cast<float*>(scratch) + Layout(T, NH, HS).delta;
+float* AttentionDelta(void* scratch, int T, int NH, int HS,
+                      const AttentionSplits& splits) {
+  if (!SplitsValid(splits)) return nullptr;
+  return static_cast<float*>(scratch) + Layout(T, NH, HS, splits).delta;
 }
 
 cudaError_t AttentionBackwardDelta(const bf16* y, const bf16* dy, int T,
                                    int NH, int HS, void* scratch,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream,
+                                   const AttentionSplits& splits) {
+  if (!SplitsValid(splits)) return cudaErrorInvalidValue;
   return LaunchBackward(kDelta, nullptr, y, dy, nullptr, nullptr, T, NH, HS,
-                        scratch, nullptr, stream);
+                        scratch, splits, 1, nullptr, stream);
 }
 
 cudaError_t AttentionBackwardQuery(const bf16* qkv, const bf16* dy,
                                    const float* stats, const float* rope_table,
                                    int T, int NH, int HS, void* scratch,
-                                   bf16* dqkv, cudaStream_t stream) {
+                                   bf16* dqkv, cudaStream_t stream,
+                                   const AttentionSplits& splits) {
+  if (!SplitsValid(splits)) return cudaErrorInvalidValue;
   return LaunchBackward(kQuery, qkv, nullptr, dy, stats, rope_table, T, NH, HS,
-                        scratch, dqkv, stream);
+                        scratch, splits, splits.query, dqkv, stream);
 }
 
 cudaError_t AttentionBackwardKeys(const bf16* qkv, const bf16* dy,
                                   const float* stats, const float* rope_table,
                                   int T, int NH, int HS, void* scratch,
-                                  bf16* dqkv, cudaStream_t stream) {
+                                  bf16* dqkv, cudaStream_t stream,
+                                  const AttentionSplits& splits) {
+  if (!SplitsValid(splits)) return cudaErrorInvalidValue;
   return LaunchBackward(kKeys, qkv, nullptr, dy, stats, rope_table, T, NH, HS,
-                        scratch, dqkv, stream);
+                        scratch, splits, splits.keys, dqkv, stream);
 }
 
 cudaError_t AttentionBackward(const bf16* qkv, const bf16* y, const bf16* dy,
                               const float* stats, const float* rope_table,
                               int T, int NH, int HS, void* scratch, bf16* dqkv,
-                              cudaStream_t stream) {
-  cudaError_t e = AttentionBackwardDelta(y, dy, T, NH, HS, scratch, stream);
+                              cudaStream_t stream,
+                              const AttentionSplits& splits) {
+  cudaError_t e =
+      AttentionBackwardDelta(y, dy, T, NH, HS, scratch, stream, splits);
   if (e != cudaSuccess) return e;
   e = AttentionBackwardQuery(qkv, dy, stats, rope_table, T, NH, HS, scratch,
-                             dqkv, stream);
+                             dqkv, stream, splits);
   if (e != cudaSuccess) return e;
   return AttentionBackwardKeys(qkv, dy, stats, rope_table, T, NH, HS, scratch,
-                               dqkv, stream);
+                               dqkv, stream, splits);
 }
 
 }  // namespace coppelius

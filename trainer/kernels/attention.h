@@ -42,10 +42,11 @@
 //
 // Parallelism (deterministic: no float atomics; every sum in a fixed
 // order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a
-// query tile is split into chunks of at most 6 key tiles (and the query
-// range of a key tile likewise), one CTA per (tile, chunk, head), so the
-// longest rows (T = 1024: 16 key tiles) take 6 tile steps instead of 16 and
-// every SM gets work. Chunk results combine in chunk order, in the CTA that
+// query tile is split into chunks of at most `split` key tiles (and the
+// query range of a key tile likewise; AttentionSplits, one split per
+// kernel, 6 by default), one CTA per (tile, chunk, head), so the longest
+// rows (T = 1024: 16 key tiles) take 6 tile steps instead of 16 and every
+// SM gets work. Chunk results combine in chunk order, in the CTA that
 // arrives last at an integer counter (fp32 partials in scratch).
 //   forward:   one kernel: per chunk the running maximum, sum and
 //              unnormalized y; the CTA that arrives last rescales the
@@ -63,10 +64,12 @@
 // once before the first use (the kernels leave their counters at zero; the
 // rest is overwritten before it is read). One scratch serves every layer,
 // but calls sharing it must not overlap, except the backward's query and
-// keys kernels with each other, and it is valid only for the (T, NH, HS) it
-// was sized and zeroed for: the regions' offsets depend on them, so a call
-// with another shape would find non-zero counters and combine wrongly.
-// Scratch grows as ⌈T / 384⌉ · T · C · 16 bytes (25 MB at T = 1024, C = 512).
+// keys kernels with each other, and it is valid only for the (T, NH, HS)
+// and AttentionSplits it was sized and zeroed for: the regions' offsets
+// depend on them, so a call with another shape or splits would find
+// non-zero counters and combine wrongly. Scratch grows as
+// ⌈T / (64 · s)⌉ · T · C · 16 bytes, s the smallest split (25 MB at
+// T = 1024, C = 512 and s = 6).
 // Requirements: HS ∈ {16, 32, 64} and T, NH > 0 (else every function returns
 // cudaErrorInvalidValue); qkv, y and dy 16-byte aligned, dqkv, stats, rope
 // and scratch 8-byte aligned (cudaMalloc gives 256); outputs not aliasing
@@ -79,32 +82,48 @@
 
 #include <cstddef>
 
+#include "trainer/kernels/attention_items.h"
+
 namespace coppelius {
+
+// Key (or query) tiles per chunk of each kernel's items (attention_items.h);
+// each ≥ 1, else every function returns cudaErrorInvalidValue (and
+// AttentionScratchBytes 0, AttentionDelta nullptr). Fewer tiles per chunk
+// give more CTAs, each with fewer tile steps, and more partials to combine.
+struct AttentionSplits {
+  int forward = kAttentionSplit;
+  int query = kAttentionSplit;  // the backward's dq kernel
+  int keys = kAttentionSplit;   // the backward's dk/dv kernel
+};
 
 // True if the fused kernels support head size HS (16, 32 or 64).
 bool AttentionSupportsHeadSize(int HS);
 
-// Bytes of scratch the kernels need at this size.
-size_t AttentionScratchBytes(int T, int NH, int HS);
+// Bytes of scratch the kernels need at this size and these splits.
+size_t AttentionScratchBytes(int T, int NH, int HS,
+                             const AttentionSplits& splits = {});
 
 // Writes y [T, C] and stats [NH, T] (one kernel on `stream`). Every
 // function returns cudaErrorInvalidValue for an unsupported HS, else the
 // launch status.
 cudaError_t AttentionForward(const __nv_bfloat16* qkv, int T, int NH, int HS,
                              __nv_bfloat16* y, float* stats, void* scratch,
-                             cudaStream_t stream);
+                             cudaStream_t stream,
+                             const AttentionSplits& splits = {});
 
 // Backward step (1): D of every row into scratch, from the forward's
 // output y [T, C] and its gradient dy [T, C].
 cudaError_t AttentionBackwardDelta(const __nv_bfloat16* y,
                                    const __nv_bfloat16* dy, int T, int NH,
-                                   int HS, void* scratch, cudaStream_t stream);
+                                   int HS, void* scratch, cudaStream_t stream,
+                                   const AttentionSplits& splits = {});
 
 // Where step (1) writes D: [NH, T] fp32 inside `scratch` (sized by
 // AttentionScratchBytes for the same T, NH, HS). A product that computes D
 // itself in step (1)'s order (fused_matmul.h's OutputDxDeltaMatmul) writes
 // it here instead, and step (1) is left out.
-float* AttentionDelta(void* scratch, int T, int NH, int HS);
+float* AttentionDelta(void* scratch, int T, int NH, int HS,
+                      const AttentionSplits& splits = {});
 
 // Backward step (2), after (1): the dq columns of dqkv. `rope_table` is
 // rope.h's RopeTable(T, HS, base) on the device.
@@ -112,14 +131,16 @@ cudaError_t AttentionBackwardQuery(const __nv_bfloat16* qkv,
                                    const __nv_bfloat16* dy, const float* stats,
                                    const float* rope_table, int T, int NH,
                                    int HS, void* scratch, __nv_bfloat16* dqkv,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream,
+                                   const AttentionSplits& splits = {});
 
 // Backward step (3), after (1): the dk and dv columns of dqkv.
 cudaError_t AttentionBackwardKeys(const __nv_bfloat16* qkv,
                                   const __nv_bfloat16* dy, const float* stats,
                                   const float* rope_table, int T, int NH,
                                   int HS, void* scratch, __nv_bfloat16* dqkv,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream,
+                                  const AttentionSplits& splits = {});
 
 // (1), (2), (3) in order on one stream: the whole dqkv [T, 3C].
 cudaError_t AttentionBackward(const __nv_bfloat16* qkv,
@@ -127,7 +148,8 @@ cudaError_t AttentionBackward(const __nv_bfloat16* qkv,
                               const __nv_bfloat16* dy, const float* stats,
                               const float* rope_table, int T, int NH, int HS,
                               void* scratch, __nv_bfloat16* dqkv,
-                              cudaStream_t stream);
+                              cudaStream_t stream,
+                              const AttentionSplits& splits = {});
 
 }  // namespace coppelius
 

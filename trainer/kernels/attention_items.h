@@ -6,17 +6,20 @@
 // num_tiles = ⌈T / 64⌉ query tiles and as many key tiles, and query tile qt
 // attends to key tiles 0..qt.
 //
-// Query-side items (forward kernels, backward D and dq kernels): one per
+// Every kernel splits the key range of a query tile (or the query range of
+// a key tile) into chunks of at most `split` tiles, its own split (the
+// forward, dq and dk/dv kernels may use different ones).
+// Query-side items (forward and backward dq kernels): one per
 // (query tile qt, chunk), the chunk covering key tiles
-// kAttentionSplit·chunk .. min(qt, kAttentionSplit·chunk + kAttentionSplit − 1);
+// split·chunk .. min(qt, split·chunk + split − 1);
 // item index i = 0, 1, … enumerates query tiles from the last (longest
 // rows) to the first, chunks in order within a tile.
 // Key-side items (backward dk/dv kernel): one per (key tile kt, chunk), the
-// chunk covering query tiles kt + kAttentionSplit·chunk .. at most
-// kAttentionSplit of them, up to num_tiles − 1; enumerated from key tile 0
+// chunk covering query tiles kt + split·chunk .. at most split of them, up
+// to num_tiles − 1; enumerated from key tile 0
 // (the most query tiles) up.
-// Both enumerations have NumAttentionItems(num_tiles) items (the causal
-// pairs (qt, kt ≤ qt) grouped by rows or by columns).
+// Both enumerations have NumAttentionItems(num_tiles, split) items (the
+// causal pairs (qt, kt ≤ qt) grouped by rows or by columns).
 #ifndef COPPELIUS_TRAINER_KERNELS_ATTENTION_ITEMS_H_
 #define COPPELIUS_TRAINER_KERNELS_ATTENTION_ITEMS_H_
 
@@ -30,10 +33,11 @@ namespace coppelius {
 
 constexpr int kAttentionTile = 64;
 
-// 6 tiles per chunk: at T = 1024 (16 tiles) and NH = 8 that is 240 items,
-// one wave at the 2 CTAs per SM the register use of the backward and output
-// kernels allows (264 on 132 SMs); with 4 tiles (320 items) they ran in two
-// waves (measured on the H200, 2026-11-30, docs/PERFORMANCE.md run 5).
+// The default split, 6 tiles per chunk: at T = 1024 (16 tiles) and NH = 8
+// that is 240 items, one wave at the 2 CTAs per SM the register use of the
+// backward and output kernels allowed (264 on 132 SMs); with 4 tiles (320
+// items) they ran in two waves (measured on the H200, 2026-11-30,
+// docs/PERFORMANCE.md run 5).
 constexpr int kAttentionSplit = 6;
 
 // Tiles covering T positions.
@@ -41,56 +45,56 @@ COPPELIUS_HOST_DEVICE int AttentionTiles(int T) {
   return (T + kAttentionTile - 1) / kAttentionTile;
 }
 
-// Chunks of a run of `tiles` tiles (≥ 1).
-COPPELIUS_HOST_DEVICE int AttentionChunks(int tiles) {
-  return (tiles - 1) / kAttentionSplit + 1;
+// Chunks of a run of `tiles` tiles (≥ 1), `split` (≥ 1) tiles per chunk.
+COPPELIUS_HOST_DEVICE int AttentionChunks(int tiles, int split) {
+  return (tiles - 1) / split + 1;
 }
 
 // Chunks of query tile qt (its key tiles 0..qt) and of key tile kt (its
 // query tiles kt..num_tiles − 1).
-COPPELIUS_HOST_DEVICE int QueryTileChunks(int qt) {
-  return AttentionChunks(qt + 1);
+COPPELIUS_HOST_DEVICE int QueryTileChunks(int qt, int split) {
+  return AttentionChunks(qt + 1, split);
 }
-COPPELIUS_HOST_DEVICE int KeyTileChunks(int kt, int num_tiles) {
-  return AttentionChunks(num_tiles - kt);
+COPPELIUS_HOST_DEVICE int KeyTileChunks(int kt, int num_tiles, int split) {
+  return AttentionChunks(num_tiles - kt, split);
 }
 
 // Items of either enumeration: Σ over query tiles of QueryTileChunks.
-COPPELIUS_HOST_DEVICE int NumAttentionItems(int num_tiles) {
+COPPELIUS_HOST_DEVICE int NumAttentionItems(int num_tiles, int split) {
   int n = 0;
-  for (int t = 0; t < num_tiles; ++t) n += QueryTileChunks(t);
+  for (int t = 0; t < num_tiles; ++t) n += QueryTileChunks(t, split);
   return n;
 }
 
 // Query-side item i → (qt, chunk) and the chunk's key tiles [kt0, kt1].
-COPPELIUS_HOST_DEVICE void QueryItem(int i, int num_tiles, int* qt,
-                                     int* chunk, int* kt0, int* kt1) {
+COPPELIUS_HOST_DEVICE void QueryItem(int i, int num_tiles, int split,
+                                     int* qt, int* chunk, int* kt0, int* kt1) {
   int t = num_tiles - 1;
   for (; t > 0; --t) {
-    const int n = QueryTileChunks(t);
+    const int n = QueryTileChunks(t, split);
     if (i < n) break;
     i -= n;
   }
   *qt = t;
   *chunk = i;
-  *kt0 = i * kAttentionSplit;
-  const int last = *kt0 + kAttentionSplit - 1;
+  *kt0 = i * split;
+  const int last = *kt0 + split - 1;
   *kt1 = last < t ? last : t;
 }
 
 // Key-side item i → (kt, chunk) and the chunk's query tiles [qt0, qt1].
-COPPELIUS_HOST_DEVICE void KeyItem(int i, int num_tiles, int* kt, int* chunk,
-                                   int* qt0, int* qt1) {
+COPPELIUS_HOST_DEVICE void KeyItem(int i, int num_tiles, int split, int* kt,
+                                   int* chunk, int* qt0, int* qt1) {
   int t = 0;
   for (; t < num_tiles - 1; ++t) {
-    const int n = KeyTileChunks(t, num_tiles);
+    const int n = KeyTileChunks(t, num_tiles, split);
     if (i < n) break;
     i -= n;
   }
   *kt = t;
   *chunk = i;
-  *qt0 = t + i * kAttentionSplit;
-  const int last = *qt0 + kAttentionSplit - 1;
+  *qt0 = t + i * split;
+  const int last = *qt0 + split - 1;
   *qt1 = last < num_tiles - 1 ? last : num_tiles - 1;
 }
 

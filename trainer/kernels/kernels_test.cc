@@ -745,8 +745,10 @@ TEST(FusedMatmulTest, OutputDxDeltaAgainstDoubleAndTheDeltaKernel) {
 // kernels round at FlashAttention-2's points instead (the unnormalized P̃,
 // D from the rounded y: attention.h); the relative bf16 tolerance covers
 // both.
-void RunAttentionCase(int NH, int T, int HS) {
-  SCOPED_TRACE(testing::Message() << "NH=" << NH << " T=" << T << " HS=" << HS);
+void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {}) {
+  SCOPED_TRACE(testing::Message() << "NH=" << NH << " T=" << T << " HS=" << HS
+                                  << " splits " << splits.forward << "/"
+                                  << splits.query << "/" << splits.keys);
   const int C = NH * HS;
   const size_t nqkv = static_cast<size_t>(T) * 3 * C, ny = static_cast<size_t>(T) * C;
   // Scores of standard deviation ~2: peaked and flat rows both occur.
@@ -761,7 +763,7 @@ void RunAttentionCase(int NH, int T, int HS) {
   // Scratch: the counters (its first 3·NH·⌈T/64⌉ words) zero-filled once,
   // as the backend zero-fills the whole; the rest is poisoned (NaN) to show
   // it is written before it is read.
-  const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS);
+  const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS, splits);
   const size_t counter_bytes = 3 * static_cast<size_t>(NH) * AttentionTiles(T) * 4;
   DeviceBuffer<char> scratch(scratch_bytes);
   ASSERT_LE(counter_bytes, scratch_bytes);
@@ -769,11 +771,11 @@ void RunAttentionCase(int NH, int T, int HS) {
   d_qkv.Upload(ToBf16(qkv));
   d_dy.Upload(ToBf16(dy));
   ASSERT_EQ(AttentionForward(AsBf16(d_qkv), T, NH, HS, AsBf16(d_y), d_stats.get(),
-                             scratch.get(), nullptr),
+                             scratch.get(), nullptr, splits),
             cudaSuccess);
   ASSERT_EQ(AttentionBackward(AsBf16(d_qkv), AsBf16(d_y), AsBf16(d_dy), d_stats.get(),
                               d_rope.get(), T,
-                              NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr),
+                              NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr, splits),
             cudaSuccess);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> y(ny, 0.0), stats(static_cast<size_t>(NH) * T),
@@ -859,17 +861,18 @@ void RunAttentionCase(int NH, int T, int HS) {
   cudaStream_t side;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(AttentionForward(AsBf16(d_qkv), T, NH, HS, AsBf16(d_y), d_stats.get(),
-                             scratch.get(), nullptr),
+                             scratch.get(), nullptr, splits),
             cudaSuccess);
   ASSERT_EQ(AttentionBackwardDelta(AsBf16(d_y), AsBf16(d_dy), T, NH, HS, scratch.get(),
-                                   nullptr),
+                                   nullptr, splits),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(AttentionBackwardKeys(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
-                                  T, NH, HS, scratch.get(), AsBf16(d_dqkv), side),
+                                  T, NH, HS, scratch.get(), AsBf16(d_dqkv), side, splits),
             cudaSuccess);
   ASSERT_EQ(AttentionBackwardQuery(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
-                                   T, NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr),
+                                   T, NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr,
+                                   splits),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStreamDestroy(side);
@@ -888,6 +891,29 @@ TEST(AttentionTest, FusedForwardBackwardAgainstDouble) {
   // last device run of 2026-11-30; first run in the next GPU session.)
   RunAttentionCase(3, 777, 16);
   RunAttentionCase(4, 1100, 32);
+}
+
+TEST(AttentionTest, OtherSplitsAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  // Chunks of 1..5 tiles per kernel (CudaStepTuning's attention splits):
+  // more chunks to combine, the scratch sized for the smallest split.
+  RunAttentionCase(2, 1000, 64, {3, 4, 5});
+  RunAttentionCase(8, 1024, 64, {4, 3, 6});
+  RunAttentionCase(2, 500, 64, {2, 1, 3});
+  RunAttentionCase(3, 777, 16, {1, 2, 4});
+  RunAttentionCase(2, 1100, 32, {5, 3, 2});
+}
+
+TEST(AttentionTest, RejectsSplitBelowOne) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_EQ(AttentionScratchBytes(256, 2, 64, {0, 6, 6}), 0u);
+  EXPECT_EQ(AttentionForward(nullptr, 256, 2, 64, nullptr, nullptr, nullptr, nullptr,
+                             {6, 6, 0}),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(AttentionBackwardQuery(nullptr, nullptr, nullptr, nullptr, 256, 2, 64, nullptr,
+                                   nullptr, nullptr, {6, -1, 6}),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(AttentionDelta(nullptr, 256, 2, 64, {6, 6, 0}), nullptr);
 }
 
 TEST(AttentionTest, RejectsUnsupportedHeadSize) {
@@ -1098,7 +1124,8 @@ TEST_P(AdamWTest, BitwiseEqualToHostRule) {
   for (uint64_t t : {1, 2, 1000}) {
     const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
     AdamWDeviceScalars d;
-    std::memcpy(&d, &s, sizeof(d));
+    std::memcpy(&d, &s, sizeof(s));
+    SetAdamWDivisorReciprocal(&d);
     table.push_back(d);
   }
   DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);

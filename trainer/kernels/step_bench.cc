@@ -88,6 +88,16 @@ ABSL_FLAG(int, fused_output_dx_config,
           coppelius::CudaStepTuning().fused_output_dx_config,
           "attention output dX product writing D too, in this tile "
           "configuration (fused_matmul.h); -1: cuBLASLt + the D kernel");
+ABSL_FLAG(int, attention_forward_split,
+          coppelius::CudaStepTuning().attention_forward_split,
+          "key tiles per chunk of the attention forward's items (attention.h "
+          "AttentionSplits); also for the kernel rows");
+ABSL_FLAG(int, attention_query_split,
+          coppelius::CudaStepTuning().attention_query_split,
+          "key tiles per chunk of the attention backward's dq items");
+ABSL_FLAG(int, attention_keys_split,
+          coppelius::CudaStepTuning().attention_keys_split,
+          "query tiles per chunk of the attention backward's dk/dv items");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -300,33 +310,40 @@ int KernelBench() {
     float* rope = F(rope_h.size());
     cudaMemcpy(rope, rope_h.data(), rope_h.size() * 4, cudaMemcpyHostToDevice);
     void* scratch = nullptr;
-    const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS);
+    AttentionSplits splits;
+    splits.forward = absl::GetFlag(FLAGS_attention_forward_split);
+    splits.query = absl::GetFlag(FLAGS_attention_query_split);
+    splits.keys = absl::GetFlag(FLAGS_attention_keys_split);
+    const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS, splits);
     scratch = static_cast<decltype(scratch)>(DevAlloc(scratch_bytes));
     CHECK_CUDA(cudaMemset(scratch, 0, scratch_bytes));
     const double causal_product = 2.0 * NH * T * (T + 1) / 2.0 * HS;
     g_rows.push_back({"attention fwd (fused, 1 kernel)", TimeIt([&] {
-                        return AttentionForward(qkv, T, NH, HS, y, stats, scratch, g_stream) ==
+                        return AttentionForward(qkv, T, NH, HS, y, stats, scratch, g_stream,
+                                                splits) ==
                                cudaSuccess;
                       }),
                       0, 2 * causal_product});
     g_rows.push_back({"attention bwd (fused, 3 kernels, 1 stream, incl. inverse RoPE)", TimeIt([&] {
                         return AttentionBackward(qkv, y, dy, stats, rope, T, NH, HS, scratch,
-                                                 dqkv, g_stream) == cudaSuccess;
+                                                 dqkv, g_stream, splits) == cudaSuccess;
                       }),
                       0, 4 * causal_product});
     g_rows.push_back({"  attention bwd: delta kernel", TimeIt([&] {
                         return AttentionBackwardDelta(y, dy, T, NH, HS, scratch,
-                                                      g_stream) == cudaSuccess;
+                                                      g_stream, splits) == cudaSuccess;
                       }),
                       0, 0});
     g_rows.push_back({"  attention bwd: query kernel", TimeIt([&] {
                         return AttentionBackwardQuery(qkv, dy, stats, rope, T, NH, HS,
-                                                      scratch, dqkv, g_stream) == cudaSuccess;
+                                                      scratch, dqkv, g_stream,
+                                                      splits) == cudaSuccess;
                       }),
                       0, 0});
     g_rows.push_back({"  attention bwd: keys kernel", TimeIt([&] {
                         return AttentionBackwardKeys(qkv, dy, stats, rope, T, NH, HS,
-                                                     scratch, dqkv, g_stream) == cudaSuccess;
+                                                     scratch, dqkv, g_stream,
+                                                     splits) == cudaSuccess;
                       }),
                       0, 0});
   }
@@ -445,7 +462,8 @@ int KernelBench() {
     dchunks = static_cast<decltype(dchunks)>(DevAlloc(chunks.size() * sizeof(AdamWChunk)));
     cudaMemcpy(dchunks, chunks.data(), chunks.size() * sizeof(AdamWChunk),
                cudaMemcpyHostToDevice);
-    AdamWDeviceScalars s = {0.99997f, 0.9f, 0.1f, 0.95f, 0.05f, 3e-4f, 0.2f, 1e-8f};
+    AdamWDeviceScalars s = {0.99997f, 0.9f, 0.1f, 0.95f, 0.05f, 3e-4f, 0.2f, 1e-8f, 0.0f};
+    SetAdamWDivisorReciprocal(&s);
     AdamWDeviceScalars* ds = nullptr;
     ds = static_cast<decltype(ds)>(DevAlloc(sizeof(s)));
     cudaMemcpy(ds, &s, sizeof(s), cudaMemcpyHostToDevice);
@@ -650,6 +668,9 @@ int Main(int argc, char** argv) {
   tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
   tuning.fused_down_dx_config = absl::GetFlag(FLAGS_fused_down_dx_config);
   tuning.fused_output_dx_config = absl::GetFlag(FLAGS_fused_output_dx_config);
+  tuning.attention_forward_split = absl::GetFlag(FLAGS_attention_forward_split);
+  tuning.attention_query_split = absl::GetFlag(FLAGS_attention_query_split);
+  tuning.attention_keys_split = absl::GetFlag(FLAGS_attention_keys_split);
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),
