@@ -1194,6 +1194,12 @@ absl::Status CudaBackend::BuildStepGraph() {
   }
   CUDA_RETURN_IF_ERROR(end, "cudaStreamEndCapture");
   graph_ = graph;
+  if (g_tuning.graph_dot_file != nullptr) {
+    CUDA_RETURN_IF_ERROR(
+        cudaGraphDebugDotPrint(graph_, g_tuning.graph_dot_file,
+                               cudaGraphDebugDotFlagsVerbose),
+        absl::StrCat("cudaGraphDebugDotPrint(", g_tuning.graph_dot_file, ")"));
+  }
   CUDA_RETURN_IF_ERROR(
       cudaGraphInstantiate(&graph_exec_, graph_,
                            cudaGraphInstantiateFlagUseNodePriority),

@@ -163,6 +163,11 @@ struct CudaStepTuning {
   int attention_forward_split = kAttentionSplit;
   int attention_query_split = kAttentionSplit;
   int attention_keys_split = kAttentionSplit;
+  // Diagnostics: when not null, the captured step graph is written to this
+  // file in Graphviz DOT form (cudaGraphDebugDotPrint, verbose: every
+  // node's kernel, its dependencies as edges). The caller keeps the string
+  // alive while the tuning is in force.
+  const char* graph_dot_file = nullptr;
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };

@@ -98,6 +98,8 @@ ABSL_FLAG(int, attention_query_split,
 ABSL_FLAG(int, attention_keys_split,
           coppelius::CudaStepTuning().attention_keys_split,
           "query tiles per chunk of the attention backward's dk/dv items");
+ABSL_FLAG(std::string, graph_dot, "",
+          "diagnostics: write the captured step graph to this file (DOT)");
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
@@ -671,6 +673,8 @@ int Main(int argc, char** argv) {
   tuning.attention_forward_split = absl::GetFlag(FLAGS_attention_forward_split);
   tuning.attention_query_split = absl::GetFlag(FLAGS_attention_query_split);
   tuning.attention_keys_split = absl::GetFlag(FLAGS_attention_keys_split);
+  const std::string graph_dot = absl::GetFlag(FLAGS_graph_dot);
+  if (!graph_dot.empty()) tuning.graph_dot_file = graph_dot.c_str();
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
     const auto it =
         std::find_if(std::begin(kStepParts), std::end(kStepParts),
