@@ -164,7 +164,7 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
   // Product p (cuda_products.h) on the main stream; the logits forward
-  // product with a workspace of its own (HoistWorkspaceMemsets).
+  // product with a workspace of its own (ReplaceWorkspaceMemsets).
   absl::Status Mm(CudaProduct p, const bf16* a, const bf16* b, const float* c,
                   float* d) {
     return plans_[p]->Run(a, b, c, d,
@@ -1167,17 +1167,19 @@ absl::Status CudaBackend::EnqueueStepBody() {
 
 // cuBLASLt's persistent product kernels (the logits forward's, at the
 // coppelius size) zero a counter in their workspace with a memset just
-// before the kernel; captured, the memset becomes a graph node between the
-// kernel and its predecessor, and the GPU sat idle 7 µs there every step
-// (docs/PERFORMANCE.md run 15). For each memset node writing into
-// [workspace, workspace + bytes) — a workspace only one product uses — this
-// moves the memset to the start of the graph (no dependencies; graph
-// launches on a stream run one after another, so the previous step's use
-// is over) and makes the memset's former predecessors predecessors of its
-// dependents, so that they still run in order. Internal if a CUDA graph
+// before the kernel; captured, that is a memset node between the kernel
+// and its predecessor, and the GPU sat idle 7 µs there every step; a
+// memset node moved to the start of the graph left 11 µs idle there
+// instead (docs/PERFORMANCE.md run 15). So each memset node writing into
+// [workspace, workspace + bytes) — a workspace only one product uses — is
+// replaced by a kernel node doing the same (AddMemsetKernelNode) at the
+// start of the graph, with no dependencies (graph launches on a stream run
+// one after another, so the previous step's use is over), before the
+// memset's dependents; the memset's predecessors become predecessors of its
+// dependents, so that those still run in order. Internal if a CUDA graph
 // call fails.
-absl::Status HoistWorkspaceMemsets(cudaGraph_t graph, const void* workspace,
-                                   size_t bytes) {
+absl::Status ReplaceWorkspaceMemsets(cudaGraph_t graph, const void* workspace,
+                                     size_t bytes) {
   size_t count = 0;
   CUDA_RETURN_IF_ERROR(cudaGraphGetNodes(graph, nullptr, &count),
                        "cudaGraphGetNodes");
@@ -1211,16 +1213,20 @@ absl::Status HoistWorkspaceMemsets(cudaGraph_t graph, const void* workspace,
         cudaGraphNodeGetDependentNodes(node, out.data(), out_edges.data(),
                                        &n_out),
         "cudaGraphNodeGetDependentNodes");
-    for (size_t i = 0; i < n_in; ++i) {
-      for (size_t j = 0; j < n_out; ++j) {
+    cudaGraphNode_t fill = nullptr;
+    CUDA_RETURN_IF_ERROR(AddMemsetKernelNode(graph, params, &fill),
+                         "AddMemsetKernelNode");
+    for (size_t j = 0; j < n_out; ++j) {
+      CUDA_RETURN_IF_ERROR(
+          cudaGraphAddDependencies(graph, &fill, &out[j], nullptr, 1),
+          "cudaGraphAddDependencies");
+      for (size_t i = 0; i < n_in; ++i) {
         CUDA_RETURN_IF_ERROR(
             cudaGraphAddDependencies(graph, &in[i], &out[j], &in_edges[i], 1),
             "cudaGraphAddDependencies");
       }
-      CUDA_RETURN_IF_ERROR(
-          cudaGraphRemoveDependencies(graph, &in[i], &node, &in_edges[i], 1),
-          "cudaGraphRemoveDependencies");
     }
+    CUDA_RETURN_IF_ERROR(cudaGraphDestroyNode(node), "cudaGraphDestroyNode");
   }
   return absl::OkStatus();
 }
@@ -1260,8 +1266,8 @@ absl::Status CudaBackend::BuildStepGraph() {
   }
   CUDA_RETURN_IF_ERROR(end, "cudaStreamEndCapture");
   graph_ = graph;
-  RETURN_IF_ERROR(HoistWorkspaceMemsets(graph_, logits_workspace_,
-                                        kWorkspaceBytes));
+  RETURN_IF_ERROR(ReplaceWorkspaceMemsets(graph_, logits_workspace_,
+                                          kWorkspaceBytes));
   if (g_tuning.graph_dot_file != nullptr) {
     CUDA_RETURN_IF_ERROR(
         cudaGraphDebugDotPrint(graph_, g_tuning.graph_dot_file,

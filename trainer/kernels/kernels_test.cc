@@ -1179,6 +1179,55 @@ TEST(CastTest, RoundsToNearestEven) {
 
 // ------------------------------------------------------------------ step
 
+// AddMemsetKernelNode against cudaMemset2D's meaning, for each element
+// size: a 3-row pitched region inside a poisoned buffer; the bytes outside
+// the rows' elements must stay poisoned.
+TEST(StepKernelsTest, MemsetKernelNodeDoesWhatTheMemsetDoes) {
+  SKIP_WITHOUT_GPU();
+  for (unsigned element_size : {1u, 2u, 4u}) {
+    SCOPED_TRACE(testing::Message() << "element size " << element_size);
+    const size_t pitch = 64, width = 13, height = 3, bytes = 256;
+    DeviceBuffer<uint8_t> buf(bytes);
+    ASSERT_EQ(cudaMemset(buf.get(), 0xAB, bytes), cudaSuccess);
+    cudaMemsetParams m = {};
+    m.dst = buf.get() + 8;
+    m.pitch = pitch;
+    m.value = 0x12345678u;
+    m.elementSize = element_size;
+    m.width = width;
+    m.height = height;
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+    cudaGraphNode_t node;
+    ASSERT_EQ(AddMemsetKernelNode(graph, m, &node), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    const std::vector<uint8_t> got = buf.Download();
+    for (size_t i = 0; i < bytes; ++i) {
+      uint8_t want = 0xAB;
+      if (i >= 8) {
+        const size_t row = (i - 8) / pitch, col = (i - 8) % pitch;
+        if (row < height && col < width * element_size) {
+          want = static_cast<uint8_t>(m.value >> (8 * (col % element_size)));
+        }
+      }
+      ASSERT_EQ(got[i], want) << "byte " << i;
+    }
+  }
+  cudaMemsetParams bad = {};
+  bad.elementSize = 3;
+  bad.width = bad.height = 1;
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+  cudaGraphNode_t node;
+  EXPECT_EQ(AddMemsetKernelNode(graph, bad, &node), cudaErrorInvalidValue);
+  cudaGraphDestroy(graph);
+}
+
 TEST(StepKernelsTest, StageContextRingAndCounter) {
   SKIP_WITHOUT_GPU();
   const int T = 8, V = 100;

@@ -1,6 +1,8 @@
 // File: trainer/kernels/step.cu (see step.h).
 #include "trainer/kernels/step.h"
 
+#include <algorithm>
+
 #include "trainer/kernels/launch.cuh"
 
 namespace coppelius {
@@ -51,6 +53,25 @@ __global__ void AdvanceKernel(int64_t* step) {
   *step += 1;
 }
 
+// Element i of `height` rows of `width` elements of `element_size` bytes,
+// rows `pitch` bytes apart, ← value (grid-stride).
+__global__ void MemsetKernel(unsigned char* dst, size_t pitch, unsigned value,
+                             unsigned element_size, size_t width,
+                             size_t height) {
+  const size_t n = width * height;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    unsigned char* p = dst + (i / width) * pitch + (i % width) * element_size;
+    if (element_size == 1) {
+      *p = static_cast<unsigned char>(value);
+    } else if (element_size == 2) {
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(value);
+    } else {
+      *reinterpret_cast<uint32_t*>(p) = value;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t StageContext(const uint32_t* ids, uint64_t num_tokens,
@@ -75,6 +96,33 @@ cudaError_t Timestamp(const int64_t* step, int slots, int which,
 
 cudaError_t AdvanceStep(int64_t* step, cudaStream_t stream) {
   return LaunchKernel(AdvanceKernel, 1, 1, 0, stream, step);
+}
+
+cudaError_t AddMemsetKernelNode(cudaGraph_t graph,
+                                const cudaMemsetParams& memset,
+                                cudaGraphNode_t* node) {
+  unsigned char* dst = static_cast<unsigned char*>(memset.dst);
+  size_t pitch = memset.pitch;
+  unsigned value = memset.value;
+  unsigned element_size = memset.elementSize;
+  size_t width = memset.width;
+  size_t height = memset.height;
+  if (element_size != 1 && element_size != 2 && element_size != 4) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t n = width * height;
+  const unsigned threads = 256;
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<size_t>(std::max<size_t>((n + threads - 1) / threads, 1), 1024));
+  void* args[] = {&dst, &pitch, &value, &element_size, &width, &height};
+  cudaKernelNodeParams params = {};
+  params.func = reinterpret_cast<void*>(MemsetKernel);
+  params.gridDim = dim3(blocks);
+  params.blockDim = dim3(threads);
+  params.sharedMemBytes = 0;
+  params.kernelParams = args;
+  params.extra = nullptr;
+  return cudaGraphAddKernelNode(node, graph, nullptr, 0, &params);
 }
 
 }  // namespace coppelius

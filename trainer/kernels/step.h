@@ -20,6 +20,13 @@
 // Timestamp: ring[(*step mod slots) · 2 + which] = %globaltimer (ns).
 //
 // AdvanceStep: *step += 1.
+//
+// AddMemsetKernelNode: a kernel node in `graph`, with no dependencies, that
+// does what a memset node with `memset`'s parameters does (height rows of
+// width elements of elementSize 1, 2 or 4 bytes set to value, rows pitch
+// bytes apart; cudaMemsetParams' meaning). For a captured library memset
+// that would otherwise sit in the chain as a memset node (cuda_backend.cc
+// ReplaceWorkspaceMemsets). cudaErrorInvalidValue for another element size.
 #ifndef COPPELIUS_TRAINER_KERNELS_STEP_H_
 #define COPPELIUS_TRAINER_KERNELS_STEP_H_
 
@@ -41,6 +48,10 @@ cudaError_t Timestamp(const int64_t* step, int slots, int which,
                       uint64_t* ring, cudaStream_t stream);
 
 cudaError_t AdvanceStep(int64_t* step, cudaStream_t stream);
+
+cudaError_t AddMemsetKernelNode(cudaGraph_t graph,
+                                const cudaMemsetParams& memset,
+                                cudaGraphNode_t* node);
 
 }  // namespace coppelius
 
