@@ -163,13 +163,10 @@ class CudaBackend final : public Backend {
     ASSIGN_OR_RETURN(*plan, MatmulPlan::Create(lt_, s, kWorkspaceBytes));
     return absl::OkStatus();
   }
-  // Product p (cuda_products.h) on the main stream; the logits forward
-  // product with a workspace of its own (ReplaceWorkspaceMemsets).
+  // Product p (cuda_products.h) on the main stream.
   absl::Status Mm(CudaProduct p, const bf16* a, const bf16* b, const float* c,
                   float* d) {
-    return plans_[p]->Run(a, b, c, d,
-                          p == kLogitsForward ? logits_workspace_ : workspace_,
-                          stream_);
+    return plans_[p]->Run(a, b, c, d, workspace_, stream_);
   }
   // The same on the side stream (its own workspace), after a Fork.
   absl::Status MmSide(CudaProduct p, const bf16* a, const bf16* b, float* d) {
@@ -292,7 +289,6 @@ class CudaBackend final : public Backend {
   cudaEvent_t fork_event_ = nullptr;
   cudaEvent_t join_event_ = nullptr;
   void* side_workspace_ = nullptr;
-  void* logits_workspace_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   std::vector<void*> allocations_;
   void* workspace_ = nullptr;
@@ -543,8 +539,6 @@ absl::Status CudaBackend::Init() {
     workspace_ = ws;
     RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt side workspace"));
     side_workspace_ = ws;
-    RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt logits workspace"));
-    logits_workspace_ = ws;
   }
   RETURN_IF_ERROR(Alloc(&pmv_, 3 * N_, "P/M/V"));
   RETURN_IF_ERROR(Alloc(&grad_, N_, "gradients"));
@@ -1168,25 +1162,19 @@ absl::Status CudaBackend::EnqueueStepBody() {
 // cuBLASLt's persistent product kernels (the logits forward's, at the
 // coppelius size) zero a counter in their workspace with a memset just
 // before the kernel; captured, that is a memset node between the kernel
-// and its predecessor, and the GPU sat idle 7 µs there every step; a
-// memset node moved to the start of the graph left 11 µs idle there
-// instead (docs/PERFORMANCE.md run 15). So each memset node writing into
-// [workspace, workspace + bytes) — a workspace only one product uses — is
-// replaced by a kernel node doing the same (AddMemsetKernelNode) at the
-// start of the graph, with no dependencies (graph launches on a stream run
-// one after another, so the previous step's use is over), before the
-// memset's dependents; the memset's predecessors become predecessors of its
-// dependents, so that those still run in order. Internal if a CUDA graph
-// call fails.
-absl::Status ReplaceWorkspaceMemsets(cudaGraph_t graph, const void* workspace,
-                                     size_t bytes) {
+// and its predecessor, and the GPU sat idle 7 µs there every step. (Moved
+// to the start of the graph as a second root node, as a memset or as a
+// kernel, it left 11 µs idle there instead: docs/PERFORMANCE.md run 15.)
+// So every memset node is replaced in place by a kernel node doing the same
+// (AddMemsetKernelNode), with the memset's predecessors and dependents.
+// Internal if a CUDA graph call fails.
+absl::Status ReplaceMemsetNodes(cudaGraph_t graph) {
   size_t count = 0;
   CUDA_RETURN_IF_ERROR(cudaGraphGetNodes(graph, nullptr, &count),
                        "cudaGraphGetNodes");
   std::vector<cudaGraphNode_t> nodes(count);
   CUDA_RETURN_IF_ERROR(cudaGraphGetNodes(graph, nodes.data(), &count),
                        "cudaGraphGetNodes");
-  const auto begin = reinterpret_cast<uintptr_t>(workspace);
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type;
     CUDA_RETURN_IF_ERROR(cudaGraphNodeGetType(node, &type),
@@ -1195,8 +1183,6 @@ absl::Status ReplaceWorkspaceMemsets(cudaGraph_t graph, const void* workspace,
     cudaMemsetParams params;
     CUDA_RETURN_IF_ERROR(cudaGraphMemsetNodeGetParams(node, &params),
                          "cudaGraphMemsetNodeGetParams");
-    const auto dst = reinterpret_cast<uintptr_t>(params.dst);
-    if (dst < begin || dst >= begin + bytes) continue;
     size_t n_in = 0, n_out = 0;
     CUDA_RETURN_IF_ERROR(
         cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n_in),
@@ -1216,15 +1202,15 @@ absl::Status ReplaceWorkspaceMemsets(cudaGraph_t graph, const void* workspace,
     cudaGraphNode_t fill = nullptr;
     CUDA_RETURN_IF_ERROR(AddMemsetKernelNode(graph, params, &fill),
                          "AddMemsetKernelNode");
+    for (size_t i = 0; i < n_in; ++i) {
+      CUDA_RETURN_IF_ERROR(
+          cudaGraphAddDependencies(graph, &in[i], &fill, &in_edges[i], 1),
+          "cudaGraphAddDependencies");
+    }
     for (size_t j = 0; j < n_out; ++j) {
       CUDA_RETURN_IF_ERROR(
-          cudaGraphAddDependencies(graph, &fill, &out[j], nullptr, 1),
+          cudaGraphAddDependencies(graph, &fill, &out[j], &out_edges[j], 1),
           "cudaGraphAddDependencies");
-      for (size_t i = 0; i < n_in; ++i) {
-        CUDA_RETURN_IF_ERROR(
-            cudaGraphAddDependencies(graph, &in[i], &out[j], &in_edges[i], 1),
-            "cudaGraphAddDependencies");
-      }
     }
     CUDA_RETURN_IF_ERROR(cudaGraphDestroyNode(node), "cudaGraphDestroyNode");
   }
@@ -1266,8 +1252,7 @@ absl::Status CudaBackend::BuildStepGraph() {
   }
   CUDA_RETURN_IF_ERROR(end, "cudaStreamEndCapture");
   graph_ = graph;
-  RETURN_IF_ERROR(ReplaceWorkspaceMemsets(graph_, logits_workspace_,
-                                          kWorkspaceBytes));
+  RETURN_IF_ERROR(ReplaceMemsetNodes(graph_));
   if (g_tuning.graph_dot_file != nullptr) {
     CUDA_RETURN_IF_ERROR(
         cudaGraphDebugDotPrint(graph_, g_tuning.graph_dot_file,

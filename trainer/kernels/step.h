@@ -21,12 +21,12 @@
 //
 // AdvanceStep: *step += 1.
 //
-// AddMemsetKernelNode: a kernel node in `graph`, with no dependencies, that
+// AddMemsetKernelNode: a kernel node in `graph` (no dependencies yet) that
 // does what a memset node with `memset`'s parameters does (height rows of
 // width elements of elementSize 1, 2 or 4 bytes set to value, rows pitch
 // bytes apart; cudaMemsetParams' meaning). For a captured library memset
 // that would otherwise sit in the chain as a memset node (cuda_backend.cc
-// ReplaceWorkspaceMemsets). cudaErrorInvalidValue for another element size.
+// ReplaceMemsetNodes). cudaErrorInvalidValue for another element size.
 #ifndef COPPELIUS_TRAINER_KERNELS_STEP_H_
 #define COPPELIUS_TRAINER_KERNELS_STEP_H_
 
