@@ -23,11 +23,7 @@
 #ifndef COPPELIUS_TRAINER_KERNELS_ATTENTION_ITEMS_H_
 #define COPPELIUS_TRAINER_KERNELS_ATTENTION_ITEMS_H_
 
-#if defined(__CUDACC__)
-#define COPPELIUS_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define COPPELIUS_HOST_DEVICE inline
-#endif
+#include "trainer/kernels/host_device.h"
 
 namespace coppelius {
 
@@ -99,7 +95,5 @@ COPPELIUS_HOST_DEVICE void KeyItem(int i, int num_tiles, int split, int* kt,
 }
 
 }  // namespace coppelius
-
-#undef COPPELIUS_HOST_DEVICE
 
 #endif  // COPPELIUS_TRAINER_KERNELS_ATTENTION_ITEMS_H_

@@ -26,13 +26,9 @@
 #ifndef COPPELIUS_TRAINER_KERNELS_DIVIDE_H_
 #define COPPELIUS_TRAINER_KERNELS_DIVIDE_H_
 
-#if defined(__CUDACC__)
-#define COPPELIUS_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define COPPELIUS_HOST_DEVICE inline
-#endif
-
 #include <cmath>
+
+#include "trainer/kernels/host_device.h"
 
 namespace coppelius {
 
@@ -51,7 +47,5 @@ COPPELIUS_HOST_DEVICE float DivideByKnownDivisor(float a, float b, float y) {
 }
 
 }  // namespace coppelius
-
-#undef COPPELIUS_HOST_DEVICE
 
 #endif  // COPPELIUS_TRAINER_KERNELS_DIVIDE_H_
