@@ -639,6 +639,7 @@ int Main(int argc, char** argv) {
       "step_bench [--config=coppelius] [--steps=300] [--kernels=true] "
       "[--pdl=false] [--adamw_blocks=N] [--side_schedule=N] "
       "[--adamw_schedule=N] [--side_priority=N] [--adamw_priority=N] "
+      "[--attention_{forward,query,keys}_split=N] [--graph_dot=FILE] "
       "[--skip=PART,...] [--trace=FILE [--trace_steps=N]]\nKernel timings "
       "at the coppelius shapes, then ms/step of the CUDA backend; --trace "
       "then records the kernels of N more steps (CUPTI) into FILE "
