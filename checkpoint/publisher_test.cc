@@ -109,6 +109,39 @@ TEST_F(PublisherTest, ReplacesAndLeavesNoTemporary) {
   EXPECT_EQ(st.st_mode & 0777, 0644u);
 }
 
+// SIGTERM at each stage before the rename, in a child process with the
+// binaries' interrupt cleanup installed (train does): the process ends by
+// the signal, no temporary is left and the published checkpoint is intact.
+// (Before 2026-11-30 train installed no cleanup: a signal during a
+// publication left the temporary behind.)
+TEST_F(PublisherTest, InterruptLeavesNoTemporary) {
+  for (PublishStage target :
+       {PublishStage::kTemporaryCreated, PublishStage::kAllocated,
+        PublishStage::kPayloadWritten, PublishStage::kPrefixWritten,
+        PublishStage::kSynced, PublishStage::kClosed}) {
+    SCOPED_TRACE(testing::Message() << "stage " << static_cast<int>(target));
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      InstallInterruptCleanup();
+      PublishOptions options;
+      options.threads = 2;
+      options.stage_hook = [target](PublishStage stage) {
+        if (stage == target) raise(SIGTERM);
+      };
+      (void)PublishCheckpoint(path_, id_, 2000, new_.data(), kPayloadBytes,
+                              options);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
+        << "status " << status;
+    EXPECT_THAT(ListDir(dir_), ElementsAre("model.ckpt"));
+    EXPECT_EQ(VerifiedUpdateCount(path_, id_), 1000);
+  }
+}
+
 // With no threads to be had (the digester and the digest pool refused),
 // publication still completes: digests first, then the write.
 TEST_F(PublisherTest, PublishesWhenTheSystemRefusesThreads) {

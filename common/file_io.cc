@@ -329,8 +329,12 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
     return status;
   }
   const std::string tmp = NewTemporaryPath(path);
+  // Registered before it exists: an interrupt between the two leaves
+  // nothing behind.
+  RemoveOnInterrupt(tmp);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
+    KeepOnInterrupt(tmp);
     // Named by the path asked for (the temporary's name means nothing to
     // the caller), with the temporary after it.
     const int e = errno;
@@ -339,7 +343,6 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
         s.code(), absl::StrCat(s.message(), " (creating its temporary ", tmp,
                                ")"));
   }
-  RemoveOnInterrupt(tmp);
   absl::Status status = WriteAll(fd, contents.data(), contents.size(), tmp);
   if (status.ok() && fsync(fd) != 0) status = ErrnoStatus(errno, "fsync", tmp);
   if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", tmp);

@@ -35,11 +35,11 @@ absl::Status ErrnoStatus(int errno_value, absl::string_view what,
 // nowhere.
 void ProtectStandardStreams();
 
-// Interrupt cleanup. A writer registers a temporary while it exists
-// (RemoveOnInterrupt; WriteFileAtomically, TokenCacheWriter and inspect's
-// stdin spool do) and unregisters it once renamed or removed
-// (KeepOnInterrupt). After InstallInterruptCleanup (tokenize, make-cache and
-// inspect call it first thing), SIGINT, SIGTERM and SIGHUP remove every
+// Interrupt cleanup. A writer registers a temporary before creating it
+// (RemoveOnInterrupt; WriteFileAtomically, TokenCacheWriter, the checkpoint
+// publisher and inspect's stdin spool do) and unregisters it once renamed
+// or removed (KeepOnInterrupt). After InstallInterruptCleanup (tokenize,
+// make-cache, inspect and train call it first thing), SIGINT, SIGTERM and SIGHUP remove every
 // registered temporary, then end the process by the same signal (default
 // action), so that Ctrl-C leaves no partial file behind; what SIGKILL
 // leaves, RemoveStaleTemporaries clears later. At most 8 temporaries at

@@ -270,12 +270,15 @@ absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
     w.fd_ = STDOUT_FILENO;
   } else {
     w.tmp_path_ = NewTemporaryPath(path);
+    // Registered before it exists: an interrupt in between leaves nothing.
+    RemoveOnInterrupt(w.tmp_path_);
     w.fd_ = open(w.tmp_path_.c_str(),
                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w.fd_ < 0) {
-      return ErrnoStatus(errno, "creating temporary token cache", w.tmp_path_);
+      const int e = errno;
+      KeepOnInterrupt(w.tmp_path_);
+      return ErrnoStatus(e, "creating temporary token cache", w.tmp_path_);
     }
-    RemoveOnInterrupt(w.tmp_path_);
   }
   char h[kTokenCacheHeaderBytes];
   absl::little_endian::Store64(h, header.mtime_ns);

@@ -37,6 +37,9 @@ ABSL_FLAG(int, crash_after_publications, 0,
 
 int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
+  // SIGINT, SIGTERM, SIGHUP: the publisher's temporary removed, then the
+  // process ends by the signal (common/file_io.h).
+  coppelius::InstallInterruptCleanup();
   coppelius::ExitOnOutOfMemory("train");
   absl::SetProgramUsageMessage(
       "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
