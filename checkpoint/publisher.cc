@@ -263,11 +263,7 @@ absl::Status PublishCheckpoint(const std::string& path,
   // Registered before it exists, so that no interrupt can leave it behind
   // (common/file_io.h: the handler unlinks registered paths); unregistered
   // once renamed or removed, on every return below.
-  RemoveOnInterrupt(tmp);
-  struct Unregister {
-    const std::string& path;
-    ~Unregister() { KeepOnInterrupt(path); }
-  } unregister{tmp};
+  const RemoveOnInterruptScope remove_on_interrupt(tmp);
   int fd = ops.open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     return Annotate(ErrnoStatus(errno, "creating temporary", tmp),
@@ -363,11 +359,7 @@ absl::Status LinkIntoHistory(const std::string& published_path,
   const FileOps ops = file_ops != nullptr ? *file_ops : PosixFileOps();
   const std::string history = HistoryPath(history_dir, update_count);
   const std::string history_tmp = PublicationTemporaryPath(history);
-  RemoveOnInterrupt(history_tmp);
-  struct Unregister {
-    const std::string& path;
-    ~Unregister() { KeepOnInterrupt(path); }
-  } unregister{history_tmp};
+  const RemoveOnInterruptScope remove_on_interrupt(history_tmp);
   if (ops.link(published_path.c_str(), history_tmp.c_str()) != 0) {
     const absl::Status link_error = ErrnoStatus(
         errno, absl::StrCat("hard-linking ", published_path, " as"),

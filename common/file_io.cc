@@ -280,15 +280,16 @@ absl::Status ProbeTemporaryInDirectory(const std::string& path,
                                        absl::string_view what) {
   const std::string probe = PublicationTemporaryPath(path);
   const std::string dir = DirName(path);
-  RemoveOnInterrupt(probe);
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                      0644);
-  const int err = errno;
-  if (fd >= 0) {
-    close(fd);
-    unlink(probe.c_str());
+  int fd = -1, err = 0;
+  {
+    const RemoveOnInterruptScope remove_on_interrupt(probe);
+    fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    err = errno;
+    if (fd >= 0) {
+      close(fd);
+      unlink(probe.c_str());
+    }
   }
-  KeepOnInterrupt(probe);
   if (fd >= 0) return absl::OkStatus();
   if (err == ENAMETOOLONG) {
     const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
@@ -331,10 +332,9 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
   const std::string tmp = NewTemporaryPath(path);
   // Registered before it exists: an interrupt between the two leaves
   // nothing behind.
-  RemoveOnInterrupt(tmp);
+  const RemoveOnInterruptScope remove_on_interrupt(tmp);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
-    KeepOnInterrupt(tmp);
     // Named by the path asked for (the temporary's name means nothing to
     // the caller), with the temporary after it.
     const int e = errno;
@@ -349,9 +349,10 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
   if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
     status = ErrnoStatus(errno, "renaming to", path);
   }
-  if (!status.ok()) unlink(tmp.c_str());
-  KeepOnInterrupt(tmp);
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    unlink(tmp.c_str());
+    return status;
+  }
   return FsyncDirectory(DirName(path));
 }
 

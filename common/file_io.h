@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,8 +39,9 @@ void ProtectStandardStreams();
 // Interrupt cleanup. A writer registers a temporary before creating it
 // (RemoveOnInterrupt; WriteFileAtomically, TokenCacheWriter, the checkpoint
 // publisher and inspect's stdin spool do) and unregisters it once renamed
-// or removed (KeepOnInterrupt). After InstallInterruptCleanup (tokenize,
-// make-cache, inspect and train call it first thing), SIGINT, SIGTERM and SIGHUP remove every
+// or removed (KeepOnInterrupt; RemoveOnInterruptScope does both for a
+// scope). After InstallInterruptCleanup (tokenize, make-cache, inspect and
+// train call it first thing), SIGINT, SIGTERM and SIGHUP remove every
 // registered temporary, then end the process by the same signal (default
 // action), so that Ctrl-C leaves no partial file behind; what SIGKILL
 // leaves, RemoveStaleTemporaries clears later. At most 8 temporaries at
@@ -47,6 +49,22 @@ void ProtectStandardStreams();
 void InstallInterruptCleanup();
 void RemoveOnInterrupt(const std::string& path);
 void KeepOnInterrupt(const std::string& path);
+
+// RemoveOnInterrupt(path) for the lifetime of the object: construct it
+// before creating the temporary, and let it go out of scope once the file
+// is renamed or removed.
+class RemoveOnInterruptScope {
+ public:
+  explicit RemoveOnInterruptScope(std::string path) : path_(std::move(path)) {
+    RemoveOnInterrupt(path_);
+  }
+  ~RemoveOnInterruptScope() { KeepOnInterrupt(path_); }
+  RemoveOnInterruptScope(const RemoveOnInterruptScope&) = delete;
+  RemoveOnInterruptScope& operator=(const RemoveOnInterruptScope&) = delete;
+
+ private:
+  std::string path_;
+};
 
 // Whether ProtectStandardStreams found standard output (fd 1) closed: a
 // binary that writes a report to std::cout (not through WriteAll) checks it
