@@ -43,6 +43,7 @@
 #include "trainer/kernels/attention_items.h"
 #include "trainer/kernels/bf16.cuh"
 #include "trainer/kernels/launch.cuh"
+#include "trainer/kernels/tma.cuh"
 #include "trainer/kernels/wgmma.cuh"
 
 namespace coppelius {
@@ -54,10 +55,16 @@ constexpr int kTile = kAttentionTile;  // positions per tile (rows or keys)
 constexpr int kThreads = 128;  // 4 warps × 16 rows
 constexpr int kPad = 8;        // bf16 of padding per shared-memory row
 
+using kernels::BarrierArriveExpectBytes;
+using kernels::BarrierInit;
+using kernels::BarrierWait;
 using kernels::Descriptor;
 using kernels::DescriptorNMajor;
 using kernels::FenceProxyAsync;
+using kernels::MakeMap;
+using kernels::PrefetchTensorMap;
 using kernels::SharedAddress;
+using kernels::TmaLoad;
 using kernels::Wgmma;
 using kernels::WgmmaCommit;
 using kernels::WgmmaFence;
@@ -569,90 +576,65 @@ __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
   }
 }
 
-// Forward: per query-side item, one pass over the chunk's keys with the
-// online softmax of FlashAttention-2 (Dao, 2023, Algorithm 1): per key tile,
-// the running row maximum m (raw scores; scale2 > 0 keeps the order), the
-// rescale α = 2^((m_old − m)·scale2) of the running sum l and the unnormalized
-// output o, then P̃ = 2^(S·scale2 − m·scale2) (one FFMA and one ex2 per
-// element), l += Σ P̃ (fp32), o += bf16(P̃) · v. A one-chunk tile writes
-// y = bf16(o / l) and lse2 = m·scale2 + log2 l; otherwise each chunk writes
-// (m·scale2, l, o) and the CTA that arrives last combines them in chunk
-// order: M = max m_c, L = Σ l_c·2^(m_c − M), y = bf16(Σ o_c·2^(m_c − M) / L),
-// lse2 = M + log2 L.
 template <int kHS>
-__global__ void __launch_bounds__(kThreads)
-    ForwardKernel(const Params p) {
-  GridDependencyWait();
-  __shared__ __align__(TileAlign<kHS>()) bf16 s_k[TileElems<kHS>()];
-  __shared__ __align__(TileAlign<kHS>()) bf16 s_v[TileElems<kHS>()];
-  __shared__ __align__(TileAlign<kHS>()) bf16 s_q[OwnTileElems<kHS>()];
-  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
-  int qt, chunk, kt0, kt1;
-  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
-  const int n_chunks = QueryTileChunks(qt, p.split);
-  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
-  const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g, t1 = t0 + 8;
-  const bf16* q = p.qkv + h * kHS;
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  // q's tile: kept for wgmma, else staged in s_k for the fragments.
-  bf16* const q_tile = UseWgmma<kHS>() ? s_q : s_k;
-  RowOperand<kHS> qa;
-  TileRegs<kHS> nk, nv;
-  {
-    TileRegs<kHS> tq;
-    tq.Load(q, ld, qt * kTile, T);
-    nk.Load(k, ld, kt0 * kTile, T);
-    nv.Load(v, ld, kt0 * kTile, T);
-    tq.Store(q_tile);
-    __syncthreads();
-    qa.Load(q_tile, (threadIdx.x >> 5) * 16);
+__device__ __forceinline__ void ForwardTile(const RowOperand<kHS>& qa,
+                                            const bf16* s_k, const bf16* s_v,
+                                            bool diagonal, int j0, int t0,
+                                            float scale2, float& m0,
+                                            float& m1, float& l0, float& l1,
+                                            float (&o)[kHS / 8][4]) {
+  float s[8][4];
+  RowProducts<kHS, 8>(qa, s_k, 0, s);
+  if (diagonal) MaskAbove(s, j0, t0, -INFINITY);
+  float x0 = m0, x1 = m1;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
+    x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
   }
-  // Every row has a key at or before it in the chunk's first tile, so the
-  // maxima are finite from the first tile on (2^−∞ = 0 rescales the empty
-  // sums). Rows beyond T read q = 0: finite scores, never stored.
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  float o[kHS / 8][4] = {};
-  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
-    float s[8][4];
-    RowProducts<kHS, 8>(qa, s_k, 0, s);
-    if (kt == qt) MaskAbove(s, kt * kTile, t0, -INFINITY);
-    float x0 = m0, x1 = m1;
+  x0 = QuadMax(x0);
+  x1 = QuadMax(x1);
+  const float a0 = Exp2((m0 - x0) * scale2);
+  const float a1 = Exp2((m1 - x1) * scale2);
+  m0 = x0;
+  m1 = x1;
+  const float b0 = m0 * scale2, b1 = m1 * scale2;
+  float r0 = 0.0f, r1 = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
-      x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
-    }
-    x0 = QuadMax(x0);
-    x1 = QuadMax(x1);
-    const float a0 = Exp2((m0 - x0) * p.scale2);
-    const float a1 = Exp2((m1 - x1) * p.scale2);
-    m0 = x0;
-    m1 = x1;
-    const float b0 = m0 * p.scale2, b1 = m1 * p.scale2;
-    float r0 = 0.0f, r1 = 0.0f;
+  for (int n = 0; n < 8; ++n) {
+    s[n][0] = Exp2(fmaf(s[n][0], scale2, -b0));
+    s[n][1] = Exp2(fmaf(s[n][1], scale2, -b0));
+    s[n][2] = Exp2(fmaf(s[n][2], scale2, -b1));
+    s[n][3] = Exp2(fmaf(s[n][3], scale2, -b1));
+    r0 += s[n][0] + s[n][1];
+    r1 += s[n][2] + s[n][3];
+  }
+  l0 = fmaf(l0, a0, r0);
+  l1 = fmaf(l1, a1, r1);
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      s[n][0] = Exp2(fmaf(s[n][0], p.scale2, -b0));
-      s[n][1] = Exp2(fmaf(s[n][1], p.scale2, -b0));
-      s[n][2] = Exp2(fmaf(s[n][2], p.scale2, -b1));
-      s[n][3] = Exp2(fmaf(s[n][3], p.scale2, -b1));
-      r0 += s[n][0] + s[n][1];
-      r1 += s[n][2] + s[n][3];
-    }
-    l0 = fmaf(l0, a0, r0);
-    l1 = fmaf(l1, a1, r1);
-#pragma unroll
-    for (int dn = 0; dn < kHS / 8; ++dn) {
-      o[dn][0] *= a0;
-      o[dn][1] *= a0;
-      o[dn][2] *= a1;
-      o[dn][3] *= a1;
-    }
-    uint32_t pa[4][4];
-    PackA<8>(s, pa);
-    AccumulateT<kHS, 4>(pa, s_v, 0, o);
-  });
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+    o[dn][0] *= a0;
+    o[dn][1] *= a0;
+    o[dn][2] *= a1;
+    o[dn][3] *= a1;
+  }
+  uint32_t pa[4][4];
+  PackA<8>(s, pa);
+  AccumulateT<kHS, 4>(pa, s_v, 0, o);
+}
+
+// The forward's end for query tile qt, chunk `chunk` of n_chunks, rows t0
+// and t0 + 8 of this thread: the row sums across the quad; with several
+// chunks the partials written and, in the CTA that arrives last, combined
+// in chunk order; then lse2 and y.
+template <int kHS>
+__device__ __forceinline__ void ForwardFinish(const Params& p, int h, int qt,
+                                              int chunk, int n_chunks, int t0,
+                                              float m0, float m1, float l0,
+                                              float l1,
+                                              float (&o)[kHS / 8][4]) {
+  const int T = p.T, C = p.NH * kHS;
+  const int c = threadIdx.x & 3, t1 = t0 + 8;
   l0 = QuadSum(l0);
   l1 = QuadSum(l1);
   m0 *= p.scale2;  // from here on in base-2 exponent units
@@ -737,6 +719,61 @@ __global__ void __launch_bounds__(kThreads)
           __floats2bfloat162_rn(o[dn][2] * inv1, o[dn][3] * inv1);
     }
   }
+}
+
+// Forward: per query-side item, one pass over the chunk's keys with the
+// online softmax of FlashAttention-2 (Dao, 2023, Algorithm 1): per key tile,
+// the running row maximum m (raw scores; scale2 > 0 keeps the order), the
+// rescale α = 2^((m_old − m)·scale2) of the running sum l and the unnormalized
+// output o, then P̃ = 2^(S·scale2 − m·scale2) (one FFMA and one ex2 per
+// element), l += Σ P̃ (fp32), o += bf16(P̃) · v. A one-chunk tile writes
+// y = bf16(o / l) and lse2 = m·scale2 + log2 l; otherwise each chunk writes
+// (m·scale2, l, o) and the CTA that arrives last combines them in chunk
+// order: M = max m_c, L = Σ l_c·2^(m_c − M), y = bf16(Σ o_c·2^(m_c − M) / L),
+// lse2 = M + log2 L.
+// The forward's step over one key tile, staged in s_k and s_v (j0 its
+// first key; `diagonal`: the query tile's own, masked above the diagonal):
+// FlashAttention-2's online softmax (Algorithm 1) on the raw scores, the
+// rows' running maximum m and sum l, o rescaled and P̃·v added.
+template <int kHS>
+__global__ void __launch_bounds__(kThreads)
+    ForwardKernel(const Params p) {
+  GridDependencyWait();
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_k[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_v[TileElems<kHS>()];
+  __shared__ __align__(TileAlign<kHS>()) bf16 s_q[OwnTileElems<kHS>()];
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS, ld = 3 * C;
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
+  const int n_chunks = QueryTileChunks(qt, p.split);
+  const int g = (threadIdx.x & 31) >> 2;
+  const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + g;
+  const bf16* q = p.qkv + h * kHS;
+  const bf16* k = q + C;
+  const bf16* v = q + 2 * C;
+  // q's tile: kept for wgmma, else staged in s_k for the fragments.
+  bf16* const q_tile = UseWgmma<kHS>() ? s_q : s_k;
+  RowOperand<kHS> qa;
+  TileRegs<kHS> nk, nv;
+  {
+    TileRegs<kHS> tq;
+    tq.Load(q, ld, qt * kTile, T);
+    nk.Load(k, ld, kt0 * kTile, T);
+    nv.Load(v, ld, kt0 * kTile, T);
+    tq.Store(q_tile);
+    __syncthreads();
+    qa.Load(q_tile, (threadIdx.x >> 5) * 16);
+  }
+  // Every row has a key at or before it in the chunk's first tile, so the
+  // maxima are finite from the first tile on (2^−∞ = 0 rescales the empty
+  // sums). Rows beyond T read q = 0: finite scores, never stored.
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float o[kHS / 8][4] = {};
+  ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
+    ForwardTile<kHS>(qa, s_k, s_v, kt == qt, kt * kTile, t0, p.scale2, m0, m1,
+                     l0, l1, o);
+  });
+  ForwardFinish<kHS>(p, h, qt, chunk, n_chunks, t0, m0, m1, l0, l1, o);
 }
 
 // The RoPE table entries of this thread's rows t0 and t0 + 8 (rows beyond T
@@ -844,6 +881,77 @@ struct QuerySide {
     Probabilities(s, scale2, lse0, lse1, kt == qt, kt * kTile, t0);
   }
 };
+
+// The forward on the tensor memory accelerator (HS = 64, a chunk of at
+// most kTmaTiles key tiles; AttentionForward picks it when it can): one
+// thread issues every load of the CTA at once — q's tile and each key
+// tile's k and v, 64 × 64 bf16 boxes of the qkv tensor map, written by the
+// TMA in the 128-byte-swizzle layout the products read — each key tile on
+// an mbarrier of its own, and the loop waits for each in turn. No tile is
+// staged through registers and no buffer is reused, so the loop has no
+// barrier; rows beyond T arrive as zeros (the map's bounds), as TileRegs
+// gives them. Same products, softmax and combine as ForwardKernel
+// (ForwardTile, ForwardFinish), so the same bits.
+// Dynamic shared memory (ForwardTmaSharedBytes): 1024 bytes of alignment
+// slack, q, k[kTmaTiles], v[kTmaTiles] (8 KB each), then the mbarriers of
+// q and of each key tile.
+constexpr int kTmaTiles = 6;
+constexpr int kTmaTileBytes = kTile * 64 * 2;
+
+constexpr int ForwardTmaSharedBytes() {
+  return 1024 + (1 + 2 * kTmaTiles) * kTmaTileBytes + 8 * (1 + kTmaTiles);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    ForwardTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
+                     const Params p) {
+  constexpr int kHS = 64;
+  GridDependencyWait();
+  extern __shared__ unsigned char forward_shared[];
+  unsigned char* const base = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(forward_shared) + 1023) &
+      ~static_cast<uintptr_t>(1023));
+  auto tile = [&](int i) {
+    return reinterpret_cast<bf16*>(base + i * kTmaTileBytes);
+  };
+  const uint32_t bars = SharedAddress(base + (1 + 2 * kTmaTiles) * kTmaTileBytes);
+  const int h = blockIdx.y, C = p.NH * kHS;
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
+  const int n = kt1 - kt0 + 1;  // ≤ p.split ≤ kTmaTiles (AttentionForward)
+  const int n_chunks = QueryTileChunks(qt, p.split);
+  const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&qkv_map);
+    for (int i = 0; i <= n; ++i) BarrierInit(bars + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    BarrierArriveExpectBytes(bars, kTmaTileBytes);
+    TmaLoad(SharedAddress(tile(0)), &qkv_map, h * kHS, qt * kTile, bars);
+    for (int i = 0; i < n; ++i) {
+      const uint32_t bar = bars + 8 * (1 + i);
+      BarrierArriveExpectBytes(bar, 2 * kTmaTileBytes);
+      TmaLoad(SharedAddress(tile(1 + i)), &qkv_map, C + h * kHS,
+              (kt0 + i) * kTile, bar);
+      TmaLoad(SharedAddress(tile(1 + kTmaTiles + i)), &qkv_map,
+              2 * C + h * kHS, (kt0 + i) * kTile, bar);
+    }
+  }
+  RowOperand<kHS> qa;
+  BarrierWait(bars, 0);
+  qa.Load(tile(0), (threadIdx.x >> 5) * 16);
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float o[kHS / 8][4] = {};
+  for (int i = 0; i < n; ++i) {
+    BarrierWait(bars + 8 * (1 + i), 0);
+    const int kt = kt0 + i;
+    ForwardTile<kHS>(qa, tile(1 + i), tile(1 + kTmaTiles + i), kt == qt,
+                     kt * kTile, t0, p.scale2, m0, m1, l0, l1, o);
+  }
+  ForwardFinish<kHS>(p, h, qt, chunk, n_chunks, t0, m0, m1, l0, l1, o);
+}
 
 // Backward, kernel 1: D[h][t] = Σ_d dy[t, h·HS + d] · y[t, h·HS + d]
 // (fp32), which equals Σ_j P[t, j]·dP[t, j] (dP = dy·vᵀ, y = P·v): the
@@ -1178,6 +1286,23 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
   const dim3 grid(NumAttentionItems(p.num_tiles, p.split), p.NH);
   switch (which) {
     case kForward:
+      if constexpr (kHS == 64) {
+        if (p.split <= kTmaTiles) {
+          // The qkv tensor [T, 3C] in 64 × 64 boxes (rows beyond T: zeros).
+          CUtensorMap map;
+          const cudaError_t e = MakeMap(p.qkv, p.T, 3 * p.NH * kHS, kTile, &map);
+          if (e == cudaSuccess) {
+            constexpr int bytes = ForwardTmaSharedBytes();
+            const cudaError_t a = cudaFuncSetAttribute(
+                ForwardTmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                bytes);
+            if (a != cudaSuccess) return a;
+            return LaunchKernel(ForwardTmaKernel, grid, kThreads, bytes,
+                                stream, map, p);
+          }
+          if (e != cudaErrorNotSupported) return e;
+        }
+      }
       return LaunchKernel(ForwardKernel<kHS>, grid, kThreads, 0, stream, p);
     case kDelta: {
       const int64_t threads = static_cast<int64_t>(p.T) * p.NH * kHS / 8;
