@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "trainer/kernels/attention_items.h"
 #include "trainer/kernels/bf16.cuh"
@@ -844,18 +845,23 @@ struct QuerySide {
   float lse0, lse1;
   int t0, qt;
 
-  __device__ __forceinline__ void Init(const Params& p, int h, int tile,
-                                       bf16* tile_a, bf16* tile_b) {
-    const int C = p.NH * kHS, T = p.T;
+  // Rows t0, t0 + 8 of query tile `tile` and their lse2 (rows beyond T:
+  // lse2 = +∞ gives P = 0).
+  __device__ __forceinline__ void InitRows(const Params& p, int h, int tile) {
+    const int T = p.T;
     qt = tile;
     t0 = qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
     const int t1 = t0 + 8;
-    TileRegs<kHS> tq, td;
-    tq.Load(p.qkv + h * kHS, 3 * C, qt * kTile, T);
-    td.Load(p.dy + h * kHS, C, qt * kTile, T);
-    // Rows beyond T: lse2 = +∞ gives P = 0.
     lse0 = t0 < T ? p.stats[h * T + t0] : INFINITY;
     lse1 = t1 < T ? p.stats[h * T + t1] : INFINITY;
+  }
+  __device__ __forceinline__ void Init(const Params& p, int h, int tile,
+                                       bf16* tile_a, bf16* tile_b) {
+    const int C = p.NH * kHS, T = p.T;
+    TileRegs<kHS> tq, td;
+    tq.Load(p.qkv + h * kHS, 3 * C, tile * kTile, T);
+    td.Load(p.dy + h * kHS, C, tile * kTile, T);
+    InitRows(p, h, tile);
     tq.Store(tile_a);
     td.Store(tile_b);
     __syncthreads();
@@ -882,74 +888,148 @@ struct QuerySide {
   }
 };
 
-// The forward on the tensor memory accelerator (HS = 64, a chunk of at
-// most kTmaTiles key tiles; AttentionForward picks it when it can): one
-// thread issues every load of the CTA at once — q's tile and each key
-// tile's k and v, 64 × 64 bf16 boxes of the qkv tensor map, written by the
-// TMA in the 128-byte-swizzle layout the products read — each key tile on
-// an mbarrier of its own, and the loop waits for each in turn. No tile is
-// staged through registers and no buffer is reused, so the loop has no
-// barrier; rows beyond T arrive as zeros (the map's bounds), as TileRegs
-// gives them. Same products, softmax and combine as ForwardKernel
-// (ForwardTile, ForwardFinish), so the same bits.
-// Dynamic shared memory (ForwardTmaSharedBytes): 1024 bytes of alignment
-// slack, q, k[kTmaTiles], v[kTmaTiles] (8 KB each), then the mbarriers of
-// q and of each key tile.
-constexpr int kTmaTiles = 6;
+// ------------------------------------------------------------------------
+// The kernels on the tensor memory accelerator (HS = 64, a chunk of at
+// most kTmaMaxSplit tiles; Launch picks them when it can). One thread
+// issues the CTA's loads — 64 × 64 bf16 boxes of the qkv tensor [T, 3C]
+// and of dy [T, C], written by the TMA in the 128-byte-swizzle layout the
+// products read; rows beyond T arrive as zeros (the maps' bounds), as
+// TileRegs gives them — and the threads wait on mbarriers. Nothing is
+// staged through registers. Dynamic shared memory (TmaTiles): 1024 bytes
+// of alignment slack, kOwn tiles of the CTA's own rows (one mbarrier for
+// them), then kStages slots of the loop's pair of tiles (k and v, or q and
+// dy; one mbarrier each). The prologue fills min(n, kStages) slots; the
+// loop waits for slot i % kStages and, when a later tile i + kStages
+// remains, refills the slot after a barrier (every warpgroup product
+// reading it has been waited for by then). With n ≤ kStages, no barrier in
+// the loop. Same products, softmax and combines as the kernels that stage
+// through registers, so the same bits.
+constexpr int kTmaMaxSplit = 6;
 constexpr int kTmaTileBytes = kTile * 64 * 2;
 
-constexpr int ForwardTmaSharedBytes() {
-  return 1024 + (1 + 2 * kTmaTiles) * kTmaTileBytes + 8 * (1 + kTmaTiles);
+template <int kOwn, int kStages>
+struct TmaTiles {
+  static constexpr int kBytes =
+      1024 + (kOwn + 2 * kStages) * kTmaTileBytes + 8 * (1 + kStages);
+  unsigned char* base;
+
+  __device__ __forceinline__ explicit TmaTiles(unsigned char* shared)
+      : base(reinterpret_cast<unsigned char*>(
+            (reinterpret_cast<uintptr_t>(shared) + 1023) &
+            ~static_cast<uintptr_t>(1023))) {}
+  __device__ __forceinline__ bf16* Tile(int i) const {
+    return reinterpret_cast<bf16*>(base + i * kTmaTileBytes);
+  }
+  __device__ __forceinline__ bf16* Own(int i) const { return Tile(i); }
+  __device__ __forceinline__ bf16* First(int slot) const {
+    return Tile(kOwn + slot);
+  }
+  __device__ __forceinline__ bf16* Second(int slot) const {
+    return Tile(kOwn + kStages + slot);
+  }
+  __device__ __forceinline__ uint32_t Bar(int i) const {  // 0: own tiles
+    return SharedAddress(base + (kOwn + 2 * kStages) * kTmaTileBytes) + 8 * i;
+  }
+};
+
+// Where a tile comes from: a map and the column of the head's slice.
+struct TmaSource {
+  const CUtensorMap* map;
+  int col;
+};
+
+// Thread 0 of the CTA: barriers initialized; the own tiles (rows own_row0..
+// of own[i]) and the first min(n, kStages) pairs (rows (tile0 + i)·64.. of
+// first and second) issued. The caller's other threads wait at the barrier
+// ending this call.
+template <int kOwn, int kStages>
+__device__ __forceinline__ void TmaPrologue(const TmaTiles<kOwn, kStages>& t,
+                                            const TmaSource (&own)[kOwn],
+                                            int own_row0, TmaSource first,
+                                            TmaSource second, int tile0,
+                                            int n) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i <= kStages; ++i) BarrierInit(t.Bar(i), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    BarrierArriveExpectBytes(t.Bar(0), kOwn * kTmaTileBytes);
+#pragma unroll
+    for (int i = 0; i < kOwn; ++i) {
+      TmaLoad(SharedAddress(t.Own(i)), own[i].map, own[i].col, own_row0,
+              t.Bar(0));
+    }
+    for (int i = 0; i < n && i < kStages; ++i) {
+      BarrierArriveExpectBytes(t.Bar(1 + i), 2 * kTmaTileBytes);
+      TmaLoad(SharedAddress(t.First(i)), first.map, first.col,
+              (tile0 + i) * kTile, t.Bar(1 + i));
+      TmaLoad(SharedAddress(t.Second(i)), second.map, second.col,
+              (tile0 + i) * kTile, t.Bar(1 + i));
+    }
+  }
+  __syncthreads();
 }
 
+// The loop over tiles tile0 .. tile0 + n − 1: body(i, first, second) on
+// each pair as it arrives (slot i % kStages, phase i / kStages).
+template <int kOwn, int kStages, typename Body>
+__device__ __forceinline__ void ForEachTmaPair(
+    const TmaTiles<kOwn, kStages>& t, TmaSource first, TmaSource second,
+    int tile0, int n, Body&& body) {
+  for (int i = 0; i < n; ++i) {
+    const int slot = i % kStages;
+    BarrierWait(t.Bar(1 + slot), (i / kStages) & 1);
+    body(i, t.First(slot), t.Second(slot));
+    if (i + kStages < n) {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const int row0 = (tile0 + i + kStages) * kTile;
+        BarrierArriveExpectBytes(t.Bar(1 + slot), 2 * kTmaTileBytes);
+        TmaLoad(SharedAddress(t.First(slot)), first.map, first.col, row0,
+                t.Bar(1 + slot));
+        TmaLoad(SharedAddress(t.Second(slot)), second.map, second.col, row0,
+                t.Bar(1 + slot));
+      }
+    }
+  }
+}
+
+// Slots per kernel (tuned on the H200, docs/PERFORMANCE.md run 16).
+constexpr int kTmaForwardStages = 6;  // 105 KB: 2 CTAs per SM
+constexpr int kTmaQueryStages = 3;    // 65 KB: 3 CTAs per SM
+constexpr int kTmaKeyStages = 3;
+using ForwardTma = TmaTiles<1, kTmaForwardStages>;
+using QueryTma = TmaTiles<2, kTmaQueryStages>;
+using KeyTma = TmaTiles<2, kTmaKeyStages>;
+
+// The forward (ForwardKernel's work) on the TMA: own tile q; pairs k, v.
 __global__ void __launch_bounds__(kThreads)
     ForwardTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
                      const Params p) {
   constexpr int kHS = 64;
   GridDependencyWait();
   extern __shared__ unsigned char forward_shared[];
-  unsigned char* const base = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(forward_shared) + 1023) &
-      ~static_cast<uintptr_t>(1023));
-  auto tile = [&](int i) {
-    return reinterpret_cast<bf16*>(base + i * kTmaTileBytes);
-  };
-  const uint32_t bars = SharedAddress(base + (1 + 2 * kTmaTiles) * kTmaTileBytes);
+  const ForwardTma t(forward_shared);
   const int h = blockIdx.y, C = p.NH * kHS;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
-  const int n = kt1 - kt0 + 1;  // ≤ p.split ≤ kTmaTiles (AttentionForward)
+  const int n = kt1 - kt0 + 1;
   const int n_chunks = QueryTileChunks(qt, p.split);
-  const int t0 = qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
-  if (threadIdx.x == 0) {
-    PrefetchTensorMap(&qkv_map);
-    for (int i = 0; i <= n; ++i) BarrierInit(bars + 8 * i, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    BarrierArriveExpectBytes(bars, kTmaTileBytes);
-    TmaLoad(SharedAddress(tile(0)), &qkv_map, h * kHS, qt * kTile, bars);
-    for (int i = 0; i < n; ++i) {
-      const uint32_t bar = bars + 8 * (1 + i);
-      BarrierArriveExpectBytes(bar, 2 * kTmaTileBytes);
-      TmaLoad(SharedAddress(tile(1 + i)), &qkv_map, C + h * kHS,
-              (kt0 + i) * kTile, bar);
-      TmaLoad(SharedAddress(tile(1 + kTmaTiles + i)), &qkv_map,
-              2 * C + h * kHS, (kt0 + i) * kTile, bar);
-    }
-  }
+  const int t0 =
+      qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+  if (threadIdx.x == 0) PrefetchTensorMap(&qkv_map);
+  const TmaSource own[1] = {{&qkv_map, h * kHS}};
+  const TmaSource ks{&qkv_map, C + h * kHS}, vs{&qkv_map, 2 * C + h * kHS};
+  TmaPrologue(t, own, qt * kTile, ks, vs, kt0, n);
   RowOperand<kHS> qa;
-  BarrierWait(bars, 0);
-  qa.Load(tile(0), (threadIdx.x >> 5) * 16);
+  BarrierWait(t.Bar(0), 0);
+  qa.Load(t.Own(0), (threadIdx.x >> 5) * 16);
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   float o[kHS / 8][4] = {};
-  for (int i = 0; i < n; ++i) {
-    BarrierWait(bars + 8 * (1 + i), 0);
-    const int kt = kt0 + i;
-    ForwardTile<kHS>(qa, tile(1 + i), tile(1 + kTmaTiles + i), kt == qt,
-                     kt * kTile, t0, p.scale2, m0, m1, l0, l1, o);
-  }
+  ForEachTmaPair(t, ks, vs, kt0, n,
+                 [&](int i, const bf16* s_k, const bf16* s_v) {
+                   const int kt = kt0 + i;
+                   ForwardTile<kHS>(qa, s_k, s_v, kt == qt, kt * kTile, t0,
+                                    p.scale2, m0, m1, l0, l1, o);
+                 });
   ForwardFinish<kHS>(p, h, qt, chunk, n_chunks, t0, m0, m1, l0, l1, o);
 }
 
@@ -987,6 +1067,55 @@ __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
   return t < p.T ? p.delta[h * p.T + t] : 0.0f;
 }
 
+// The dq kernel's step over key tile kt (k and v staged in s_k, s_v):
+// dS = P ⊙ (dP − D) (rows' D in d0, d1), dq += bf16(dS) · k.
+template <int kHS>
+__device__ __forceinline__ void QueryTileStep(const QuerySide<kHS>& qs,
+                                              const bf16* s_k,
+                                              const bf16* s_v, int kt,
+                                              float d0, float d1,
+                                              const Params& p,
+                                              float (&dq)[kHS / 8][4]) {
+  float s[8][4], dp[8][4];
+  qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    s[n][0] *= dp[n][0] - d0;
+    s[n][1] *= dp[n][1] - d0;
+    s[n][2] *= dp[n][2] - d1;
+    s[n][3] *= dp[n][3] - d1;
+    if constexpr (!ScaleInEpilogue<kHS>()) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] *= p.scale;
+    }
+  }
+  uint32_t dsa[4][4];
+  PackA<8>(s, dsa);
+  AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
+}
+
+// The dq kernel's end: the chunks combined in the CTA that arrives last,
+// which writes Σ (scaled, ScaleInEpilogue) through the inverse RoPE.
+template <int kHS>
+__device__ __forceinline__ void QueryFinish(const Params& p, int h,
+                                            int chunk,
+                                            const QuerySide<kHS>& qs,
+                                            float (&dq)[kHS / 8][4]) {
+  const int T = p.T, C = p.NH * kHS, qt = qs.qt;
+  const int n_chunks = QueryTileChunks(qt, p.split);
+  const int col0 = h * kHS + (threadIdx.x & 3) * 2;
+  RopeRows<kHS> rr;
+  rr.Load(p.rope, T, qs.t0);
+  if (n_chunks > 1 &&
+      !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
+                          p.counters + (p.NH + h) * p.num_tiles + qt, T, C,
+                          col0, qs.t0)) {
+    return;
+  }
+  WriteInverseRope<kHS>(dq, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, rr, T,
+                        p.dqkv, 3 * C, h * kHS, qs.t0);
+}
+
 // Backward, kernel 2: per query-side item, dS over the chunk's keys and the
 // partial dq = dS · k; the tile's last chunk writes Σ (times the scale when
 // it was not applied to dS, ScaleInEpilogue) into dqkv.
@@ -1018,35 +1147,127 @@ __global__ void __launch_bounds__(kThreads, UseWgmma<kHS>() ? 3 : 1)
   }
   float dq[kHS / 8][4] = {};
   ForEachKeyTile<kHS>(k, v, ld, T, kt0, kt1, nk, nv, s_k, s_v, [&](int kt) {
-    float s[8][4], dp[8][4];
-    qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+    QueryTileStep<kHS>(qs, s_k, s_v, kt, d0, d1, p, dq);
+  });
+  QueryFinish<kHS>(p, h, chunk, qs, dq);
+}
+
+// The dk/dv kernel's step over query tile qt (q and dy staged in s_q,
+// s_o; the rows' lse2 and D in s_lse, s_d): P and dS of the key rows j0,
+// j1 of this thread against the tile's queries, dv += bf16(P)ᵀ · dy,
+// dk += bf16(dS)ᵀ · q.
+template <int kHS>
+__device__ __forceinline__ void KeyTileStep(
+    const RowOperand<kHS>& ka, const RowOperand<kHS>& va, const bf16* s_q,
+    const bf16* s_o, const float* s_lse, const float* s_d, int qt, int kt,
+    int j0, int j1, const Params& p, float (&dk)[kHS / 8][4],
+    float (&dv)[kHS / 8][4]) {
+  const int c = threadIdx.x & 3;
+  // The query tile in kHalves parts of kN n-tiles: mma.sync in two
+  // halves (registers), wgmma whole (64 × 64 products; the same k order).
+  constexpr int kHalves = UseWgmma<kHS>() ? 1 : 2;
+  constexpr int kN = 8 / kHalves;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      s[n][0] *= dp[n][0] - d0;
-      s[n][1] *= dp[n][1] - d0;
-      s[n][2] *= dp[n][2] - d1;
-      s[n][3] *= dp[n][3] - d1;
+  for (int half = 0; half < kHalves; ++half) {
+    float st[kN][4], dpt[kN][4];
+    if constexpr (UseWgmma<kHS>()) {  // both products in one batch
+      WgmmaFence();
+      IssueRowProducts<kHS, kN>(ka, s_q, half * kN, st);
+      IssueRowProducts<kHS, kN>(va, s_o, half * kN, dpt);
+      WgmmaSync();
+      PinFragments(st);
+      PinFragments(dpt);
+    } else {
+      RowProducts<kHS, kN>(ka, s_q, half * kN, st);
+      RowProducts<kHS, kN>(va, s_o, half * kN, dpt);
+    }
+    // Columns (queries) beyond T have lse2 = +∞, so P = 0 there.
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      const int il = (half * kN + n) * 8 + c * 2;
+      const float2 lse = *reinterpret_cast<const float2*>(s_lse + il);
+      const float2 d = *reinterpret_cast<const float2*>(s_d + il);
+      float pr[4];
+      pr[0] = Exp2(fmaf(st[n][0], p.scale2, -lse.x));
+      pr[1] = Exp2(fmaf(st[n][1], p.scale2, -lse.y));
+      pr[2] = Exp2(fmaf(st[n][2], p.scale2, -lse.x));
+      pr[3] = Exp2(fmaf(st[n][3], p.scale2, -lse.y));
+      if (qt == kt) {  // diagonal tile: keys after the query → 0
+        const int i = qt * kTile + il;
+        if (j0 > i) pr[0] = 0.0f;
+        if (j0 > i + 1) pr[1] = 0.0f;
+        if (j1 > i) pr[2] = 0.0f;
+        if (j1 > i + 1) pr[3] = 0.0f;
+      }
+      st[n][0] = pr[0];
+      st[n][1] = pr[1];
+      st[n][2] = pr[2];
+      st[n][3] = pr[3];
+      dpt[n][0] = pr[0] * (dpt[n][0] - d.x);
+      dpt[n][1] = pr[1] * (dpt[n][1] - d.y);
+      dpt[n][2] = pr[2] * (dpt[n][2] - d.x);
+      dpt[n][3] = pr[3] * (dpt[n][3] - d.y);
       if constexpr (!ScaleInEpilogue<kHS>()) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] *= p.scale;
+        for (int e = 0; e < 4; ++e) dpt[n][e] *= p.scale;
       }
     }
-    uint32_t dsa[4][4];
-    PackA<8>(s, dsa);
-    AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
-  });
-  const int n_chunks = QueryTileChunks(qt, p.split);
-  const int col0 = h * kHS + (threadIdx.x & 3) * 2;
-  RopeRows<kHS> rr;
-  rr.Load(p.rope, T, qs.t0);
-  if (n_chunks > 1 &&
-      !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
-                          p.counters + (p.NH + h) * p.num_tiles + qt, T, C,
-                          col0, qs.t0)) {
-    return;
+    uint32_t pa[kN / 2][4], dsa[kN / 2][4];
+    PackA<kN>(st, pa);
+    PackA<kN>(dpt, dsa);
+    if constexpr (UseWgmma<kHS>()) {  // both products in one batch
+      WgmmaFence();
+      IssueAccumulateT<kHS, kN / 2>(pa, s_o, half * kN * 8, dv);
+      IssueAccumulateT<kHS, kN / 2>(dsa, s_q, half * kN * 8, dk);
+      WgmmaSync();
+      PinFragments(dv);
+      PinFragments(dk);
+    } else {
+      AccumulateT<kHS, kN / 2>(pa, s_o, half * kN * 8, dv);
+      AccumulateT<kHS, kN / 2>(dsa, s_q, half * kN * 8, dk);
+    }
   }
-  WriteInverseRope<kHS>(dq, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, rr, T,
-                        p.dqkv, 3 * C, h * kHS, qs.t0);
+}
+
+// The dk/dv kernel's end: the chunks combined in the CTA that arrives
+// last, which writes Σ dk (scaled, ScaleInEpilogue) through the inverse
+// RoPE and Σ dv.
+template <int kHS>
+__device__ __forceinline__ void KeyFinish(const Params& p, int h, int kt,
+                                          int chunk, int j0,
+                                          float (&dk)[kHS / 8][4],
+                                          float (&dv)[kHS / 8][4]) {
+  const int T = p.T, C = p.NH * kHS, c = threadIdx.x & 3, j1 = j0 + 8;
+  const int n_chunks = KeyTileChunks(kt, p.num_tiles, p.split);
+  const int col0 = h * kHS + c * 2;
+  RopeRows<kHS> rr;
+  rr.Load(p.rope, T, j0);
+  if (n_chunks > 1) {
+    WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
+    WritePartial<kHS>(dv, p.part_dv, chunk, T, C, col0, j0);
+    if (!LastArrival(p.counters + (2 * p.NH + h) * p.num_tiles + kt,
+                     n_chunks)) {
+      return;
+    }
+    SumPartials<kHS>(dk, p.part_dk, chunk, n_chunks, T, C, col0, j0);
+    SumPartials<kHS>(dv, p.part_dv, chunk, n_chunks, T, C, col0, j0);
+  }
+  WriteInverseRope<kHS>(dk, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, rr, T,
+                        p.dqkv, 3 * C, C + h * kHS, j0);
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+    const int col = 2 * C + col0 + dn * 8;
+    if (j0 < T) {
+      *reinterpret_cast<__nv_bfloat162*>(
+          p.dqkv + static_cast<int64_t>(j0) * 3 * C + col) =
+          __floats2bfloat162_rn(dv[dn][0], dv[dn][1]);
+    }
+    if (j1 < T) {
+      *reinterpret_cast<__nv_bfloat162*>(
+          p.dqkv + static_cast<int64_t>(j1) * 3 * C + col) =
+          __floats2bfloat162_rn(dv[dn][2], dv[dn][3]);
+    }
+  }
 }
 
 // Backward, kernel 3: per key-side item, over the chunk's query tiles:
@@ -1067,7 +1288,7 @@ __global__ void __launch_bounds__(kThreads)
   int kt, chunk, qt0, qt1;
   KeyItem(blockIdx.x, p.num_tiles, p.split, &kt, &chunk, &qt0, &qt1);
   const int r0 = (threadIdx.x >> 5) * 16;
-  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+  const int g = (threadIdx.x & 31) >> 2;
   const int j0 = kt * kTile + r0 + g, j1 = j0 + 8;
   const bf16* q = p.qkv + h * kHS;
   const bf16* k = q + C;
@@ -1115,101 +1336,91 @@ __global__ void __launch_bounds__(kThreads)
       no.Load(o, C, (qt + 1) * kTile, T);
       if (threadIdx.x < kTile) row_stats(qt + 1, &next_lse, &next_d);
     }
-    // The query tile in kHalves parts of kN n-tiles: mma.sync in two
-    // halves (registers), wgmma whole (64 × 64 products; the same k order).
-    constexpr int kHalves = UseWgmma<kHS>() ? 1 : 2;
-    constexpr int kN = 8 / kHalves;
-#pragma unroll
-    for (int half = 0; half < kHalves; ++half) {
-      float st[kN][4], dpt[kN][4];
-      if constexpr (UseWgmma<kHS>()) {  // both products in one batch
-        WgmmaFence();
-        IssueRowProducts<kHS, kN>(ka, s_q, half * kN, st);
-        IssueRowProducts<kHS, kN>(va, s_o, half * kN, dpt);
-        WgmmaSync();
-        PinFragments(st);
-        PinFragments(dpt);
-      } else {
-        RowProducts<kHS, kN>(ka, s_q, half * kN, st);
-        RowProducts<kHS, kN>(va, s_o, half * kN, dpt);
-      }
-      // Columns (queries) beyond T have lse2 = +∞, so P = 0 there.
-#pragma unroll
-      for (int n = 0; n < kN; ++n) {
-        const int il = (half * kN + n) * 8 + c * 2;
-        const float2 lse = *reinterpret_cast<const float2*>(s_lse + il);
-        const float2 d = *reinterpret_cast<const float2*>(s_d + il);
-        float pr[4];
-        pr[0] = Exp2(fmaf(st[n][0], p.scale2, -lse.x));
-        pr[1] = Exp2(fmaf(st[n][1], p.scale2, -lse.y));
-        pr[2] = Exp2(fmaf(st[n][2], p.scale2, -lse.x));
-        pr[3] = Exp2(fmaf(st[n][3], p.scale2, -lse.y));
-        if (qt == kt) {  // diagonal tile: keys after the query → 0
-          const int i = qt * kTile + il;
-          if (j0 > i) pr[0] = 0.0f;
-          if (j0 > i + 1) pr[1] = 0.0f;
-          if (j1 > i) pr[2] = 0.0f;
-          if (j1 > i + 1) pr[3] = 0.0f;
-        }
-        st[n][0] = pr[0];
-        st[n][1] = pr[1];
-        st[n][2] = pr[2];
-        st[n][3] = pr[3];
-        dpt[n][0] = pr[0] * (dpt[n][0] - d.x);
-        dpt[n][1] = pr[1] * (dpt[n][1] - d.y);
-        dpt[n][2] = pr[2] * (dpt[n][2] - d.x);
-        dpt[n][3] = pr[3] * (dpt[n][3] - d.y);
-        if constexpr (!ScaleInEpilogue<kHS>()) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dpt[n][e] *= p.scale;
-        }
-      }
-      uint32_t pa[kN / 2][4], dsa[kN / 2][4];
-      PackA<kN>(st, pa);
-      PackA<kN>(dpt, dsa);
-      if constexpr (UseWgmma<kHS>()) {  // both products in one batch
-        WgmmaFence();
-        IssueAccumulateT<kHS, kN / 2>(pa, s_o, half * kN * 8, dv);
-        IssueAccumulateT<kHS, kN / 2>(dsa, s_q, half * kN * 8, dk);
-        WgmmaSync();
-        PinFragments(dv);
-        PinFragments(dk);
-      } else {
-        AccumulateT<kHS, kN / 2>(pa, s_o, half * kN * 8, dv);
-        AccumulateT<kHS, kN / 2>(dsa, s_q, half * kN * 8, dk);
-      }
-    }
+    KeyTileStep<kHS>(ka, va, s_q, s_o, s_lse, s_d, qt, kt, j0, j1, p, dk,
+                     dv);
   }
-  const int n_chunks = KeyTileChunks(kt, p.num_tiles, p.split);
-  const int col0 = h * kHS + c * 2;
-  RopeRows<kHS> rr;
-  rr.Load(p.rope, T, j0);
-  if (n_chunks > 1) {
-    WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
-    WritePartial<kHS>(dv, p.part_dv, chunk, T, C, col0, j0);
-    if (!LastArrival(p.counters + (2 * p.NH + h) * p.num_tiles + kt,
-                     n_chunks)) {
-      return;
-    }
-    SumPartials<kHS>(dk, p.part_dk, chunk, n_chunks, T, C, col0, j0);
-    SumPartials<kHS>(dv, p.part_dv, chunk, n_chunks, T, C, col0, j0);
+  KeyFinish<kHS>(p, h, kt, chunk, j0, dk, dv);
+}
+
+// The dq kernel (BackwardQueryKernel's work) on the TMA: own tiles q, dy;
+// pairs k, v.
+__global__ void __launch_bounds__(kThreads, 3)
+    BackwardQueryTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
+                           const __grid_constant__ CUtensorMap dy_map,
+                           const Params p) {
+  constexpr int kHS = 64;
+  GridDependencyWait();
+  extern __shared__ unsigned char query_shared[];
+  const QueryTma t(query_shared);
+  const int h = blockIdx.y, C = p.NH * kHS;
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&qkv_map);
+    PrefetchTensorMap(&dy_map);
   }
-  WriteInverseRope<kHS>(dk, ScaleInEpilogue<kHS>() ? p.scale : 1.0f, rr, T,
-                        p.dqkv, 3 * C, C + h * kHS, j0);
-#pragma unroll
-  for (int dn = 0; dn < kHS / 8; ++dn) {
-    const int col = 2 * C + col0 + dn * 8;
-    if (j0 < T) {
-      *reinterpret_cast<__nv_bfloat162*>(
-          p.dqkv + static_cast<int64_t>(j0) * 3 * C + col) =
-          __floats2bfloat162_rn(dv[dn][0], dv[dn][1]);
-    }
-    if (j1 < T) {
-      *reinterpret_cast<__nv_bfloat162*>(
-          p.dqkv + static_cast<int64_t>(j1) * 3 * C + col) =
-          __floats2bfloat162_rn(dv[dn][2], dv[dn][3]);
-    }
+  const TmaSource own[2] = {{&qkv_map, h * kHS}, {&dy_map, h * kHS}};
+  const TmaSource ks{&qkv_map, C + h * kHS}, vs{&qkv_map, 2 * C + h * kHS};
+  TmaPrologue(t, own, qt * kTile, ks, vs, kt0, kt1 - kt0 + 1);
+  QuerySide<kHS> qs;
+  qs.InitRows(p, h, qt);
+  const float d0 = RowDelta(p, h, qs.t0), d1 = RowDelta(p, h, qs.t0 + 8);
+  BarrierWait(t.Bar(0), 0);
+  qs.qa.Load(t.Own(0), (threadIdx.x >> 5) * 16);
+  qs.da.Load(t.Own(1), (threadIdx.x >> 5) * 16);
+  float dq[kHS / 8][4] = {};
+  ForEachTmaPair(t, ks, vs, kt0, kt1 - kt0 + 1,
+                 [&](int i, const bf16* s_k, const bf16* s_v) {
+                   QueryTileStep<kHS>(qs, s_k, s_v, kt0 + i, d0, d1, p, dq);
+                 });
+  QueryFinish<kHS>(p, h, chunk, qs, dq);
+}
+
+// The dk/dv kernel (BackwardKeyKernel's work) on the TMA: own tiles k, v;
+// pairs q, dy; the lse2 and D of every query row of the chunk loaded into
+// shared memory by the threads while the first tiles arrive.
+__global__ void __launch_bounds__(kThreads)
+    BackwardKeyTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
+                         const __grid_constant__ CUtensorMap dy_map,
+                         const Params p) {
+  constexpr int kHS = 64;
+  GridDependencyWait();
+  extern __shared__ unsigned char key_shared[];
+  __shared__ __align__(16) float s_lse[kTmaMaxSplit * kTile];
+  __shared__ __align__(16) float s_d[kTmaMaxSplit * kTile];
+  const KeyTma t(key_shared);
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS;
+  int kt, chunk, qt0, qt1;
+  KeyItem(blockIdx.x, p.num_tiles, p.split, &kt, &chunk, &qt0, &qt1);
+  const int n = qt1 - qt0 + 1;
+  const int r0 = (threadIdx.x >> 5) * 16;
+  const int j0 = kt * kTile + r0 + ((threadIdx.x & 31) >> 2), j1 = j0 + 8;
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&qkv_map);
+    PrefetchTensorMap(&dy_map);
   }
+  // Query rows beyond T: lse2 = +∞ (P = 0), D = 0.
+  for (int r = threadIdx.x; r < n * kTile; r += kThreads) {
+    const int i = qt0 * kTile + r;
+    s_lse[r] = i < T ? p.stats[h * T + i] : INFINITY;
+    s_d[r] = RowDelta(p, h, i);
+  }
+  const TmaSource own[2] = {{&qkv_map, C + h * kHS},
+                            {&qkv_map, 2 * C + h * kHS}};
+  const TmaSource qs{&qkv_map, h * kHS}, ds{&dy_map, h * kHS};
+  TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);  // its barrier orders s_lse, s_d
+  RowOperand<kHS> ka, va;
+  BarrierWait(t.Bar(0), 0);
+  ka.Load(t.Own(0), r0);
+  va.Load(t.Own(1), r0);
+  float dk[kHS / 8][4] = {}, dv[kHS / 8][4] = {};
+  ForEachTmaPair(t, qs, ds, qt0, n,
+                 [&](int i, const bf16* s_q, const bf16* s_o) {
+                   KeyTileStep<kHS>(ka, va, s_q, s_o, s_lse + i * kTile,
+                                    s_d + i * kTile, qt0 + i, kt, j0, j1, p,
+                                    dk, dv);
+                 });
+  KeyFinish<kHS>(p, h, kt, chunk, j0, dk, dv);
 }
 
 // Scratch layout, in 4-byte words, each region aligned to 64 words.
@@ -1281,27 +1492,44 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
 
 enum Which { kForward, kDelta, kQuery, kKeys };
 
+// The tensor maps of the TMA kernels (HS = 64): qkv [T, 3C] and, when
+// dy_map is not null, dy [T, C], in 64 × 64 boxes (rows beyond T read as
+// zeros). cudaErrorNotSupported when the driver has no tensor-map encoder:
+// the caller then launches the register-staged kernel.
+cudaError_t MakeAttentionMaps(const Params& p, CUtensorMap* qkv_map,
+                              CUtensorMap* dy_map) {
+  const int C = p.NH * 64;
+  const cudaError_t e = MakeMap(p.qkv, p.T, 3 * C, kTile, qkv_map);
+  if (e != cudaSuccess || dy_map == nullptr) return e;
+  return MakeMap(p.dy, p.T, C, kTile, dy_map);
+}
+
+// A kernel with `bytes` of dynamic shared memory (raising its limit).
+template <typename... Params, typename... Args>
+cudaError_t LaunchDynamic(void (*kernel)(Params...), int bytes, dim3 grid,
+                          cudaStream_t stream, Args&&... args) {
+  const cudaError_t a = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (a != cudaSuccess) return a;
+  return LaunchKernel(kernel, grid, kThreads, bytes, stream,
+                      std::forward<Args>(args)...);
+}
+
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
   const dim3 grid(NumAttentionItems(p.num_tiles, p.split), p.NH);
   switch (which) {
     case kForward:
       if constexpr (kHS == 64) {
-        if (p.split <= kTmaTiles) {
-          // The qkv tensor [T, 3C] in 64 × 64 boxes (rows beyond T: zeros).
-          CUtensorMap map;
-          const cudaError_t e = MakeMap(p.qkv, p.T, 3 * p.NH * kHS, kTile, &map);
-          if (e == cudaSuccess) {
-            constexpr int bytes = ForwardTmaSharedBytes();
-            const cudaError_t a = cudaFuncSetAttribute(
-                ForwardTmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                bytes);
-            if (a != cudaSuccess) return a;
-            return LaunchKernel(ForwardTmaKernel, grid, kThreads, bytes,
-                                stream, map, p);
-          }
-          if (e != cudaErrorNotSupported) return e;
+        CUtensorMap qkv_map;
+        const cudaError_t e = p.split <= kTmaMaxSplit
+                                  ? MakeAttentionMaps(p, &qkv_map, nullptr)
+                                  : cudaErrorNotSupported;
+        if (e == cudaSuccess) {
+          return LaunchDynamic(ForwardTmaKernel, ForwardTma::kBytes, grid,
+                               stream, qkv_map, p);
         }
+        if (e != cudaErrorNotSupported) return e;
       }
       return LaunchKernel(ForwardKernel<kHS>, grid, kThreads, 0, stream, p);
     case kDelta: {
@@ -1312,10 +1540,25 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
                           kThreads, 0, stream, p);
     }
     case kQuery:
-      return LaunchKernel(BackwardQueryKernel<kHS>, grid, kThreads, 0, stream,
-                          p);
     case kKeys:
-      return LaunchKernel(BackwardKeyKernel<kHS>, grid, kThreads, 0, stream, p);
+      if constexpr (kHS == 64) {
+        CUtensorMap qkv_map, dy_map;
+        const cudaError_t e = p.split <= kTmaMaxSplit
+                                  ? MakeAttentionMaps(p, &qkv_map, &dy_map)
+                                  : cudaErrorNotSupported;
+        if (e == cudaSuccess) {
+          return which == kQuery
+                     ? LaunchDynamic(BackwardQueryTmaKernel, QueryTma::kBytes,
+                                     grid, stream, qkv_map, dy_map, p)
+                     : LaunchDynamic(BackwardKeyTmaKernel, KeyTma::kBytes,
+                                     grid, stream, qkv_map, dy_map, p);
+        }
+        if (e != cudaErrorNotSupported) return e;
+      }
+      return which == kQuery ? LaunchKernel(BackwardQueryKernel<kHS>, grid,
+                                            kThreads, 0, stream, p)
+                             : LaunchKernel(BackwardKeyKernel<kHS>, grid,
+                                            kThreads, 0, stream, p);
   }
   return cudaErrorInvalidValue;
 }
