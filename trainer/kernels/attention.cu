@@ -992,9 +992,13 @@ __device__ __forceinline__ void ForEachTmaPair(
   }
 }
 
-// Slots per kernel (tuned on the H200, docs/PERFORMANCE.md run 16).
-constexpr int kTmaForwardStages = 6;  // 105 KB: 2 CTAs per SM
-constexpr int kTmaQueryStages = 3;    // 65 KB: 3 CTAs per SM
+// Slots per kernel, measured on the H200 (docs/PERFORMANCE.md run 16;
+// the step's ms with forward / dq / dk-dv slots 3 / 4 / 3: 2.455; 3/4/4
+// 2.457, 2/4/4 2.460, 4/4/4 2.463, 3/5/5 2.484, 3/3/4 2.480, 6/3/3 2.46):
+// the forward at 65 KB of shared memory (3 CTAs per SM), dq at 81 KB
+// (2 per SM), dk/dv at 65 KB (2 per SM by its registers).
+constexpr int kTmaForwardStages = 3;
+constexpr int kTmaQueryStages = 4;
 constexpr int kTmaKeyStages = 3;
 using ForwardTma = TmaTiles<1, kTmaForwardStages>;
 using QueryTma = TmaTiles<2, kTmaQueryStages>;
