@@ -16,7 +16,9 @@
 // fragments with ldmatrix; products contracting over positions (P·v, dS·k,
 // Pᵀ·dy, dSᵀ·q) read the same tiles with ldmatrix.trans. The 8 bf16 of
 // padding put the 8 rows an ldmatrix reads in distinct banks. The next
-// tile is prefetched into registers while the current one is used.
+// tile is prefetched into registers while the current one is used; at
+// HS = 64 with chunks of at most kTmaMaxSplit = 6 tiles the kernels load
+// their tiles with the tensor memory accelerator instead (TmaTiles).
 //
 // HS = 64 (the coppelius head size) runs the same kernels on Hopper's
 // warpgroup products instead (wgmma.cuh; UseWgmma): a CTA's 4 warps are one
@@ -577,6 +579,10 @@ __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
   }
 }
 
+// The forward's step over one key tile, staged in s_k and s_v (j0 its
+// first key; `diagonal`: the query tile's own, masked above the diagonal):
+// FlashAttention-2's online softmax (Algorithm 1) on the raw scores, the
+// rows' running maximum m and sum l, o rescaled and P̃·v added.
 template <int kHS>
 __device__ __forceinline__ void ForwardTile(const RowOperand<kHS>& qa,
                                             const bf16* s_k, const bf16* s_v,
@@ -732,10 +738,6 @@ __device__ __forceinline__ void ForwardFinish(const Params& p, int h, int qt,
 // (m·scale2, l, o) and the CTA that arrives last combines them in chunk
 // order: M = max m_c, L = Σ l_c·2^(m_c − M), y = bf16(Σ o_c·2^(m_c − M) / L),
 // lse2 = M + log2 L.
-// The forward's step over one key tile, staged in s_k and s_v (j0 its
-// first key; `diagonal`: the query tile's own, masked above the diagonal):
-// FlashAttention-2's online softmax (Algorithm 1) on the raw scores, the
-// rows' running maximum m and sum l, o rescaled and P̃·v added.
 template <int kHS>
 __global__ void __launch_bounds__(kThreads)
     ForwardKernel(const Params p) {

@@ -896,8 +896,13 @@ TEST(AttentionTest, FusedForwardBackwardAgainstDouble) {
 TEST(AttentionTest, OtherSplitsAgainstDouble) {
   SKIP_WITHOUT_GPU();
   // Chunks of 1..5 tiles per kernel (CudaStepTuning's attention splits):
-  // more chunks to combine, the scratch sized for the smallest split.
+  // more chunks to combine, the scratch sized for the smallest split. At
+  // HS = 64 the TMA kernels refill their slots when a chunk is longer than
+  // their slots (forward 3, dq 4, dk/dv 3); chunks of more than 6 tiles
+  // run the register-staged kernels instead.
   RunAttentionCase(2, 1000, 64, {3, 4, 5});
+  RunAttentionCase(2, 1000, 64, {7, 8, 16});
+  RunAttentionCase(3, 900, 64, {8, 5, 7});
   RunAttentionCase(8, 1024, 64, {4, 3, 6});
   RunAttentionCase(2, 500, 64, {2, 1, 3});
   RunAttentionCase(3, 777, 16, {1, 2, 4});
