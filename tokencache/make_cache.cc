@@ -19,6 +19,7 @@
 #include "common/threads.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
+#include "tokenizer/output_checks.h"
 #include "tokenizer/vocabulary.h"
 
 namespace coppelius {
@@ -123,6 +124,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     // The cache is published by rename: a device or FIFO would be replaced.
     RETURN_IF_ERROR(CheckRegularFileOrAbsent(options.output_path, "-o"));
     RETURN_IF_ERROR(CheckOutputPathUsable(options.output_path, "-o"));
+    // A checkpoint or result file is never replaced, --force or not: the
+    // rules `tokenize` refuses them by (tokenizer/output_checks.h).
+    RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
+    RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
   }
 
   SourceStat source_stat;

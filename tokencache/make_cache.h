@@ -15,7 +15,9 @@
 //
 // If the output exists and its header equals the source's current mtime and
 // size, nothing is done (the cache is fresh) unless `force`. The header does
-// not identify the vocabulary: after changing it, use --force.
+// not identify the vocabulary: after changing it, use --force. An existing
+// Coppelius checkpoint or result file is never replaced, even with `force`
+// (FailedPrecondition naming what it is: tokenizer/output_checks.h).
 #ifndef COPPELIUS_TOKENCACHE_MAKE_CACHE_H_
 #define COPPELIUS_TOKENCACHE_MAKE_CACHE_H_
 

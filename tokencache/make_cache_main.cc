@@ -24,7 +24,7 @@ ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
 ABSL_FLAG(std::string, o, "", "output token cache; - = stdout (required)");
 ABSL_FLAG(bool, force, false,
           "rebuild even when the cache is fresh; replace an output that is "
-          "not a token cache");
+          "not a token cache (never a checkpoint or result file)");
 ABSL_FLAG(int, threads, 0, "encoder threads; 0 = all cores; at most 1024");
 
 namespace {
