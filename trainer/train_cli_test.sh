@@ -116,6 +116,16 @@ run --checkpoint-in=link.ckpt --checkpoint-out=link.ckpt --result=t2.res \
 [[ -L link.ckpt ]] || { echo "FAIL: link.ckpt replaced by a file"; fail=1; }
 [[ $(sha256sum < target.ckpt) != "$before" ]] || { echo "FAIL: target.ckpt not republished"; fail=1; }
 echo "ok: published through link.ckpt to target.ckpt"
+# --overwrite replaces a result by a new file: another name of the old one
+# (a hard link) keeps the old bytes.
+ln t1.res t1-kept.res
+before=$(sha256sum < t1-kept.res)
+run --checkpoint-in=fresh.ckpt --checkpoint-out=o.ckpt --result=t1.res --overwrite \
+  || { echo "FAIL: --overwrite run over t1.res"; fail=1; }
+[[ $(sha256sum < t1-kept.res) == "$before" ]] || { echo "FAIL: --overwrite changed t1-kept.res, a hard link of the old result"; fail=1; }
+[[ $(stat -c %i t1.res) != $(stat -c %i t1-kept.res) ]] || { echo "FAIL: t1.res is still the old inode"; fail=1; }
+[[ $(stat -c %s t1.res) == 27744 ]] || { echo "FAIL: t1.res is not a complete tiny result"; fail=1; }
+echo "ok: --overwrite left the old result's hard link as it was"
 
 # Killed after its second publication, with the history link of that
 # publication missing (as a kill between the rename and the link leaves
