@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -410,6 +411,18 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     j.Field("config", config.name);
     j.Field("config_source", d.config_source);
     j.FieldBool("identity_matches_config", identity_status.ok());
+    // What a run of the config expects (the refusal abbreviates it).
+    {
+      const CheckpointIdentity want = RunCheckpointIdentity(config);
+      j.Key("config_identities");
+      j.BeginObject();
+      j.Field("state", want.state);
+      j.Field("learner", want.learner);
+      j.Field("data", want.data);
+      j.Field("initialization", want.initialization);
+      j.Field("model", want.model);
+      j.EndObject();
+    }
     j.Field("refusal", identity_status.ok()
                            ? std::string()
                            : std::string(identity_status.message()));
@@ -467,6 +480,21 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     out << "  identity: a run of config " << config.name << " ("
         << d.config_source << ") refuses it: " << identity_status.message()
         << "\n";
+    // The refusal names each text identity by its first differing part;
+    // here, in full, what the config's run expects instead.
+    const CheckpointIdentity want = RunCheckpointIdentity(config);
+    for (const auto& [name, have, expected] :
+         {std::tuple<const char*, const std::string*, const std::string*>{
+              "state:         ", &h.state_identity(), &want.state},
+          {"learner:       ", &h.learner_identity(), &want.learner},
+          {"data:          ", &h.data_identity(), &want.data},
+          {"initialization:", &h.initialization_identity(),
+           &want.initialization},
+          {"model:         ", &h.model_identity(), &want.model}}) {
+      if (*have != *expected) {
+        out << "    expected " << name << " " << *expected << "\n";
+      }
+    }
   }
   out << "  provenance: writer " << Printable(h.writer()) << ", backend "
       << Printable(h.backend()) << ", host " << Printable(h.host())

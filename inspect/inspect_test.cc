@@ -350,15 +350,21 @@ TEST_F(InspectTest, CheckpointIdentityIsCheckedOnlyAgainstANamedConfig) {
   // 20260925). Without --config: the refusal is reported, the status is the
   // integrity (OK); with --config=tiny: report and verify fail, naming it.
   const std::string field =
-      "identity field initialization is \"coppelius-initialization:"
-      "random-normal|seed=20260926\", the run expects \"coppelius-"
-      "initialization:random-normal|seed=20260925\"";
+      "identity field initialization has \"seed=20260926\", the run "
+      "expects \"seed=20260925\"";
   std::string report;
   absl::Status s = Inspect("seed.ckpt", &report);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_THAT(report, HasSubstr("a run of config tiny (checkpoint payload "
                                 "size) refuses it"));
   EXPECT_THAT(report, HasSubstr(field));
+  // The report has both identities in full.
+  EXPECT_THAT(report,
+              HasSubstr("    initialization: coppelius-initialization:"
+                        "random-normal|seed=20260926\n"));
+  EXPECT_THAT(report,
+              HasSubstr("    expected initialization: coppelius-"
+                        "initialization:random-normal|seed=20260925\n"));
   s = Verify({"seed.ckpt"}, &report, "", "");
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(report, absl::StrCat("OK ", Path("seed.ckpt"), " (checkpoint)\n"));
