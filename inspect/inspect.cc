@@ -1258,7 +1258,7 @@ absl::Status WithStreamsSpooled(
     if (!IsStream(path)) continue;
     const int64_t given = std::count(paths.begin(), paths.end(), path);
     if (given > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return UsageError(absl::StrCat(
           path, path == "-" ? " (stdin)" : " (a stream)", " is given ", given,
           " times; it can be read once"));
     }
@@ -1281,8 +1281,7 @@ absl::Status WithStreamsSpooled(
   std::move(remove_spools).Invoke();
   if (report_names_paths) out << absl::StrReplaceAll(report.str(), names);
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrReplaceAll(status.message(), names));
+  return WithMessage(status, absl::StrReplaceAll(status.message(), names));
 }
 
 }  // namespace
@@ -1293,11 +1292,11 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out);
 
 static absl::Status CheckThreads(int threads) {
   if (threads < 1) {
-    return absl::InvalidArgumentError(
+    return UsageError(
         absl::StrCat("--threads=", threads, ": expected an integer >= 1"));
   }
   if (threads > kMaxThreadCount) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return UsageError(absl::StrCat(
         "--threads=", threads, ": expected at most ", kMaxThreadCount));
   }
   return absl::OkStatus();
@@ -1305,7 +1304,7 @@ static absl::Status CheckThreads(int threads) {
 
 static absl::Status CheckSmoothing(int steps) {
   if (steps >= 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(
+  return UsageError(
       absl::StrCat("--smoothing=", steps, ": expected an integer >= 1"));
 }
 
@@ -1314,7 +1313,7 @@ absl::StatusOr<FileKind> ParseFileKind(absl::string_view name) {
   if (name == "cache") return FileKind::kCache;
   if (name == "checkpoint") return FileKind::kCheckpoint;
   if (name == "result") return FileKind::kResult;
-  return absl::InvalidArgumentError(absl::StrCat(
+  return UsageError(absl::StrCat(
       "--kind=", name, ": expected auto, cache, checkpoint or result"));
 }
 
@@ -1594,7 +1593,7 @@ std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
 
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
   if (options.path.empty()) {
-    return absl::InvalidArgumentError("inspect: no FILE given");
+    return UsageError("inspect: no FILE given");
   }
   RETURN_IF_ERROR(CheckThreads(options.threads));
   RETURN_IF_ERROR(CheckSmoothing(options.smoothing_steps));
@@ -1648,7 +1647,7 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
 
 absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   if (o.paths.empty()) {
-    return absl::InvalidArgumentError("verify: no FILE given");
+    return UsageError("verify: no FILE given");
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
@@ -1851,11 +1850,10 @@ absl::Status CheckOutputPath(const std::string& output,
 
 absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   if (o.results.empty()) {
-    return absl::InvalidArgumentError("plot: no RESULT file given");
+    return UsageError("plot: no RESULT file given");
   }
   if (o.output.empty()) {
-    return absl::InvalidArgumentError("plot: -o OUTPUT (an .svg path or -) "
-                                      "is required");
+    return UsageError("plot: -o OUTPUT (an .svg path or -) is required");
   }
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
   if (std::any_of(o.results.begin(), o.results.end(), IsStream)) {
@@ -2021,7 +2019,7 @@ absl::StatusOr<std::string> BuildSafetensors(
 
 absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   if (o.checkpoint.empty() || o.output.empty()) {
-    return absl::InvalidArgumentError(
+    return UsageError(
         "export: expected --safetensors CHECKPOINT and -o OUTPUT");
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));

@@ -16,9 +16,12 @@
 // report shows the identity and any refusal.
 //
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
-// status 1 (2 for usage errors, --threads outside 0..1024 or --smoothing < 1;
-// an unknown flag and --help exit 1, from Abseil's parser). A flag the
-// mode or file kind does not use (--source, --vocab) gets a one-line warning.
+// status 2 for a usage error (common/status_macros.h UsageError: an unknown
+// flag or subcommand, a flag value that does not parse or is out of range,
+// such as --threads outside 0..1024 or --smoothing < 1, a missing FILE), 1
+// for any other error (a bad input, a failed verify), as in every tool
+// (README); --help exits 1 (Abseil's parser). A flag the mode or file kind
+// does not use (--source, --vocab) gets a one-line warning.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -37,6 +40,7 @@
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/status_line.h"
+#include "common/status_macros.h"
 #include "inspect/inspect.h"
 
 ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
@@ -74,7 +78,7 @@ void WarnUnused(absl::string_view mode, bool given, absl::string_view flag) {
 
 int Fail(const absl::Status& status) {
   std::cerr << coppelius::StatusLine("inspect", status) << std::endl;
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  return coppelius::ExitCodeOf(status);
 }
 
 }  // namespace
@@ -86,6 +90,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});
+  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
+          command_line.argc(), command_line.argv());
+      !flags.ok()) {
+    return Fail(flags);
+  }
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -101,7 +111,7 @@ int main(int argc, char** argv) {
     absl::SetFlag(&FLAGS_threads, coppelius::ResolveCappedThreadCount(0));
   }
   if (absl::GetFlag(FLAGS_smoothing) < 1) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
+    return Fail(coppelius::UsageError(absl::StrCat(
         "--smoothing=", absl::GetFlag(FLAGS_smoothing),
         ": expected an integer >= 1")));
   }
@@ -140,7 +150,7 @@ int main(int argc, char** argv) {
     status = coppelius::RunPlot(o, std::cout);
   } else if (mode == "export") {
     if (rest.size() != 1) {
-      return Fail(absl::InvalidArgumentError(
+      return Fail(coppelius::UsageError(
           "export: unexpected arguments; usage: inspect export --safetensors "
           "CKPT -o OUT"));
     }
@@ -159,14 +169,14 @@ int main(int argc, char** argv) {
         stat(rest[0].c_str(), &st) != 0 &&
         (rest.size() > 1 || !absl::GetFlag(FLAGS_o).empty() ||
          !absl::GetFlag(FLAGS_safetensors).empty())) {
-      const int code = Fail(absl::InvalidArgumentError(absl::StrCat(
+      const int code = Fail(coppelius::UsageError(absl::StrCat(
           "unknown subcommand \"", rest[0],
           "\": expected verify, plot or export, or one FILE to report on")));
       std::cerr << "usage: " << kUsage << std::endl;
       return code;
     }
     if (rest.size() != 1) {
-      const int code = Fail(absl::InvalidArgumentError(absl::StrCat(
+      const int code = Fail(coppelius::UsageError(absl::StrCat(
           "expected exactly one FILE, got ", rest.size(),
           " (usage below; inspect --help lists the flags)")));
       std::cerr << "usage: " << kUsage << std::endl;

@@ -95,19 +95,19 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   if (report == nullptr) report = &local_report;
   *report = MakeCacheReport();
   if (options.vocab_path.empty()) {
-    return absl::InvalidArgumentError("--vocab=FILE is required");
+    return UsageError("--vocab=FILE is required");
   }
   if (options.source_path.empty()) {
-    return absl::InvalidArgumentError("a SOURCE path (or -) is required");
+    return UsageError("a SOURCE path (or -) is required");
   }
   if (options.output_path.empty()) {
-    return absl::InvalidArgumentError("-o OUTPUT is required");
+    return UsageError("-o OUTPUT is required");
   }
   RETURN_IF_ERROR(CheckThreadsFlag(options.threads));
   const bool from_stdin = options.source_path == "-";
   const bool to_stdout = options.output_path == "-";
   if (from_stdin && options.vocab_path == "-") {
-    return absl::InvalidArgumentError(
+    return UsageError(
         "--vocab=- and SOURCE - both name standard input, which can be read "
         "once; give the vocabulary as a file");
   }

@@ -120,21 +120,26 @@ def main():
         lines = f.read().split(b"\n")
     with open(bad_vocab, "wb") as f:
         f.write(b"\n".join(lines[:300]) + b"\n" + b"!!notbase64 300\n")
+    # Exit 2 for a usage error (the command line wrong in itself), 1 for a
+    # bad input or output, as in every Coppelius tool (README).
     cases = [
-        ([f"--vocab={work}/missing.tiktoken", source, "-o", f"{work}/x.tok"], "missing.tiktoken"),
-        ([f"--vocab={bad_vocab}", source, "-o", f"{work}/x.tok"], "bad.tiktoken"),
-        ([f"--vocab={vocab}", f"{work}/missing.txt", "-o", f"{work}/x.tok"], "missing.txt"),
-        ([f"--vocab={vocab}", source], "-o"),
-        ([f"--vocab={vocab}", source, source, "-o", f"{work}/x.tok"], "SOURCE"),
-        ([source, "-o", f"{work}/x.tok"], "--vocab"),
-        ([f"--vocab={vocab}", source, "-o", source], "output is the source"),
-        ([f"--vocab={vocab}", source, "-o", f"{work}/no/dir/x.tok"], "x.tok"),
+        ([f"--vocab={work}/missing.tiktoken", source, "-o", f"{work}/x.tok"], "missing.tiktoken", 1),
+        ([f"--vocab={bad_vocab}", source, "-o", f"{work}/x.tok"], "bad.tiktoken", 1),
+        ([f"--vocab={vocab}", f"{work}/missing.txt", "-o", f"{work}/x.tok"], "missing.txt", 1),
+        ([f"--vocab={vocab}", source], "-o", 2),
+        ([f"--vocab={vocab}", source, source, "-o", f"{work}/x.tok"], "SOURCE", 2),
+        ([source, "-o", f"{work}/x.tok"], "--vocab", 2),
+        ([f"--vocab={vocab}", source, "-o", f"{work}/x.tok", "--threads=-1"], "--threads=-1", 2),
+        ([f"--vocab={vocab}", source, "-o", f"{work}/x.tok", "--threads=5000"], "--threads=5000", 2),
+        ([f"--vocab=-", "-", "-o", f"{work}/x.tok"], "standard input", 2),
+        ([f"--vocab={vocab}", source, "-o", source], "output is the source", 1),
+        ([f"--vocab={vocab}", source, "-o", f"{work}/no/dir/x.tok"], "x.tok", 1),
     ]
-    for args, needle in cases:
+    for args, needle, want_rc in cases:
         r = run(binary, args)
         err = r.stderr.decode()
-        if r.returncode == 0:
-            fail(f"{args}: exit 0, expected failure")
+        if r.returncode != want_rc:
+            fail(f"{args}: exit {r.returncode}, expected {want_rc}: {err!r}")
         if err.count("\n") != 1 or needle not in err or not err.startswith("make-cache: "):
             fail(f"{args}: expected one line mentioning {needle!r}, got {err!r}")
         if os.path.exists(f"{work}/x.tok"):

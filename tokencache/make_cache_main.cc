@@ -18,6 +18,7 @@
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/status_line.h"
+#include "common/status_macros.h"
 #include "tokencache/make_cache.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
@@ -52,15 +53,22 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
+  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
+          command_line.argc(), command_line.argv());
+      !flags.ok()) {
+    std::cerr << coppelius::StatusLine("make-cache", flags) << std::endl;
+    return coppelius::ExitCodeOf(flags);
+  }
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   absl::Status status;
   if (absl::GetFlag(FLAGS_threads) < 0) {
-    status = absl::InvalidArgumentError(absl::StrCat(
+    status = coppelius::UsageError(absl::StrCat(
         "--threads=", absl::GetFlag(FLAGS_threads),
         ": expected >= 0 (0 = all cores)"));
   } else if (args.size() != 2) {
-    status = absl::InvalidArgumentError(absl::StrCat(
+    status = coppelius::UsageError(absl::StrCat(
         "expected exactly one SOURCE path (or -), got ", args.size() - 1,
         "; see --help"));
   } else {
@@ -75,7 +83,7 @@ int main(int argc, char** argv) {
   }
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("make-cache", status) << std::endl;
-    return 1;
+    return coppelius::ExitCodeOf(status);
   }
   return 0;
 }
