@@ -618,6 +618,42 @@ int64_t FirstLossBlockMismatch(const ResultFile& r) {
   return -1;
 }
 
+// Why a result shorter than complete is incomplete, from where it ends: in
+// the forward record, in the step windows (a run that stopped: the tail is
+// written only when a run finishes), or in the tail (all windows there, the
+// tail cut short).
+std::string IncompleteReason(const ResultFile& r, const ResultLayout& layout) {
+  const int64_t size = static_cast<int64_t>(r.file_size);
+  if (size == kResultMarkerBytes && r.marker_left) {
+    return "it holds only the marker: the run stopped before its forward "
+           "record";
+  }
+  if (size < layout.forward_bytes) {
+    return absl::StrCat("it ends inside the forward record (bytes 0..",
+                        layout.forward_bytes,
+                        ", written whole before the first step): the file "
+                        "was cut short");
+  }
+  if (size < layout.input_stat_offset) {
+    const int64_t partial = size - layout.windows_offset -
+                            r.complete_steps * layout.window_bytes;
+    return absl::StrCat(
+        "the run stopped after ", r.complete_steps, " of ", r.geometry.steps,
+        " steps: its step windows end at byte ",
+        layout.windows_offset + r.complete_steps * layout.window_bytes,
+        partial > 0 ? absl::StrCat(", then ", partial, " bytes of step ",
+                                   r.complete_steps, "'s")
+                    : std::string(),
+        "; the tail, from offset ", layout.input_stat_offset,
+        ", is written only when a run finishes");
+  }
+  return absl::StrCat(
+      "all ", r.geometry.steps, " step windows are there, but the tail (bytes ",
+      layout.input_stat_offset, "..", layout.complete_bytes,
+      ", written whole when the run finished) ends at byte ", size,
+      ": the file was cut short");
+}
+
 // What makes a parsed result corrupt or incomplete, one line each: the
 // forward record never written, missing tail (unless `count_incomplete` is
 // false: plot draws a run still going or killed, and a file holding only
@@ -654,9 +690,8 @@ std::vector<std::string> ResultProblems(const std::string& path,
             : "";
     problems.push_back(absl::StrCat(
         path, ": incomplete: size ", r.file_size, " bytes, expected ",
-        layout.complete_bytes, assumed, " (", r.complete_steps, " of ",
-        r.geometry.steps, " step windows; tail from offset ",
-        layout.input_stat_offset, " missing)"));
+        layout.complete_bytes, assumed, " (", IncompleteReason(r, layout),
+        ")"));
     return problems;
   }
   const ResultTail& t = r.tail;

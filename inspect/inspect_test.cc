@@ -541,6 +541,58 @@ TEST_F(InspectTest, VerifyFailsAResultRecordingAnError) {
                         "expected 0"));
 }
 
+// An incomplete result says where it ends and what that means (break-it:
+// every one said "tail from offset 8192 missing", also when the bytes from
+// 8192 on were there). Tiny's layout (docs/FORMATS.md): forward record
+// 0..6144, step windows of 256 bytes, the tail from 8192 to 27744.
+TEST_F(InspectTest, IncompleteResultSaysWhereItEnds) {
+  const std::string complete = *ReadFile(Path("complete.res"));
+  const struct {
+    size_t size;
+    std::string why;
+  } cases[] = {
+      {6000,
+       "it ends inside the forward record (bytes 0..6144, written whole "
+       "before the first step): the file was cut short"},
+      {6144 + 3 * 256,
+       "the run stopped after 3 of 8 steps: its step windows end at byte "
+       "6912; the tail, from offset 8192, is written only when a run "
+       "finishes"},
+      {6144 + 3 * 256 + 100,
+       "the run stopped after 3 of 8 steps: its step windows end at byte "
+       "6912, then 100 bytes of step 3's; the tail, from offset 8192, is "
+       "written only when a run finishes"},
+      {8192,
+       "all 8 step windows are there, but the tail (bytes 8192..27744, "
+       "written whole when the run finished) ends at byte 8192: the file "
+       "was cut short"},
+      {10000,
+       "all 8 step windows are there, but the tail (bytes 8192..27744, "
+       "written whole when the run finished) ends at byte 10000: the file "
+       "was cut short"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.size);
+    ASSERT_TRUE(
+        WriteFileAtomically(Path("cut.res"), complete.substr(0, c.size)).ok());
+    std::string report;
+    EXPECT_EQ(Verify({"cut.res"}, &report).code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.res"), ": ",
+                                   Path("cut.res"), ": incomplete: size ",
+                                   c.size, " bytes, expected 27744 (", c.why,
+                                   ")\n"));
+  }
+  // Only the marker: the run never wrote its forward record.
+  ASSERT_TRUE(WriteFileAtomically(Path("cut.res"),
+                                  "\xbe\xba\xfe\xca\xbe\xba\xfe\xca")
+                  .ok());
+  std::string report;
+  EXPECT_EQ(Verify({"cut.res"}, &report).code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("incomplete: size 8 bytes, expected 27744 (it "
+                                "holds only the marker: the run stopped "
+                                "before its forward record)"));
+}
+
 // A result too short to name its config is measured against the default
 // config's geometry; the failure says that it assumed it.
 TEST_F(InspectTest, ShortResultSaysItsConfigIsAssumed) {
@@ -864,7 +916,8 @@ TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   EXPECT_THAT(lines[3], HasSubstr("(2 of 25 chunks differ)"));
   EXPECT_THAT(lines[4], HasSubstr("FAIL " + Path("partial.res")));
   // 6144 + 3 * 256 + 100 = 7012 bytes of 27744.
-  EXPECT_THAT(lines[4], HasSubstr("size 7012 bytes, expected 27744 (3 of 8"));
+  EXPECT_THAT(lines[4], HasSubstr("size 7012 bytes, expected 27744 (the run "
+                                  "stopped after 3 of 8 steps"));
   EXPECT_THAT(lines[5], HasSubstr("marker be ba fe ca"));
   EXPECT_THAT(lines[6], HasSubstr("incomplete: size 8 bytes"));
   EXPECT_THAT(lines[7], HasSubstr("FAIL " + Path("bad_ids.tok")));
