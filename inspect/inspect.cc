@@ -1129,6 +1129,10 @@ absl::Status InspectResult(const InspectOptions& o, const FileDetection& d,
 
 struct VerifyOutcome {
   std::string kind;
+  std::string config, config_source;  // as detected ("" when not)
+  // What the verdict was checked against, when the file does not say it
+  // (a cache's ids against a config's V): printed after the kind.
+  std::string checked;
   std::vector<std::string> failures;  // one line each
 };
 
@@ -1143,6 +1147,8 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
   const FileKind kind = d->kind;
   const ModelConfig& config = d->config;
   v.kind = FileKindName(kind);
+  v.config = config.name;
+  v.config_source = d->config_source;
   switch (kind) {
     case FileKind::kCheckpoint: {
       absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(path);
@@ -1204,6 +1210,15 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
         return v;
       }
       v.failures = CacheProblems(*cache, config);
+      // A cache does not name its vocabulary: say which V its ids were
+      // checked against, and, when no --config named it, that it was
+      // assumed (a cache for `tiny` passes against Coppelius's 12,288).
+      v.checked = absl::StrCat(
+          "ids < ", config.V, ", the V of config ", config.name,
+          d->config_source == "--config"
+              ? std::string()
+              : absl::StrCat(": assumed, a cache does not name its "
+                             "vocabulary; --config=NAME checks another"));
       if (cache->staleness &&
           cache->staleness->staleness != Staleness::kFresh) {
         const StalenessReport& s = *cache->staleness;
@@ -1709,6 +1724,8 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
       j.BeginObject();
       j.Field("path", path);
       j.Field("kind", v.kind);
+      j.Field("config", v.config);
+      j.Field("config_source", v.config_source);
       j.FieldBool("ok", v.failures.empty());
       j.Key("failures");
       j.BeginArray();
@@ -1719,7 +1736,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
     }
     if (v.failures.empty()) {
       out << "OK " << EscapeControlCharacters(path) << " (" << v.kind
-          << ")\n";
+          << (v.checked.empty() ? "" : "; ") << v.checked << ")\n";
     }
     for (const std::string& f : v.failures) {
       out << "FAIL " << EscapeControlCharacters(path) << ": "

@@ -159,8 +159,10 @@ struct VerifyOptions {
 // every id < V, a header a source can have (make-cache's rule: source mtime
 // not after tomorrow, at least one source byte per id) and is fresh against
 // `source` when given. Writes "OK <path>
-// (<kind>)" or one "FAIL <path>: <reason>" line per failure (or a JSON
-// object). Returns OK only if every file passed, else DataLoss
+// (<kind>)" ("OK <path> (cache; ids < V, the V of config NAME[: assumed,
+// ...])" for a cache, which does not name its vocabulary) or one "FAIL
+// <path>: <reason>" line per failure (or a JSON object, each file with its
+// config and config_source). Returns OK only if every file passed, else DataLoss
 // "verify: N of M files failed".
 absl::Status RunVerify(const VerifyOptions& options, std::ostream& out);
 

@@ -614,9 +614,37 @@ TEST_F(InspectTest, VerifyGoodFiles) {
   absl::Status s = Verify({"cache.tok", "model.ckpt", "complete.res"},
                           &report, "source.txt");
   EXPECT_TRUE(s.ok()) << s << "\n" << report;
-  EXPECT_EQ(report, absl::StrCat("OK ", Path("cache.tok"), " (cache)\n",
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("cache.tok"),
+                                 " (cache; ids < 512, the V of config tiny)\n",
                                  "OK ", Path("model.ckpt"), " (checkpoint)\n",
                                  "OK ", Path("complete.res"), " (result)\n"));
+}
+
+// A cache does not name its vocabulary: without --config, verify says which
+// V its ids were checked against and that the config was assumed (break-it:
+// a cache of ids >= 512 passed silently, then `train --config=tiny` refused
+// it); checkpoints and results name their config (JSON: config,
+// config_source).
+TEST_F(InspectTest, VerifySaysWhichConfigACacheWasCheckedAgainst) {
+  std::string report;
+  ASSERT_TRUE(Verify({"bad_ids.tok"}, &report, "", "").ok()) << report;
+  EXPECT_EQ(report,
+            absl::StrCat("OK ", Path("bad_ids.tok"),
+                         " (cache; ids < 12288, the V of config coppelius: "
+                         "assumed, a cache does not name its vocabulary; "
+                         "--config=NAME checks another)\n"));
+  VerifyOptions o;
+  o.paths = {Path("bad_ids.tok"), Path("complete.res")};
+  o.json = true;
+  std::ostringstream out;
+  ASSERT_TRUE(RunVerify(o, out).ok());
+  EXPECT_THAT(out.str(),
+              HasSubstr("\"kind\":\"cache\",\"config\":\"coppelius\","
+                        "\"config_source\":\"default: the file does not "
+                        "tell\""));
+  EXPECT_THAT(out.str(),
+              HasSubstr("\"kind\":\"result\",\"config\":\"tiny\","
+                        "\"config_source\":\"result size and host tag\""));
 }
 
 TEST_F(InspectTest, VerifyRefusesAFreshCheckpoint) {
@@ -958,7 +986,8 @@ TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
                          "1281 tokens, fewer than one per token; not a token "
                          "cache as make-cache writes them\n"));
   EXPECT_TRUE(Verify({"stdin.tok"}, &report).ok()) << report;
-  EXPECT_EQ(report, absl::StrCat("OK ", Path("stdin.tok"), " (cache)\n"));
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("stdin.tok"),
+                                 " (cache; ids < 512, the V of config tiny)\n"));
   // The report: printed in full with the problem, then DataLoss.
   s = Inspect("few_bytes.tok", &report, "tiny");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
