@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
+#include "tokencache/decode_check.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/output_checks.h"
@@ -57,11 +58,14 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
 
 // Why a cache whose header matches its source must still be rebuilt ("" if
 // it need not): the vocabulary file changed after the cache was written, a
-// non-empty source with no tokens (a cache cut short), or an id the
-// vocabulary does not have.
+// non-empty source with no tokens (a cache cut short), an id the
+// vocabulary does not have, or ids that do not decode to the source's bytes
+// (a cache cut short at any id, or made with another vocabulary, whatever
+// the files' times: tokencache/decode_check.h).
 std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         const Vocabulary& vocabulary,
                         const std::string& vocab_path,
+                        const std::string& source_path,
                         const SourceStat& source) {
   struct stat vocab_st;
   if (stat(vocab_path.c_str(), &vocab_st) == 0) {
@@ -78,7 +82,12 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         " source bytes");
   }
   const absl::Status ids = cache.CheckIdRange(vocabulary.vocab_size());
-  return ids.ok() ? "" : std::string(ids.message());
+  if (!ids.ok()) return std::string(ids.message());
+  absl::StatusOr<std::string> text = ReadFile(source_path);
+  if (!text.ok()) return std::string(text.status().message());
+  CacheDecodeCheck check(vocabulary, *text, "");
+  check.Feed(0, cache.token_span());
+  return check.Difference();
 }
 
 }  // namespace
@@ -175,8 +184,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           options.output_path, not_a_cache));
     }
     if (!from_stdin && existing->header() == source_stat) {
-      const std::string stale = StaleReason(*existing, out_st, *vocabulary,
-                                            options.vocab_path, source_stat);
+      const std::string stale =
+          StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
+                      options.source_path, source_stat);
       if (stale.empty()) {
         report->was_fresh = true;
         report->num_tokens = existing->num_tokens();

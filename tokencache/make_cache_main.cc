@@ -34,7 +34,13 @@ constexpr char kUsage[] =
     "make-cache --vocab=vocab.tiktoken SOURCE|- -o corpus.tok [--force] "
     "[--threads=N]\n"
     "Encodes SOURCE (with <|endoftext|> as the special id V-1) into a token "
-    "cache: 16-byte header (source mtime ns, size) + u32 LE ids.";
+    "cache: 16-byte header (source mtime ns, size) + u32 LE ids.\n"
+    "A cache whose header matches SOURCE is kept (fresh) unless the "
+    "vocabulary file is newer than it, or its ids, decoded with the "
+    "vocabulary, are not exactly SOURCE's bytes (a cache cut short, or of "
+    "another vocabulary). Not caught: another vocabulary, older than the "
+    "cache, under which every id decodes the same (one that only adds "
+    "merges): use --force after such a change.";
 
 }  // namespace
 
