@@ -34,6 +34,7 @@
 #include "common/threads.h"
 #include "inspect/cache_reader.h"
 #include "inspect/json_writer.h"
+#include "tokencache/decode_check.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
 #include "trainer/run_identity.h"
@@ -172,6 +173,10 @@ struct CacheReport {
   uint64_t first_out_of_range = 0;
   uint32_t first_out_of_range_id = 0;
   std::optional<StalenessReport> staleness;
+  // With --source and --vocab, for a cache fresh by its header: "" when its
+  // ids decode to exactly the source's bytes, else what differs
+  // (tokencache/decode_check.h). Unset when not checked.
+  std::optional<std::string> decode_difference;
   // Why the header cannot be a source's (make-cache's rule), or "".
   std::string header_problem;
 };
@@ -179,17 +184,34 @@ struct CacheReport {
 // Reads the cache with pread in bounded chunks (inspect/cache_reader.h), not
 // through TokenCache's mapping: a cache truncated while it is read is a
 // DataLoss naming the offset instead of a SIGBUS.
+// With `source` and `vocab` both given, the ids are also decoded against the
+// source (make-cache's freshness check): the header cannot tell a cache cut
+// to 16 + 4k bytes, or one of another vocabulary, from a fresh one.
 absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
                                          const std::string& source,
+                                         const std::string& vocab,
                                          const ModelConfig& config) {
   CacheReport r;
   r.path = path;
   uint32_t lo = std::numeric_limits<uint32_t>::max(), hi = 0;
   const uint32_t V = static_cast<uint32_t>(config.V);
+  std::optional<Vocabulary> vocabulary;
+  std::string source_text;
+  std::optional<CacheDecodeCheck> decode;
+  if (!source.empty() && !vocab.empty()) {
+    absl::StatusOr<Vocabulary> loaded = Vocabulary::Load(vocab);
+    if (!loaded.ok()) return Annotate(loaded.status(), "--vocab");
+    vocabulary.emplace(*std::move(loaded));
+    absl::StatusOr<std::string> text = ReadFile(source);
+    if (!text.ok()) return Annotate(text.status(), "--source");
+    source_text = *std::move(text);
+    decode.emplace(*vocabulary, source_text, "");
+  }
   ASSIGN_OR_RETURN(
       CacheFileInfo info,
       ReadCacheChunked(path, [&](uint64_t first,
                                  absl::Span<const uint32_t> ids) {
+        if (decode) decode->Feed(first, ids);
         for (size_t k = 0; k < ids.size(); ++k) {
           const uint32_t id = ids[k];
           lo = std::min(lo, id);
@@ -216,6 +238,10 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
   if (!source.empty()) {
     ASSIGN_OR_RETURN(StalenessReport s, CacheStaleness(path, r.header, source));
     r.staleness = s;
+    // A stale header is the problem already; a fresh one is checked further.
+    if (decode && s.staleness == Staleness::kFresh) {
+      r.decode_difference = decode->Difference();
+    }
   }
   return r;
 }
@@ -235,6 +261,10 @@ std::vector<std::string> CacheProblems(const CacheReport& r,
       config.V, ": ", r.ids_out_of_range));
   }
   if (!r.header_problem.empty()) problems.push_back(r.header_problem);
+  if (r.decode_difference && !r.decode_difference->empty()) {
+    problems.push_back(absl::StrCat(
+        r.path, ": fresh by its header, but ", *r.decode_difference));
+  }
   return problems;
 }
 
@@ -272,6 +302,12 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
       j.FieldUint("source_size_bytes", r.staleness->source.size_bytes);
       j.EndObject();
     }
+    j.Key("decodes_to_source");
+    if (r.decode_difference) {
+      j.Bool(r.decode_difference->empty());
+    } else {
+      j.Null();
+    }
     j.EndObject();
     out << j.str() << "\n";
     return;
@@ -289,6 +325,15 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
         << r.staleness->source.size_bytes << ")\n";
   } else {
     out << "  staleness: not checked (no --source)\n";
+  }
+  if (r.decode_difference) {
+    out << "  ids decoded against the source: "
+        << (r.decode_difference->empty() ? "its bytes exactly"
+                                         : *r.decode_difference)
+        << "\n";
+  } else if (r.staleness && r.staleness->staleness == Staleness::kFresh) {
+    out << "  ids decoded against the source: not checked (no --vocab: "
+           "fresh by the header's mtime and size only)\n";
   }
   out << "  tokens: " << r.num_tokens << "\n";
   out << "  contexts of " << config.T << " (" << config.name << ", "
@@ -1204,7 +1249,8 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
     }
     case FileKind::kCache:
     case FileKind::kAuto: {
-      absl::StatusOr<CacheReport> cache = AnalyzeCache(path, o.source, config);
+      absl::StatusOr<CacheReport> cache =
+          AnalyzeCache(path, o.source, o.vocab, config);
       if (!cache.ok()) {
         v.failures.push_back(std::string(cache.status().message()));
         return v;
@@ -1219,6 +1265,16 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
               ? std::string()
               : absl::StrCat(": assumed, a cache does not name its "
                              "vocabulary; --config=NAME checks another"));
+      // Fresh against --source: by the header alone, or also by its ids
+      // decoded against the source (--vocab).
+      if (cache->decode_difference) {
+        absl::StrAppend(&v.checked, "; fresh: its ids decode to the source");
+      } else if (cache->staleness &&
+                 cache->staleness->staleness == Staleness::kFresh) {
+        absl::StrAppend(&v.checked,
+                        "; fresh by its header's mtime and size only: "
+                        "--vocab=V also decodes its ids against the source");
+      }
       if (cache->staleness &&
           cache->staleness->staleness != Staleness::kFresh) {
         const StalenessReport& s = *cache->staleness;
@@ -1665,10 +1721,12 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
              << o.path << " is a " << FileKindName(d.kind)
              << ": --source ignored" << std::endl;
   }
-  if (!o.vocab.empty() && d.kind != FileKind::kResult) {
-    warnings << "inspect: warning: --vocab is for result files; " << o.path
-             << " is a " << FileKindName(d.kind) << ": --vocab ignored"
-             << std::endl;
+  if (!o.vocab.empty() && d.kind != FileKind::kResult &&
+      !(d.kind == FileKind::kCache && !o.source.empty())) {
+    warnings << "inspect: warning: --vocab is for result files (and caches "
+                "with --source); "
+             << o.path << " is a " << FileKindName(d.kind)
+             << ": --vocab ignored" << std::endl;
   }
   switch (d.kind) {
     case FileKind::kCheckpoint:
@@ -1678,7 +1736,9 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
     case FileKind::kCache:
     case FileKind::kAuto: {
       ASSIGN_OR_RETURN(CacheReport r,
-                       AnalyzeCache(o.path, o.source, d.config));
+                       AnalyzeCache(o.path, o.source,
+                                    o.source.empty() ? "" : o.vocab,
+                                    d.config));
       PrintCache(r, d.config, d.config_source, o.json, out);
       // Ids the config's vocabulary does not have, a header no source has:
       // reported above, then DataLoss (verify fails the same cache).
@@ -1753,6 +1813,13 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
     (o.warnings ? *o.warnings : std::cerr)
         << "inspect: warning: --source is for token caches; no FILE is one: "
            "--source ignored"
+        << std::endl;
+  }
+  if (!o.vocab.empty() && (o.source.empty() || !any_cache)) {
+    (o.warnings ? *o.warnings : std::cerr)
+        << "inspect: warning: verify uses --vocab only for a token cache "
+           "with --source (its ids decoded against the source): --vocab "
+           "ignored"
         << std::endl;
   }
   out.flush();

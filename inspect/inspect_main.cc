@@ -3,6 +3,7 @@
 //   inspect FILE [--json] [--source=SRC] [--vocab=VOCAB]
 //                [--config=coppelius|tiny] [--kind=auto|cache|checkpoint|result]
 //   inspect verify FILE... [--json] [--config=...] [--kind=...] [--source=SRC]
+//                  [--vocab=VOCAB]
 //   inspect plot RESULT... -o loss.svg [--config=...] [--smoothing=100]
 //   inspect export --safetensors CKPT -o model.safetensors [--config=...]
 //
@@ -47,7 +48,9 @@ ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
 ABSL_FLAG(std::string, source, "",
           "token cache: the source text to check staleness against");
 ABSL_FLAG(std::string, vocab, "",
-          "result: a .tiktoken vocabulary to decode the predictions");
+          "result: a .tiktoken vocabulary to decode the predictions; token "
+          "cache with --source: its ids are decoded against the source (a "
+          "cache cut short or of another vocabulary fails)");
 ABSL_FLAG(std::string, config, "",
           "model config: coppelius or tiny; empty infers it from the file "
           "(a checkpoint's identity is then reported, not checked)");
@@ -65,7 +68,7 @@ constexpr char kUsage[] =
     "inspect FILE [--json] [--source=SRC] [--vocab=VOCAB] "
     "[--config=coppelius|tiny] [--kind=cache|checkpoint|result]\n"
     "  inspect verify FILE... [--json] [--config=coppelius|tiny] "
-    "[--kind=...] [--source=SRC]\n"
+    "[--kind=...] [--source=SRC [--vocab=VOCAB]]\n"
     "  inspect plot RESULT... -o loss.svg [--smoothing=100]\n"
     "  inspect export --safetensors CKPT -o model.safetensors";
 
@@ -126,7 +129,6 @@ int main(int argc, char** argv) {
   }
   const bool source = !absl::GetFlag(FLAGS_source).empty();
   const bool vocab = !absl::GetFlag(FLAGS_vocab).empty();
-  if (mode == "verify") WarnUnused("verify", vocab, "--vocab");
   if (mode == "plot" || mode == "export") {
     WarnUnused(mode, source, "--source");
     WarnUnused(mode, vocab, "--vocab");
@@ -138,6 +140,7 @@ int main(int argc, char** argv) {
     o.kind = *kind;
     o.config = absl::GetFlag(FLAGS_config);
     o.source = absl::GetFlag(FLAGS_source);
+    o.vocab = absl::GetFlag(FLAGS_vocab);
     o.json = absl::GetFlag(FLAGS_json);
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunVerify(o, std::cout);

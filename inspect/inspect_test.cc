@@ -18,6 +18,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inspect/testdata.h"
+#include "tokencache/token_cache.h"
+#include "tokenizer/vocabulary.h"
 
 namespace coppelius {
 namespace {
@@ -615,7 +617,10 @@ TEST_F(InspectTest, VerifyGoodFiles) {
                           &report, "source.txt");
   EXPECT_TRUE(s.ok()) << s << "\n" << report;
   EXPECT_EQ(report, absl::StrCat("OK ", Path("cache.tok"),
-                                 " (cache; ids < 512, the V of config tiny)\n",
+                                 " (cache; ids < 512, the V of config tiny; "
+                                 "fresh by its header's mtime and size only: "
+                                 "--vocab=V also decodes its ids against the "
+                                 "source)\n",
                                  "OK ", Path("model.ckpt"), " (checkpoint)\n",
                                  "OK ", Path("complete.res"), " (result)\n"));
 }
@@ -1315,6 +1320,78 @@ TEST_F(InspectTest, PlotAndExportRefuseToReplaceInputsOrCoppeliusFiles) {
   // An ordinary new path is fine.
   p.output = Path("new_plot.svg");
   EXPECT_TRUE(RunPlot(p, out).ok());
+}
+
+// A cache cut to 16 + 4k bytes keeps its header, and so does one made with
+// another vocabulary: fresh by the header, they fail verify --source once
+// --vocab decodes their ids against the source (break-it: verify --source
+// accepted them). Ids written by hand: "ababababab" is 257 "abab", 257, 256
+// "ab".
+TEST_F(InspectTest, VerifySourceWithVocabDecodesTheIds) {
+  auto vocab = [&](const std::string& name, std::vector<std::string> merges) {
+    std::vector<std::string> tokens;
+    for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+    tokens.insert(tokens.end(), merges.begin(), merges.end());
+    ASSERT_TRUE(Vocabulary::FromTokens(tokens)->Save(Path(name)).ok());
+  };
+  vocab("ab.tiktoken", {"ab", "abab"});
+  vocab("ba.tiktoken", {"ba", "abab"});
+  ASSERT_TRUE(WriteFileAtomically(Path("abab.txt"), "ababababab").ok());
+  const SourceStat source = *StatSource(Path("abab.txt"));
+  auto cache = [&](const std::string& name, std::vector<uint32_t> ids) {
+    std::string bytes = U64(source.mtime_ns) + U64(source.size_bytes);
+    for (uint32_t id : ids) bytes += std::string(U64(id), 0, 4);
+    ASSERT_TRUE(WriteFileAtomically(Path(name), bytes).ok());
+  };
+  cache("abab.tok", {257, 257, 256});
+  cache("cut.tok", {257, 257});
+  auto verify = [&](const std::string& name, const std::string& vocab_name,
+                    std::string* report) {
+    VerifyOptions o;
+    o.paths = {Path(name)};
+    o.config = "tiny";
+    o.source = Path("abab.txt");
+    o.vocab = vocab_name.empty() ? "" : Path(vocab_name);
+    std::ostringstream out;
+    const absl::Status s = RunVerify(o, out);
+    *report = out.str();
+    return s;
+  };
+  std::string report;
+  EXPECT_TRUE(verify("abab.tok", "ab.tiktoken", &report).ok()) << report;
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("abab.tok"),
+                                 " (cache; ids < 512, the V of config tiny; "
+                                 "fresh: its ids decode to the source)\n"));
+  // Without --vocab the header is all there is, and the output says so.
+  EXPECT_TRUE(verify("cut.tok", "", &report).ok()) << report;
+  EXPECT_THAT(report, HasSubstr("fresh by its header's mtime and size only: "
+                                "--vocab=V also decodes its ids against the "
+                                "source)"));
+  EXPECT_EQ(verify("cut.tok", "ab.tiktoken", &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.tok"), ": ", Path("cut.tok"),
+                                 ": fresh by its header, but its 2 ids decode "
+                                 "to the first 8 of the source's 10 bytes: a "
+                                 "cache cut short\n"));
+  EXPECT_EQ(verify("abab.tok", "ba.tiktoken", &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report,
+            absl::StrCat("FAIL ", Path("abab.tok"), ": ", Path("abab.tok"),
+                         ": fresh by its header, but token 2 (byte offset "
+                         "24), id 256, decodes to \"ba\" but the source has "
+                         "\"ab\" at byte 8: not this source's encoding with "
+                         "this vocabulary (made with another?)\n"));
+  // The report says the same, then fails.
+  InspectOptions o;
+  o.path = Path("cut.tok");
+  o.config = "tiny";
+  o.source = Path("abab.txt");
+  o.vocab = Path("ab.tiktoken");
+  std::ostringstream out;
+  EXPECT_EQ(RunInspect(o, out).code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out.str(), HasSubstr("  ids decoded against the source: its 2 "
+                                   "ids decode to the first 8 of the "
+                                   "source's 10 bytes: a cache cut short\n"));
 }
 
 }  // namespace
