@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
 
@@ -103,6 +105,47 @@ CheckpointIdentity IdentityOfHeader(const CheckpointHeader& header) {
   return id;
 }
 
+namespace {
+
+// `s` quoted and escaped; longer than 40 bytes, only its "name=" (if it
+// starts with one) and the first 16 bytes after it (of a digest, its first
+// 16 hex digits), and its length.
+std::string Abbreviated(absl::string_view s) {
+  constexpr size_t kMaxBytes = 40, kKeptBytes = 16, kMaxNameBytes = 24;
+  if (s.size() <= kMaxBytes) return Quoted(s);
+  const size_t eq = s.find('=');
+  const size_t name = eq != absl::string_view::npos && eq < kMaxNameBytes
+                          ? eq + 1
+                          : 0;
+  return absl::StrCat(Quoted(s.substr(0, name + kKeptBytes)), "... (",
+                      s.size(), " bytes)");
+}
+
+// How text identities `actual` and `expected` differ, in their
+// '|'-separated parts (an identity is `name|part=value|...`): the first
+// part that differs, abbreviated, and how many more do (by position).
+std::string TextDifference(absl::string_view actual,
+                           absl::string_view expected) {
+  const std::vector<absl::string_view> a = absl::StrSplit(actual, '|');
+  const std::vector<absl::string_view> e = absl::StrSplit(expected, '|');
+  const auto part = [](const std::vector<absl::string_view>& parts,
+                       size_t i) {
+    return i < parts.size() ? Abbreviated(parts[i]) : std::string("nothing");
+  };
+  size_t first = 0, differing = 0;
+  for (size_t i = 0; i < std::max(a.size(), e.size()); ++i) {
+    if (i < a.size() && i < e.size() && a[i] == e[i]) continue;
+    if (differing++ == 0) first = i;
+  }
+  return absl::StrCat(
+      "has ", part(a, first), ", the run expects ", part(e, first),
+      differing > 1 ? absl::StrCat(" (+", differing - 1, " more part",
+                                   differing > 2 ? "s" : "", ")")
+                    : "");
+}
+
+}  // namespace
+
 absl::Status CompareIdentity(const CheckpointIdentity& actual,
                              const CheckpointIdentity& expected,
                              absl::string_view file) {
@@ -110,14 +153,13 @@ absl::Status CompareIdentity(const CheckpointIdentity& actual,
   auto text = [&](const char* name, const std::string& a,
                   const std::string& e) {
     if (a != e) {
-      diffs.push_back(absl::StrCat("identity field ", name, " is ", Quoted(a),
-                                   ", the run expects ", Quoted(e)));
+      diffs.push_back(absl::StrCat(name, " ", TextDifference(a, e)));
     }
   };
   auto number = [&](const char* name, uint64_t a, uint64_t e) {
     if (a != e) {
-      diffs.push_back(absl::StrCat("identity field ", name, " is ", a,
-                                   ", the run expects ", e));
+      diffs.push_back(
+          absl::StrCat(name, " is ", a, ", the run expects ", e));
     }
   };
   text("state", actual.state, expected.state);
@@ -129,8 +171,13 @@ absl::Status CompareIdentity(const CheckpointIdentity& actual,
   number("chunk_bytes", actual.chunk_bytes, expected.chunk_bytes);
   number("run_steps", actual.run_steps, expected.run_steps);
   if (diffs.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      file, ": checkpoint refused: ", absl::StrJoin(diffs, "; ")));
+  if (diffs.size() == 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        file, ": checkpoint refused: identity field ", diffs[0]));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(file, ": checkpoint refused: ", diffs.size(),
+                   " identity fields differ: ", absl::StrJoin(diffs, "; ")));
 }
 
 uint64_t PayloadOffsetFor(uint64_t header_bytes) {

@@ -82,8 +82,16 @@ struct CheckpointIdentity {
 CheckpointIdentity IdentityOfHeader(const CheckpointHeader& header);
 
 // OK if `actual` (read from checkpoint `file`) equals `expected` (the run's);
-// otherwise FailedPrecondition naming every differing field with both values,
-// e.g. "ckpt.bin: identity field learner is \"...\", the run expects \"...\"".
+// otherwise FailedPrecondition, one short line naming every differing field
+// with both values: a number in full, a text identity by its first
+// differing '|'-separated part (a part over 40 bytes cut to its "name=" and
+// 16 bytes, with its length) and how many more parts differ, e.g.
+//   ckpt.bin: checkpoint refused: identity field run_steps is 8, the run
+//   expects 10000
+//   ckpt.bin: checkpoint refused: 2 identity fields differ: data has
+//   "vocabulary=512", the run expects "vocabulary=12288" (+1 more part);
+//   run_steps is 8, the run expects 10000
+// (`inspect FILE` prints the identities in full.)
 absl::Status CompareIdentity(const CheckpointIdentity& actual,
                              const CheckpointIdentity& expected,
                              absl::string_view file);

@@ -166,12 +166,64 @@ TEST(CompareIdentity, NamesEachFieldAndBothValues) {
     EXPECT_FALSE(a == e);
     const absl::Status s = CompareIdentity(a, e, "ck.bin");
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    const bool text = c.value[0] == '"';
     EXPECT_THAT(std::string(s.message()),
                 AllOf(HasSubstr("ck.bin"),
-                      HasSubstr(std::string("field ") + c.field + " is " +
-                                c.value)))
+                      HasSubstr(std::string("field ") + c.field +
+                                (text ? " has " : " is ") + c.value)))
         << s;
   }
+}
+
+// A checkpoint of another config (here tiny's identity against
+// Coppelius's, as SPEC §6 and trainer/model_config.cc spell them): one
+// short line naming the fields, the first differing part of each text
+// identity and both numbers (break-it: the line held every identity in full,
+// 1.1 KB); long parts (a digest) cut to 16 bytes after their "name=".
+TEST(CompareIdentity, OtherConfigInOneShortLine) {
+  CheckpointIdentity run;
+  run.state = "coppelius-raw-pmv-f32-v1|parameter-order:p-then-m-then-v|"
+              "payload=692465664";
+  run.learner = "coppelius-objective:next-token-cross-entropy-mean|halves=bf16";
+  run.data = "coppelius-token-stream|vocabulary=12288|context=1024|header=16|"
+             "token=4";
+  run.initialization = "coppelius-initialization:random-normal|seed=20260925";
+  run.model = "coppelius-model:decoder-pre-norm|vocabulary=12288|"
+              "context=1024|width=512|layers=16|heads=8|head-size=64|"
+              "mlp:swiglu|hidden=1408|norm:layernorm-weight-bias";
+  run.payload_bytes = 692465664;
+  run.chunk_bytes = 4194304;
+  run.run_steps = 10000;
+  CheckpointIdentity file = run;
+  file.state = "coppelius-raw-pmv-f32-v1|parameter-order:p-then-m-then-v|"
+               "payload=1605120";
+  file.data = "coppelius-token-stream|vocabulary=512|context=64|header=16|"
+              "token=4";
+  file.model = "coppelius-model:decoder-pre-norm|vocabulary=512|context=64|"
+               "width=64|layers=2|heads=4|head-size=16|mlp:swiglu|"
+               "hidden=176|norm:layernorm-weight-bias";
+  file.payload_bytes = 1605120;
+  file.run_steps = 8;
+  absl::Status s = CompareIdentity(file, run, "tiny.ckpt");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "tiny.ckpt: checkpoint refused: 5 identity fields differ: state "
+            "has \"payload=1605120\", the run expects \"payload=692465664\"; "
+            "data has \"vocabulary=512\", the run expects "
+            "\"vocabulary=12288\" (+1 more part); model has "
+            "\"vocabulary=512\", the run expects \"vocabulary=12288\" (+6 "
+            "more parts); payload_bytes is 1605120, the run expects "
+            "692465664; run_steps is 8, the run expects 10000");
+  // One field: its values alone; a digest part cut short; a part missing.
+  file = run;
+  file.initialization =
+      "coppelius-initialization:random-normal|seed=20260925|sha256="
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  s = CompareIdentity(file, run, "d.ckpt");
+  EXPECT_EQ(s.message(),
+            "d.ckpt: checkpoint refused: identity field initialization has "
+            "\"sha256=0123456789abcdef\"... (71 bytes), the run expects "
+            "nothing");
 }
 
 TEST(MakeHeader, RefusesBadArguments) {

@@ -276,7 +276,7 @@ TEST_F(ReaderTest, EachIdentityFieldChangedIsRefusedByName) {
     const absl::Status s = r->CheckIdentity(expected);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << field;
     EXPECT_THAT(Msg(s), AllOf(HasSubstr(path_),
-                              HasSubstr(absl::StrCat("field ", field, " is"))));
+                              HasSubstr(absl::StrCat("identity field ", field, " "))));
   }
 }
 

@@ -14,7 +14,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace coppelius {
+
+// What absl::ParseCommandLine would refuse, as a usage error
+// (common/status_macros.h UsageError: exit 2, one line) instead of Abseil's
+// own "ERROR: ..." and exit 1: a flag no linked file defines ("unknown flag
+// --NAME"), a non-bool flag without a value, a value the flag's type cannot
+// parse ("--NAME=VALUE: Abseil's reason"). `argv` as NormalizedCommandLine
+// leaves it; arguments after "--" are positional. Abseil's own flags
+// (--help, --flagfile, ...) are left to it. A value checked here is also
+// set (the parse sets it again, from the same arguments).
+absl::Status CheckCommandLineFlags(int argc, char** argv);
 
 // Holds the rewritten arguments; argv() points into them.
 class NormalizedCommandLine {

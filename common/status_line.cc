@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace coppelius {
 
@@ -33,7 +34,13 @@ std::string EscapeControlCharacters(absl::string_view text) {
 
 std::string StatusLine(absl::string_view program, const absl::Status& status) {
   return absl::StrCat(program, ": ",
-                      EscapeControlCharacters(status.ToString()));
+                      EscapeControlCharacters(status.ToString(
+                          absl::StatusToStringMode::kWithNoExtraData)));
+}
+
+int ExitCodeOf(const absl::Status& status) {
+  if (status.ok()) return 0;
+  return IsUsageError(status) ? 2 : 1;
 }
 
 namespace {

@@ -18,9 +18,14 @@ namespace coppelius {
 // everything else (UTF-8 included) unchanged.
 std::string EscapeControlCharacters(absl::string_view text);
 
-// "<program>: " + status.ToString(), control characters escaped (no
-// trailing newline).
+// "<program>: " + status.ToString() without payloads ("CODE: message"),
+// control characters escaped (no trailing newline).
 std::string StatusLine(absl::string_view program, const absl::Status& status);
+
+// A binary's exit status for `status`: 0 when OK, 2 for a usage error
+// (common/status_macros.h UsageError: the command line is wrong in itself),
+// 1 for every other error.
+int ExitCodeOf(const absl::Status& status);
 
 // For main() only: installs a new-handler (std::set_new_handler) under
 // which an allocation that fails ends the process with the one line

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 
 namespace coppelius {
@@ -21,6 +22,20 @@ TEST(StatusLineTest, OneLineForAPathWithANewline) {
   const absl::Status s = absl::NotFoundError("opening no\nsuch: No such file");
   EXPECT_EQ(StatusLine("tokenize", s),
             "tokenize: NOT_FOUND: opening no\\nsuch: No such file");
+}
+
+// A usage error (common/status_macros.h) exits 2, any other error 1; its
+// line shows no payload, and Annotate keeps it a usage error.
+TEST(StatusLineTest, UsageErrorsExitTwoOtherErrorsOne) {
+  EXPECT_EQ(ExitCodeOf(absl::OkStatus()), 0);
+  const absl::Status usage = UsageError("--threads=-1: expected 0..1024");
+  EXPECT_EQ(ExitCodeOf(usage), 2);
+  EXPECT_EQ(ExitCodeOf(Annotate(usage, "make-cache")), 2);
+  EXPECT_EQ(StatusLine("tool", Annotate(usage, "ctx")),
+            "tool: INVALID_ARGUMENT: ctx: --threads=-1: expected 0..1024");
+  EXPECT_EQ(ExitCodeOf(absl::InvalidArgumentError("x.res: not a regular file")),
+            1);
+  EXPECT_EQ(ExitCodeOf(absl::DataLossError("bad")), 1);
 }
 
 // An allocation that cannot succeed ends the process with one line, rc 1.

@@ -3,7 +3,8 @@
 // RETURN_IF_ERROR / ASSIGN_OR_RETURN for absl::Status and absl::StatusOr,
 // until the pinned Abseil (LTS 2022-06-23) ships its own. Also Annotate(),
 // which prefixes a status message with what was being done ("reading
-// corpus.tok at offset 16"), keeping the code (riegeli / tensorstore style).
+// corpus.tok at offset 16"), keeping the code (riegeli / tensorstore style),
+// and UsageError(), the error of a command line that is wrong in itself.
 #ifndef COPPELIUS_COMMON_STATUS_MACROS_H_
 #define COPPELIUS_COMMON_STATUS_MACROS_H_
 
@@ -11,17 +12,49 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace coppelius {
 
-// Returns `status` with "`context`: " prefixed to its message; OK stays OK.
+// `status` with its message replaced by `message`, its code and payloads
+// kept (so a UsageError stays one); OK stays OK.
+inline absl::Status WithMessage(const absl::Status& status,
+                                absl::string_view message) {
+  if (status.ok()) return status;
+  absl::Status out(status.code(), message);
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+    out.SetPayload(url, payload);
+  });
+  return out;
+}
+
+// Returns `status` with "`context`: " prefixed to its message (code and
+// payloads kept); OK stays OK.
 inline absl::Status Annotate(const absl::Status& status,
                              absl::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(context, ": ", status.message()));
+  return WithMessage(status, absl::StrCat(context, ": ", status.message()));
+}
+
+// Usage errors. A command line that is wrong in itself, whatever the files
+// it names, is a usage error: a missing or extra argument, an unknown
+// subcommand, a required flag missing, a flag value outside its range or
+// set (--threads=-1, --config=big, --format=hex), flags that contradict each
+// other (standard input named twice). UsageError() is InvalidArgument
+// carrying the payload kUsageErrorUrl, which Annotate and WithMessage keep;
+// every binary exits 2 for it and 1 for any other error (a bad input or
+// output file, a refused run, a failed check: common/status_line.h
+// ExitCodeOf). InvalidArgument without the payload is not a usage error.
+inline constexpr char kUsageErrorUrl[] = "type.coppelius/usage-error";
+inline absl::Status UsageError(absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  status.SetPayload(kUsageErrorUrl, absl::Cord("usage"));
+  return status;
+}
+inline bool IsUsageError(const absl::Status& status) {
+  return status.GetPayload(kUsageErrorUrl).has_value();
 }
 
 namespace status_macros_internal {

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace coppelius {
 
@@ -38,7 +39,7 @@ inline int ResolveCappedThreadCount(int requested) {
 // "--threads=N: expected 0..1024 (0 = all cores)".
 inline absl::Status CheckThreadsFlag(int threads) {
   if (threads >= 0 && threads <= kMaxThreadCount) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
+  return UsageError(absl::StrCat(
       "--threads=", threads, ": expected 0..", kMaxThreadCount,
       " (0 = all cores)"));
 }

@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -33,6 +34,7 @@
 #include "common/threads.h"
 #include "inspect/cache_reader.h"
 #include "inspect/json_writer.h"
+#include "tokencache/decode_check.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
 #include "trainer/run_identity.h"
@@ -171,6 +173,10 @@ struct CacheReport {
   uint64_t first_out_of_range = 0;
   uint32_t first_out_of_range_id = 0;
   std::optional<StalenessReport> staleness;
+  // With --source and --vocab, for a cache fresh by its header: "" when its
+  // ids decode to exactly the source's bytes, else what differs
+  // (tokencache/decode_check.h). Unset when not checked.
+  std::optional<std::string> decode_difference;
   // Why the header cannot be a source's (make-cache's rule), or "".
   std::string header_problem;
 };
@@ -178,17 +184,34 @@ struct CacheReport {
 // Reads the cache with pread in bounded chunks (inspect/cache_reader.h), not
 // through TokenCache's mapping: a cache truncated while it is read is a
 // DataLoss naming the offset instead of a SIGBUS.
+// With `source` and `vocab` both given, the ids are also decoded against the
+// source (make-cache's freshness check): the header cannot tell a cache cut
+// to 16 + 4k bytes, or one of another vocabulary, from a fresh one.
 absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
                                          const std::string& source,
+                                         const std::string& vocab,
                                          const ModelConfig& config) {
   CacheReport r;
   r.path = path;
   uint32_t lo = std::numeric_limits<uint32_t>::max(), hi = 0;
   const uint32_t V = static_cast<uint32_t>(config.V);
+  std::optional<Vocabulary> vocabulary;
+  std::string source_text;
+  std::optional<CacheDecodeCheck> decode;
+  if (!source.empty() && !vocab.empty()) {
+    absl::StatusOr<Vocabulary> loaded = Vocabulary::Load(vocab);
+    if (!loaded.ok()) return Annotate(loaded.status(), "--vocab");
+    vocabulary.emplace(*std::move(loaded));
+    absl::StatusOr<std::string> text = ReadFile(source);
+    if (!text.ok()) return Annotate(text.status(), "--source");
+    source_text = *std::move(text);
+    decode.emplace(*vocabulary, source_text, "");
+  }
   ASSIGN_OR_RETURN(
       CacheFileInfo info,
       ReadCacheChunked(path, [&](uint64_t first,
                                  absl::Span<const uint32_t> ids) {
+        if (decode) decode->Feed(first, ids);
         for (size_t k = 0; k < ids.size(); ++k) {
           const uint32_t id = ids[k];
           lo = std::min(lo, id);
@@ -215,6 +238,10 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
   if (!source.empty()) {
     ASSIGN_OR_RETURN(StalenessReport s, CacheStaleness(path, r.header, source));
     r.staleness = s;
+    // A stale header is the problem already; a fresh one is checked further.
+    if (decode && s.staleness == Staleness::kFresh) {
+      r.decode_difference = decode->Difference();
+    }
   }
   return r;
 }
@@ -234,6 +261,10 @@ std::vector<std::string> CacheProblems(const CacheReport& r,
       config.V, ": ", r.ids_out_of_range));
   }
   if (!r.header_problem.empty()) problems.push_back(r.header_problem);
+  if (r.decode_difference && !r.decode_difference->empty()) {
+    problems.push_back(absl::StrCat(
+        r.path, ": fresh by its header, but ", *r.decode_difference));
+  }
   return problems;
 }
 
@@ -271,6 +302,12 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
       j.FieldUint("source_size_bytes", r.staleness->source.size_bytes);
       j.EndObject();
     }
+    j.Key("decodes_to_source");
+    if (r.decode_difference) {
+      j.Bool(r.decode_difference->empty());
+    } else {
+      j.Null();
+    }
     j.EndObject();
     out << j.str() << "\n";
     return;
@@ -288,6 +325,15 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
         << r.staleness->source.size_bytes << ")\n";
   } else {
     out << "  staleness: not checked (no --source)\n";
+  }
+  if (r.decode_difference) {
+    out << "  ids decoded against the source: "
+        << (r.decode_difference->empty() ? "its bytes exactly"
+                                         : *r.decode_difference)
+        << "\n";
+  } else if (r.staleness && r.staleness->staleness == Staleness::kFresh) {
+    out << "  ids decoded against the source: not checked (no --vocab: "
+           "fresh by the header's mtime and size only)\n";
   }
   out << "  tokens: " << r.num_tokens << "\n";
   out << "  contexts of " << config.T << " (" << config.name << ", "
@@ -410,6 +456,18 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     j.Field("config", config.name);
     j.Field("config_source", d.config_source);
     j.FieldBool("identity_matches_config", identity_status.ok());
+    // What a run of the config expects (the refusal abbreviates it).
+    {
+      const CheckpointIdentity want = RunCheckpointIdentity(config);
+      j.Key("config_identities");
+      j.BeginObject();
+      j.Field("state", want.state);
+      j.Field("learner", want.learner);
+      j.Field("data", want.data);
+      j.Field("initialization", want.initialization);
+      j.Field("model", want.model);
+      j.EndObject();
+    }
     j.Field("refusal", identity_status.ok()
                            ? std::string()
                            : std::string(identity_status.message()));
@@ -467,6 +525,21 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     out << "  identity: a run of config " << config.name << " ("
         << d.config_source << ") refuses it: " << identity_status.message()
         << "\n";
+    // The refusal names each text identity by its first differing part;
+    // here, in full, what the config's run expects instead.
+    const CheckpointIdentity want = RunCheckpointIdentity(config);
+    for (const auto& [name, have, expected] :
+         {std::tuple<const char*, const std::string*, const std::string*>{
+              "state:         ", &h.state_identity(), &want.state},
+          {"learner:       ", &h.learner_identity(), &want.learner},
+          {"data:          ", &h.data_identity(), &want.data},
+          {"initialization:", &h.initialization_identity(),
+           &want.initialization},
+          {"model:         ", &h.model_identity(), &want.model}}) {
+      if (*have != *expected) {
+        out << "    expected " << name << " " << *expected << "\n";
+      }
+    }
   }
   out << "  provenance: writer " << Printable(h.writer()) << ", backend "
       << Printable(h.backend()) << ", host " << Printable(h.host())
@@ -590,6 +663,42 @@ int64_t FirstLossBlockMismatch(const ResultFile& r) {
   return -1;
 }
 
+// Why a result shorter than complete is incomplete, from where it ends: in
+// the forward record, in the step windows (a run that stopped: the tail is
+// written only when a run finishes), or in the tail (all windows there, the
+// tail cut short).
+std::string IncompleteReason(const ResultFile& r, const ResultLayout& layout) {
+  const int64_t size = static_cast<int64_t>(r.file_size);
+  if (size == kResultMarkerBytes && r.marker_left) {
+    return "it holds only the marker: the run stopped before its forward "
+           "record";
+  }
+  if (size < layout.forward_bytes) {
+    return absl::StrCat("it ends inside the forward record (bytes 0..",
+                        layout.forward_bytes,
+                        ", written whole before the first step): the file "
+                        "was cut short");
+  }
+  if (size < layout.input_stat_offset) {
+    const int64_t partial = size - layout.windows_offset -
+                            r.complete_steps * layout.window_bytes;
+    return absl::StrCat(
+        "the run stopped after ", r.complete_steps, " of ", r.geometry.steps,
+        " steps: its step windows end at byte ",
+        layout.windows_offset + r.complete_steps * layout.window_bytes,
+        partial > 0 ? absl::StrCat(", then ", partial, " bytes of step ",
+                                   r.complete_steps, "'s")
+                    : std::string(),
+        "; the tail, from offset ", layout.input_stat_offset,
+        ", is written only when a run finishes");
+  }
+  return absl::StrCat(
+      "all ", r.geometry.steps, " step windows are there, but the tail (bytes ",
+      layout.input_stat_offset, "..", layout.complete_bytes,
+      ", written whole when the run finished) ends at byte ", size,
+      ": the file was cut short");
+}
+
 // What makes a parsed result corrupt or incomplete, one line each: the
 // forward record never written, missing tail (unless `count_incomplete` is
 // false: plot draws a run still going or killed, and a file holding only
@@ -626,9 +735,8 @@ std::vector<std::string> ResultProblems(const std::string& path,
             : "";
     problems.push_back(absl::StrCat(
         path, ": incomplete: size ", r.file_size, " bytes, expected ",
-        layout.complete_bytes, assumed, " (", r.complete_steps, " of ",
-        r.geometry.steps, " step windows; tail from offset ",
-        layout.input_stat_offset, " missing)"));
+        layout.complete_bytes, assumed, " (", IncompleteReason(r, layout),
+        ")"));
     return problems;
   }
   const ResultTail& t = r.tail;
@@ -1066,6 +1174,10 @@ absl::Status InspectResult(const InspectOptions& o, const FileDetection& d,
 
 struct VerifyOutcome {
   std::string kind;
+  std::string config, config_source;  // as detected ("" when not)
+  // What the verdict was checked against, when the file does not say it
+  // (a cache's ids against a config's V): printed after the kind.
+  std::string checked;
   std::vector<std::string> failures;  // one line each
 };
 
@@ -1080,6 +1192,8 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
   const FileKind kind = d->kind;
   const ModelConfig& config = d->config;
   v.kind = FileKindName(kind);
+  v.config = config.name;
+  v.config_source = d->config_source;
   switch (kind) {
     case FileKind::kCheckpoint: {
       absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(path);
@@ -1135,12 +1249,32 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
     }
     case FileKind::kCache:
     case FileKind::kAuto: {
-      absl::StatusOr<CacheReport> cache = AnalyzeCache(path, o.source, config);
+      absl::StatusOr<CacheReport> cache =
+          AnalyzeCache(path, o.source, o.vocab, config);
       if (!cache.ok()) {
         v.failures.push_back(std::string(cache.status().message()));
         return v;
       }
       v.failures = CacheProblems(*cache, config);
+      // A cache does not name its vocabulary: say which V its ids were
+      // checked against, and, when no --config named it, that it was
+      // assumed (a cache for `tiny` passes against Coppelius's 12,288).
+      v.checked = absl::StrCat(
+          "ids < ", config.V, ", the V of config ", config.name,
+          d->config_source == "--config"
+              ? std::string()
+              : absl::StrCat(": assumed, a cache does not name its "
+                             "vocabulary; --config=NAME checks another"));
+      // Fresh against --source: by the header alone, or also by its ids
+      // decoded against the source (--vocab).
+      if (cache->decode_difference) {
+        absl::StrAppend(&v.checked, "; fresh: its ids decode to the source");
+      } else if (cache->staleness &&
+                 cache->staleness->staleness == Staleness::kFresh) {
+        absl::StrAppend(&v.checked,
+                        "; fresh by its header's mtime and size only: "
+                        "--vocab=V also decodes its ids against the source");
+      }
       if (cache->staleness &&
           cache->staleness->staleness != Staleness::kFresh) {
         const StalenessReport& s = *cache->staleness;
@@ -1230,7 +1364,7 @@ absl::Status WithStreamsSpooled(
     if (!IsStream(path)) continue;
     const int64_t given = std::count(paths.begin(), paths.end(), path);
     if (given > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return UsageError(absl::StrCat(
           path, path == "-" ? " (stdin)" : " (a stream)", " is given ", given,
           " times; it can be read once"));
     }
@@ -1253,8 +1387,7 @@ absl::Status WithStreamsSpooled(
   std::move(remove_spools).Invoke();
   if (report_names_paths) out << absl::StrReplaceAll(report.str(), names);
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrReplaceAll(status.message(), names));
+  return WithMessage(status, absl::StrReplaceAll(status.message(), names));
 }
 
 }  // namespace
@@ -1265,11 +1398,11 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out);
 
 static absl::Status CheckThreads(int threads) {
   if (threads < 1) {
-    return absl::InvalidArgumentError(
+    return UsageError(
         absl::StrCat("--threads=", threads, ": expected an integer >= 1"));
   }
   if (threads > kMaxThreadCount) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return UsageError(absl::StrCat(
         "--threads=", threads, ": expected at most ", kMaxThreadCount));
   }
   return absl::OkStatus();
@@ -1277,7 +1410,7 @@ static absl::Status CheckThreads(int threads) {
 
 static absl::Status CheckSmoothing(int steps) {
   if (steps >= 1) return absl::OkStatus();
-  return absl::InvalidArgumentError(
+  return UsageError(
       absl::StrCat("--smoothing=", steps, ": expected an integer >= 1"));
 }
 
@@ -1286,7 +1419,7 @@ absl::StatusOr<FileKind> ParseFileKind(absl::string_view name) {
   if (name == "cache") return FileKind::kCache;
   if (name == "checkpoint") return FileKind::kCheckpoint;
   if (name == "result") return FileKind::kResult;
-  return absl::InvalidArgumentError(absl::StrCat(
+  return UsageError(absl::StrCat(
       "--kind=", name, ": expected auto, cache, checkpoint or result"));
 }
 
@@ -1566,7 +1699,7 @@ std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
 
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
   if (options.path.empty()) {
-    return absl::InvalidArgumentError("inspect: no FILE given");
+    return UsageError("inspect: no FILE given");
   }
   RETURN_IF_ERROR(CheckThreads(options.threads));
   RETURN_IF_ERROR(CheckSmoothing(options.smoothing_steps));
@@ -1588,10 +1721,12 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
              << o.path << " is a " << FileKindName(d.kind)
              << ": --source ignored" << std::endl;
   }
-  if (!o.vocab.empty() && d.kind != FileKind::kResult) {
-    warnings << "inspect: warning: --vocab is for result files; " << o.path
-             << " is a " << FileKindName(d.kind) << ": --vocab ignored"
-             << std::endl;
+  if (!o.vocab.empty() && d.kind != FileKind::kResult &&
+      !(d.kind == FileKind::kCache && !o.source.empty())) {
+    warnings << "inspect: warning: --vocab is for result files (and caches "
+                "with --source); "
+             << o.path << " is a " << FileKindName(d.kind)
+             << ": --vocab ignored" << std::endl;
   }
   switch (d.kind) {
     case FileKind::kCheckpoint:
@@ -1601,7 +1736,9 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
     case FileKind::kCache:
     case FileKind::kAuto: {
       ASSIGN_OR_RETURN(CacheReport r,
-                       AnalyzeCache(o.path, o.source, d.config));
+                       AnalyzeCache(o.path, o.source,
+                                    o.source.empty() ? "" : o.vocab,
+                                    d.config));
       PrintCache(r, d.config, d.config_source, o.json, out);
       // Ids the config's vocabulary does not have, a header no source has:
       // reported above, then DataLoss (verify fails the same cache).
@@ -1620,7 +1757,7 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
 
 absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   if (o.paths.empty()) {
-    return absl::InvalidArgumentError("verify: no FILE given");
+    return UsageError("verify: no FILE given");
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
@@ -1647,6 +1784,8 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
       j.BeginObject();
       j.Field("path", path);
       j.Field("kind", v.kind);
+      j.Field("config", v.config);
+      j.Field("config_source", v.config_source);
       j.FieldBool("ok", v.failures.empty());
       j.Key("failures");
       j.BeginArray();
@@ -1657,7 +1796,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
     }
     if (v.failures.empty()) {
       out << "OK " << EscapeControlCharacters(path) << " (" << v.kind
-          << ")\n";
+          << (v.checked.empty() ? "" : "; ") << v.checked << ")\n";
     }
     for (const std::string& f : v.failures) {
       out << "FAIL " << EscapeControlCharacters(path) << ": "
@@ -1674,6 +1813,13 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
     (o.warnings ? *o.warnings : std::cerr)
         << "inspect: warning: --source is for token caches; no FILE is one: "
            "--source ignored"
+        << std::endl;
+  }
+  if (!o.vocab.empty() && (o.source.empty() || !any_cache)) {
+    (o.warnings ? *o.warnings : std::cerr)
+        << "inspect: warning: verify uses --vocab only for a token cache "
+           "with --source (its ids decoded against the source): --vocab "
+           "ignored"
         << std::endl;
   }
   out.flush();
@@ -1823,11 +1969,10 @@ absl::Status CheckOutputPath(const std::string& output,
 
 absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   if (o.results.empty()) {
-    return absl::InvalidArgumentError("plot: no RESULT file given");
+    return UsageError("plot: no RESULT file given");
   }
   if (o.output.empty()) {
-    return absl::InvalidArgumentError("plot: -o OUTPUT (an .svg path or -) "
-                                      "is required");
+    return UsageError("plot: -o OUTPUT (an .svg path or -) is required");
   }
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
   if (std::any_of(o.results.begin(), o.results.end(), IsStream)) {
@@ -1993,7 +2138,7 @@ absl::StatusOr<std::string> BuildSafetensors(
 
 absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   if (o.checkpoint.empty() || o.output.empty()) {
-    return absl::InvalidArgumentError(
+    return UsageError(
         "export: expected --safetensors CHECKPOINT and -o OUTPUT");
   }
   RETURN_IF_ERROR(CheckThreads(o.threads));

@@ -100,7 +100,9 @@ struct InspectOptions {
   FileKind kind = FileKind::kAuto;
   std::string config;                // ModelConfigByName; "" infers it
   std::string source;                // token cache: source text for staleness
-  std::string vocab;                 // result: .tiktoken to decode predictions
+  std::string vocab;                 // result: .tiktoken to decode predictions;
+                                     // cache with `source`: ids decoded
+                                     // against the source (as verify)
   bool json = false;
   int smoothing_steps = 100;         // window of the smoothed curve (>= 1)
   int threads = 2;                   // digest threads (1..kMaxThreadCount)
@@ -131,7 +133,10 @@ struct InspectOptions {
 // identities, payload size, chunk size and run steps) is reported, then
 // FailedPrecondition naming every differing field; with the config inferred,
 // a refusal is only reported (the status is the checkpoint's integrity).
-// `--source` for a non-cache or `--vocab` for a non-result writes a warning.
+// With `source` and `vocab`, a cache fresh by its header must also decode
+// to exactly the source's bytes (tokencache/decode_check.h), else DataLoss
+// after the report. `--source` for a non-cache or `--vocab` for anything
+// but a result or a cache with `--source` writes a warning.
 // InvalidArgument for threads outside 1..kMaxThreadCount (1,024) or
 // smoothing_steps < 1.
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out);
@@ -141,6 +146,9 @@ struct VerifyOptions {
   FileKind kind = FileKind::kAuto;
   std::string config;  // "" infers each file's config
   std::string source;  // caches: also fail when stale against this source
+  // With `source`: a cache also fails unless its ids, decoded with this
+  // vocabulary, are exactly the source's bytes (tokencache/decode_check.h).
+  std::string vocab;
   bool json = false;
   int threads = 2;     // 1..kMaxThreadCount (common/threads.h)
   std::ostream* warnings = nullptr;  // null: std::cerr
@@ -158,9 +166,13 @@ struct VerifyOptions {
 // flag equals "the final record is all finite"; a cache has a valid size,
 // every id < V, a header a source can have (make-cache's rule: source mtime
 // not after tomorrow, at least one source byte per id) and is fresh against
-// `source` when given. Writes "OK <path>
-// (<kind>)" or one "FAIL <path>: <reason>" line per failure (or a JSON
-// object). Returns OK only if every file passed, else DataLoss
+// `source` when given (by its header's mtime and size; with `vocab` too,
+// its ids must decode to exactly the source's bytes: what a cache cut to
+// 16 + 4k bytes or made with another vocabulary fails). Writes "OK <path>
+// (<kind>)" ("OK <path> (cache; ids < V, the V of config NAME[: assumed,
+// ...])" for a cache, which does not name its vocabulary) or one "FAIL
+// <path>: <reason>" line per failure (or a JSON object, each file with its
+// config and config_source). Returns OK only if every file passed, else DataLoss
 // "verify: N of M files failed".
 absl::Status RunVerify(const VerifyOptions& options, std::ostream& out);
 

@@ -185,12 +185,12 @@ grep -q "marker be ba fe ca be ba fe ca still present" "$d/p.err" || fail "plot 
 [[ $? == 1 && $(cat "$d/p.err") == "inspect: NOT_FOUND: -o $d/nodir/x.svg: directory $d/nodir does not exist" ]] \
   || fail "plot -o in a missing directory: $(cat "$d/p.err")"
 "$inspect" export --config=tiny --safetensors "$d/model.ckpt" -o "$d" 2> "$d/p.err"
-[[ $? == 2 && $(cat "$d/p.err") == "inspect: INVALID_ARGUMENT: -o $d: is a directory, expected a file path" ]] \
+[[ $? == 1 && $(cat "$d/p.err") == "inspect: INVALID_ARGUMENT: -o $d: is a directory, expected a file path" ]] \
   || fail "export -o a directory: $(cat "$d/p.err")"
 
 # Plot: runs out of order are refused.
 "$inspect" plot "$d/next.res" "$d/complete.res" -o "$d/bad.svg" 2> "$d/p.err"
-[[ $? == 2 && ! -e "$d/bad.svg" ]] || fail "plot of r2 r1"
+[[ $? == 1 && ! -e "$d/bad.svg" ]] || fail "plot of r2 r1"
 grep -q "starts at context c0 16, expected 32" "$d/p.err" || fail "plot: $(cat "$d/p.err")"
 
 # Bad flag values: exit 2; unused flags: a one-line warning.
@@ -255,6 +255,13 @@ done
 "$inspect" export --config=tiny --safetensors - -o "$d/stdin.safetensors" < "$d/model.ckpt" 2> "$d/s.err" \
   || fail "export --safetensors -"
 [[ ! -s "$d/s.err" ]] || fail "export --safetensors -: $(cat "$d/s.err")"
+# Bad inputs exit 1 as in the other tools, also where the error is
+# INVALID_ARGUMENT (only usage errors exit 2): a directory, a checkpoint
+# given to plot, a cache given to export.
+"$inspect" "$d" 2> "$d/b.err"; [[ $? == 1 ]] || fail "inspect of a directory: exit"
+grep -q "INVALID_ARGUMENT: $d: not a regular file" "$d/b.err" || fail "inspect of a directory: $(cat "$d/b.err")"
+"$inspect" plot --config=tiny "$d/model.ckpt" -o "$d/ck.svg" 2> "$d/b.err"; [[ $? == 1 ]] || fail "plot of a checkpoint: $(cat "$d/b.err")"
+"$inspect" export --config=tiny --safetensors "$d/cache.tok" -o "$d/c.st" 2> "$d/b.err"; [[ $? == 1 ]] || fail "export of a cache: $(cat "$d/b.err")"
 "$inspect" --config=tiny "$d/missing" 2> "$d/m.err"; [[ $? == 1 ]] || fail "missing file"
 grep -q "missing" "$d/m.err" || fail "missing file not named"
 echo "inspect_cli_test: all checks passed"

@@ -3,6 +3,7 @@
 //   inspect FILE [--json] [--source=SRC] [--vocab=VOCAB]
 //                [--config=coppelius|tiny] [--kind=auto|cache|checkpoint|result]
 //   inspect verify FILE... [--json] [--config=...] [--kind=...] [--source=SRC]
+//                  [--vocab=VOCAB]
 //   inspect plot RESULT... -o loss.svg [--config=...] [--smoothing=100]
 //   inspect export --safetensors CKPT -o model.safetensors [--config=...]
 //
@@ -16,9 +17,12 @@
 // report shows the identity and any refusal.
 //
 // A thin flag layer over inspect/inspect.h. Errors: one line on stderr, exit
-// status 1 (2 for usage errors, --threads outside 0..1024 or --smoothing < 1;
-// an unknown flag and --help exit 1, from Abseil's parser). A flag the
-// mode or file kind does not use (--source, --vocab) gets a one-line warning.
+// status 2 for a usage error (common/status_macros.h UsageError: an unknown
+// flag or subcommand, a flag value that does not parse or is out of range,
+// such as --threads outside 0..1024 or --smoothing < 1, a missing FILE), 1
+// for any other error (a bad input, a failed verify), as in every tool
+// (README); --help exits 1 (Abseil's parser). A flag the mode or file kind
+// does not use (--source, --vocab) gets a one-line warning.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -37,13 +41,16 @@
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/status_line.h"
+#include "common/status_macros.h"
 #include "inspect/inspect.h"
 
 ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
 ABSL_FLAG(std::string, source, "",
           "token cache: the source text to check staleness against");
 ABSL_FLAG(std::string, vocab, "",
-          "result: a .tiktoken vocabulary to decode the predictions");
+          "result: a .tiktoken vocabulary to decode the predictions; token "
+          "cache with --source: its ids are decoded against the source (a "
+          "cache cut short or of another vocabulary fails)");
 ABSL_FLAG(std::string, config, "",
           "model config: coppelius or tiny; empty infers it from the file "
           "(a checkpoint's identity is then reported, not checked)");
@@ -61,7 +68,7 @@ constexpr char kUsage[] =
     "inspect FILE [--json] [--source=SRC] [--vocab=VOCAB] "
     "[--config=coppelius|tiny] [--kind=cache|checkpoint|result]\n"
     "  inspect verify FILE... [--json] [--config=coppelius|tiny] "
-    "[--kind=...] [--source=SRC]\n"
+    "[--kind=...] [--source=SRC [--vocab=VOCAB]]\n"
     "  inspect plot RESULT... -o loss.svg [--smoothing=100]\n"
     "  inspect export --safetensors CKPT -o model.safetensors";
 
@@ -74,7 +81,7 @@ void WarnUnused(absl::string_view mode, bool given, absl::string_view flag) {
 
 int Fail(const absl::Status& status) {
   std::cerr << coppelius::StatusLine("inspect", status) << std::endl;
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  return coppelius::ExitCodeOf(status);
 }
 
 }  // namespace
@@ -86,6 +93,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});
+  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
+          command_line.argc(), command_line.argv());
+      !flags.ok()) {
+    return Fail(flags);
+  }
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -101,7 +114,7 @@ int main(int argc, char** argv) {
     absl::SetFlag(&FLAGS_threads, coppelius::ResolveCappedThreadCount(0));
   }
   if (absl::GetFlag(FLAGS_smoothing) < 1) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
+    return Fail(coppelius::UsageError(absl::StrCat(
         "--smoothing=", absl::GetFlag(FLAGS_smoothing),
         ": expected an integer >= 1")));
   }
@@ -116,7 +129,6 @@ int main(int argc, char** argv) {
   }
   const bool source = !absl::GetFlag(FLAGS_source).empty();
   const bool vocab = !absl::GetFlag(FLAGS_vocab).empty();
-  if (mode == "verify") WarnUnused("verify", vocab, "--vocab");
   if (mode == "plot" || mode == "export") {
     WarnUnused(mode, source, "--source");
     WarnUnused(mode, vocab, "--vocab");
@@ -128,6 +140,7 @@ int main(int argc, char** argv) {
     o.kind = *kind;
     o.config = absl::GetFlag(FLAGS_config);
     o.source = absl::GetFlag(FLAGS_source);
+    o.vocab = absl::GetFlag(FLAGS_vocab);
     o.json = absl::GetFlag(FLAGS_json);
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunVerify(o, std::cout);
@@ -140,7 +153,7 @@ int main(int argc, char** argv) {
     status = coppelius::RunPlot(o, std::cout);
   } else if (mode == "export") {
     if (rest.size() != 1) {
-      return Fail(absl::InvalidArgumentError(
+      return Fail(coppelius::UsageError(
           "export: unexpected arguments; usage: inspect export --safetensors "
           "CKPT -o OUT"));
     }
@@ -159,14 +172,14 @@ int main(int argc, char** argv) {
         stat(rest[0].c_str(), &st) != 0 &&
         (rest.size() > 1 || !absl::GetFlag(FLAGS_o).empty() ||
          !absl::GetFlag(FLAGS_safetensors).empty())) {
-      const int code = Fail(absl::InvalidArgumentError(absl::StrCat(
+      const int code = Fail(coppelius::UsageError(absl::StrCat(
           "unknown subcommand \"", rest[0],
           "\": expected verify, plot or export, or one FILE to report on")));
       std::cerr << "usage: " << kUsage << std::endl;
       return code;
     }
     if (rest.size() != 1) {
-      const int code = Fail(absl::InvalidArgumentError(absl::StrCat(
+      const int code = Fail(coppelius::UsageError(absl::StrCat(
           "expected exactly one FILE, got ", rest.size(),
           " (usage below; inspect --help lists the flags)")));
       std::cerr << "usage: " << kUsage << std::endl;

@@ -18,6 +18,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inspect/testdata.h"
+#include "tokencache/token_cache.h"
+#include "tokenizer/vocabulary.h"
 
 namespace coppelius {
 namespace {
@@ -350,15 +352,21 @@ TEST_F(InspectTest, CheckpointIdentityIsCheckedOnlyAgainstANamedConfig) {
   // 20260925). Without --config: the refusal is reported, the status is the
   // integrity (OK); with --config=tiny: report and verify fail, naming it.
   const std::string field =
-      "identity field initialization is \"coppelius-initialization:"
-      "random-normal|seed=20260926\", the run expects \"coppelius-"
-      "initialization:random-normal|seed=20260925\"";
+      "identity field initialization has \"seed=20260926\", the run "
+      "expects \"seed=20260925\"";
   std::string report;
   absl::Status s = Inspect("seed.ckpt", &report);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_THAT(report, HasSubstr("a run of config tiny (checkpoint payload "
                                 "size) refuses it"));
   EXPECT_THAT(report, HasSubstr(field));
+  // The report has both identities in full.
+  EXPECT_THAT(report,
+              HasSubstr("    initialization: coppelius-initialization:"
+                        "random-normal|seed=20260926\n"));
+  EXPECT_THAT(report,
+              HasSubstr("    expected initialization: coppelius-"
+                        "initialization:random-normal|seed=20260925\n"));
   s = Verify({"seed.ckpt"}, &report, "", "");
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(report, absl::StrCat("OK ", Path("seed.ckpt"), " (checkpoint)\n"));
@@ -535,6 +543,58 @@ TEST_F(InspectTest, VerifyFailsAResultRecordingAnError) {
                         "expected 0"));
 }
 
+// An incomplete result says where it ends and what that means (break-it:
+// every one said "tail from offset 8192 missing", also when the bytes from
+// 8192 on were there). Tiny's layout (docs/FORMATS.md): forward record
+// 0..6144, step windows of 256 bytes, the tail from 8192 to 27744.
+TEST_F(InspectTest, IncompleteResultSaysWhereItEnds) {
+  const std::string complete = *ReadFile(Path("complete.res"));
+  const struct {
+    size_t size;
+    std::string why;
+  } cases[] = {
+      {6000,
+       "it ends inside the forward record (bytes 0..6144, written whole "
+       "before the first step): the file was cut short"},
+      {6144 + 3 * 256,
+       "the run stopped after 3 of 8 steps: its step windows end at byte "
+       "6912; the tail, from offset 8192, is written only when a run "
+       "finishes"},
+      {6144 + 3 * 256 + 100,
+       "the run stopped after 3 of 8 steps: its step windows end at byte "
+       "6912, then 100 bytes of step 3's; the tail, from offset 8192, is "
+       "written only when a run finishes"},
+      {8192,
+       "all 8 step windows are there, but the tail (bytes 8192..27744, "
+       "written whole when the run finished) ends at byte 8192: the file "
+       "was cut short"},
+      {10000,
+       "all 8 step windows are there, but the tail (bytes 8192..27744, "
+       "written whole when the run finished) ends at byte 10000: the file "
+       "was cut short"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.size);
+    ASSERT_TRUE(
+        WriteFileAtomically(Path("cut.res"), complete.substr(0, c.size)).ok());
+    std::string report;
+    EXPECT_EQ(Verify({"cut.res"}, &report).code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.res"), ": ",
+                                   Path("cut.res"), ": incomplete: size ",
+                                   c.size, " bytes, expected 27744 (", c.why,
+                                   ")\n"));
+  }
+  // Only the marker: the run never wrote its forward record.
+  ASSERT_TRUE(WriteFileAtomically(Path("cut.res"),
+                                  "\xbe\xba\xfe\xca\xbe\xba\xfe\xca")
+                  .ok());
+  std::string report;
+  EXPECT_EQ(Verify({"cut.res"}, &report).code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("incomplete: size 8 bytes, expected 27744 (it "
+                                "holds only the marker: the run stopped "
+                                "before its forward record)"));
+}
+
 // A result too short to name its config is measured against the default
 // config's geometry; the failure says that it assumed it.
 TEST_F(InspectTest, ShortResultSaysItsConfigIsAssumed) {
@@ -556,9 +616,40 @@ TEST_F(InspectTest, VerifyGoodFiles) {
   absl::Status s = Verify({"cache.tok", "model.ckpt", "complete.res"},
                           &report, "source.txt");
   EXPECT_TRUE(s.ok()) << s << "\n" << report;
-  EXPECT_EQ(report, absl::StrCat("OK ", Path("cache.tok"), " (cache)\n",
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("cache.tok"),
+                                 " (cache; ids < 512, the V of config tiny; "
+                                 "fresh by its header's mtime and size only: "
+                                 "--vocab=V also decodes its ids against the "
+                                 "source)\n",
                                  "OK ", Path("model.ckpt"), " (checkpoint)\n",
                                  "OK ", Path("complete.res"), " (result)\n"));
+}
+
+// A cache does not name its vocabulary: without --config, verify says which
+// V its ids were checked against and that the config was assumed (break-it:
+// a cache of ids >= 512 passed silently, then `train --config=tiny` refused
+// it); checkpoints and results name their config (JSON: config,
+// config_source).
+TEST_F(InspectTest, VerifySaysWhichConfigACacheWasCheckedAgainst) {
+  std::string report;
+  ASSERT_TRUE(Verify({"bad_ids.tok"}, &report, "", "").ok()) << report;
+  EXPECT_EQ(report,
+            absl::StrCat("OK ", Path("bad_ids.tok"),
+                         " (cache; ids < 12288, the V of config coppelius: "
+                         "assumed, a cache does not name its vocabulary; "
+                         "--config=NAME checks another)\n"));
+  VerifyOptions o;
+  o.paths = {Path("bad_ids.tok"), Path("complete.res")};
+  o.json = true;
+  std::ostringstream out;
+  ASSERT_TRUE(RunVerify(o, out).ok());
+  EXPECT_THAT(out.str(),
+              HasSubstr("\"kind\":\"cache\",\"config\":\"coppelius\","
+                        "\"config_source\":\"default: the file does not "
+                        "tell\""));
+  EXPECT_THAT(out.str(),
+              HasSubstr("\"kind\":\"result\",\"config\":\"tiny\","
+                        "\"config_source\":\"result size and host tag\""));
 }
 
 TEST_F(InspectTest, VerifyRefusesAFreshCheckpoint) {
@@ -858,7 +949,8 @@ TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   EXPECT_THAT(lines[3], HasSubstr("(2 of 25 chunks differ)"));
   EXPECT_THAT(lines[4], HasSubstr("FAIL " + Path("partial.res")));
   // 6144 + 3 * 256 + 100 = 7012 bytes of 27744.
-  EXPECT_THAT(lines[4], HasSubstr("size 7012 bytes, expected 27744 (3 of 8"));
+  EXPECT_THAT(lines[4], HasSubstr("size 7012 bytes, expected 27744 (the run "
+                                  "stopped after 3 of 8 steps"));
   EXPECT_THAT(lines[5], HasSubstr("marker be ba fe ca"));
   EXPECT_THAT(lines[6], HasSubstr("incomplete: size 8 bytes"));
   EXPECT_THAT(lines[7], HasSubstr("FAIL " + Path("bad_ids.tok")));
@@ -899,7 +991,8 @@ TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
                          "1281 tokens, fewer than one per token; not a token "
                          "cache as make-cache writes them\n"));
   EXPECT_TRUE(Verify({"stdin.tok"}, &report).ok()) << report;
-  EXPECT_EQ(report, absl::StrCat("OK ", Path("stdin.tok"), " (cache)\n"));
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("stdin.tok"),
+                                 " (cache; ids < 512, the V of config tiny)\n"));
   // The report: printed in full with the problem, then DataLoss.
   s = Inspect("few_bytes.tok", &report, "tiny");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
@@ -1227,6 +1320,78 @@ TEST_F(InspectTest, PlotAndExportRefuseToReplaceInputsOrCoppeliusFiles) {
   // An ordinary new path is fine.
   p.output = Path("new_plot.svg");
   EXPECT_TRUE(RunPlot(p, out).ok());
+}
+
+// A cache cut to 16 + 4k bytes keeps its header, and so does one made with
+// another vocabulary: fresh by the header, they fail verify --source once
+// --vocab decodes their ids against the source (break-it: verify --source
+// accepted them). Ids written by hand: "ababababab" is 257 "abab", 257, 256
+// "ab".
+TEST_F(InspectTest, VerifySourceWithVocabDecodesTheIds) {
+  auto vocab = [&](const std::string& name, std::vector<std::string> merges) {
+    std::vector<std::string> tokens;
+    for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+    tokens.insert(tokens.end(), merges.begin(), merges.end());
+    ASSERT_TRUE(Vocabulary::FromTokens(tokens)->Save(Path(name)).ok());
+  };
+  vocab("ab.tiktoken", {"ab", "abab"});
+  vocab("ba.tiktoken", {"ba", "abab"});
+  ASSERT_TRUE(WriteFileAtomically(Path("abab.txt"), "ababababab").ok());
+  const SourceStat source = *StatSource(Path("abab.txt"));
+  auto cache = [&](const std::string& name, std::vector<uint32_t> ids) {
+    std::string bytes = U64(source.mtime_ns) + U64(source.size_bytes);
+    for (uint32_t id : ids) bytes += std::string(U64(id), 0, 4);
+    ASSERT_TRUE(WriteFileAtomically(Path(name), bytes).ok());
+  };
+  cache("abab.tok", {257, 257, 256});
+  cache("cut.tok", {257, 257});
+  auto verify = [&](const std::string& name, const std::string& vocab_name,
+                    std::string* report) {
+    VerifyOptions o;
+    o.paths = {Path(name)};
+    o.config = "tiny";
+    o.source = Path("abab.txt");
+    o.vocab = vocab_name.empty() ? "" : Path(vocab_name);
+    std::ostringstream out;
+    const absl::Status s = RunVerify(o, out);
+    *report = out.str();
+    return s;
+  };
+  std::string report;
+  EXPECT_TRUE(verify("abab.tok", "ab.tiktoken", &report).ok()) << report;
+  EXPECT_EQ(report, absl::StrCat("OK ", Path("abab.tok"),
+                                 " (cache; ids < 512, the V of config tiny; "
+                                 "fresh: its ids decode to the source)\n"));
+  // Without --vocab the header is all there is, and the output says so.
+  EXPECT_TRUE(verify("cut.tok", "", &report).ok()) << report;
+  EXPECT_THAT(report, HasSubstr("fresh by its header's mtime and size only: "
+                                "--vocab=V also decodes its ids against the "
+                                "source)"));
+  EXPECT_EQ(verify("cut.tok", "ab.tiktoken", &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.tok"), ": ", Path("cut.tok"),
+                                 ": fresh by its header, but its 2 ids decode "
+                                 "to the first 8 of the source's 10 bytes: a "
+                                 "cache cut short\n"));
+  EXPECT_EQ(verify("abab.tok", "ba.tiktoken", &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report,
+            absl::StrCat("FAIL ", Path("abab.tok"), ": ", Path("abab.tok"),
+                         ": fresh by its header, but token 2 (byte offset "
+                         "24), id 256, decodes to \"ba\" but the source has "
+                         "\"ab\" at byte 8: not this source's encoding with "
+                         "this vocabulary (made with another?)\n"));
+  // The report says the same, then fails.
+  InspectOptions o;
+  o.path = Path("cut.tok");
+  o.config = "tiny";
+  o.source = Path("abab.txt");
+  o.vocab = Path("ab.tiktoken");
+  std::ostringstream out;
+  EXPECT_EQ(RunInspect(o, out).code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out.str(), HasSubstr("  ids decoded against the source: its 2 "
+                                   "ids decode to the first 8 of the "
+                                   "source's 10 bytes: a cache cut short\n"));
 }
 
 }  // namespace

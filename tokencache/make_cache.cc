@@ -17,8 +17,10 @@
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
+#include "tokencache/decode_check.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
+#include "tokenizer/output_checks.h"
 #include "tokenizer/vocabulary.h"
 
 namespace coppelius {
@@ -56,11 +58,14 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
 
 // Why a cache whose header matches its source must still be rebuilt ("" if
 // it need not): the vocabulary file changed after the cache was written, a
-// non-empty source with no tokens (a cache cut short), or an id the
-// vocabulary does not have.
+// non-empty source with no tokens (a cache cut short), an id the
+// vocabulary does not have, or ids that do not decode to the source's bytes
+// (a cache cut short at any id, or made with another vocabulary, whatever
+// the files' times: tokencache/decode_check.h).
 std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         const Vocabulary& vocabulary,
                         const std::string& vocab_path,
+                        const std::string& source_path,
                         const SourceStat& source) {
   struct stat vocab_st;
   if (stat(vocab_path.c_str(), &vocab_st) == 0) {
@@ -77,7 +82,12 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         " source bytes");
   }
   const absl::Status ids = cache.CheckIdRange(vocabulary.vocab_size());
-  return ids.ok() ? "" : std::string(ids.message());
+  if (!ids.ok()) return std::string(ids.message());
+  absl::StatusOr<std::string> text = ReadFile(source_path);
+  if (!text.ok()) return std::string(text.status().message());
+  CacheDecodeCheck check(vocabulary, *text, "");
+  check.Feed(0, cache.token_span());
+  return check.Difference();
 }
 
 }  // namespace
@@ -94,19 +104,19 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   if (report == nullptr) report = &local_report;
   *report = MakeCacheReport();
   if (options.vocab_path.empty()) {
-    return absl::InvalidArgumentError("--vocab=FILE is required");
+    return UsageError("--vocab=FILE is required");
   }
   if (options.source_path.empty()) {
-    return absl::InvalidArgumentError("a SOURCE path (or -) is required");
+    return UsageError("a SOURCE path (or -) is required");
   }
   if (options.output_path.empty()) {
-    return absl::InvalidArgumentError("-o OUTPUT is required");
+    return UsageError("-o OUTPUT is required");
   }
   RETURN_IF_ERROR(CheckThreadsFlag(options.threads));
   const bool from_stdin = options.source_path == "-";
   const bool to_stdout = options.output_path == "-";
   if (from_stdin && options.vocab_path == "-") {
-    return absl::InvalidArgumentError(
+    return UsageError(
         "--vocab=- and SOURCE - both name standard input, which can be read "
         "once; give the vocabulary as a file");
   }
@@ -123,6 +133,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     // The cache is published by rename: a device or FIFO would be replaced.
     RETURN_IF_ERROR(CheckRegularFileOrAbsent(options.output_path, "-o"));
     RETURN_IF_ERROR(CheckOutputPathUsable(options.output_path, "-o"));
+    // A checkpoint or result file is never replaced, --force or not: the
+    // rules `tokenize` refuses them by (tokenizer/output_checks.h).
+    RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
+    RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
   }
 
   SourceStat source_stat;
@@ -170,8 +184,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           options.output_path, not_a_cache));
     }
     if (!from_stdin && existing->header() == source_stat) {
-      const std::string stale = StaleReason(*existing, out_st, *vocabulary,
-                                            options.vocab_path, source_stat);
+      const std::string stale =
+          StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
+                      options.source_path, source_stat);
       if (stale.empty()) {
         report->was_fresh = true;
         report->num_tokens = existing->num_tokens();

@@ -14,8 +14,17 @@
 // its temporary is removed by the next run.
 //
 // If the output exists and its header equals the source's current mtime and
-// size, nothing is done (the cache is fresh) unless `force`. The header does
-// not identify the vocabulary: after changing it, use --force.
+// size, nothing is done (the cache is fresh) unless `force`, or unless the
+// cache still fails to be this source's: the vocabulary file is newer than
+// the cache (as make(1) treats a prerequisite), the cache has no ids for a
+// non-empty source or an id >= V, or its ids, decoded with the vocabulary,
+// are not exactly the source's bytes (tokencache/decode_check.h: a cache
+// cut short at any id, or made with another vocabulary; this reads the
+// source, but encodes nothing). Not caught: a cache made with another
+// vocabulary whose ids all decode the same (one that only adds merges, say)
+// and older than the cache; after changing the vocabulary so, use --force. An existing
+// Coppelius checkpoint or result file is never replaced, even with `force`
+// (FailedPrecondition naming what it is: tokenizer/output_checks.h).
 #ifndef COPPELIUS_TOKENCACHE_MAKE_CACHE_H_
 #define COPPELIUS_TOKENCACHE_MAKE_CACHE_H_
 

@@ -120,21 +120,26 @@ def main():
         lines = f.read().split(b"\n")
     with open(bad_vocab, "wb") as f:
         f.write(b"\n".join(lines[:300]) + b"\n" + b"!!notbase64 300\n")
+    # Exit 2 for a usage error (the command line wrong in itself), 1 for a
+    # bad input or output, as in every Coppelius tool (README).
     cases = [
-        ([f"--vocab={work}/missing.tiktoken", source, "-o", f"{work}/x.tok"], "missing.tiktoken"),
-        ([f"--vocab={bad_vocab}", source, "-o", f"{work}/x.tok"], "bad.tiktoken"),
-        ([f"--vocab={vocab}", f"{work}/missing.txt", "-o", f"{work}/x.tok"], "missing.txt"),
-        ([f"--vocab={vocab}", source], "-o"),
-        ([f"--vocab={vocab}", source, source, "-o", f"{work}/x.tok"], "SOURCE"),
-        ([source, "-o", f"{work}/x.tok"], "--vocab"),
-        ([f"--vocab={vocab}", source, "-o", source], "output is the source"),
-        ([f"--vocab={vocab}", source, "-o", f"{work}/no/dir/x.tok"], "x.tok"),
+        ([f"--vocab={work}/missing.tiktoken", source, "-o", f"{work}/x.tok"], "missing.tiktoken", 1),
+        ([f"--vocab={bad_vocab}", source, "-o", f"{work}/x.tok"], "bad.tiktoken", 1),
+        ([f"--vocab={vocab}", f"{work}/missing.txt", "-o", f"{work}/x.tok"], "missing.txt", 1),
+        ([f"--vocab={vocab}", source], "-o", 2),
+        ([f"--vocab={vocab}", source, source, "-o", f"{work}/x.tok"], "SOURCE", 2),
+        ([source, "-o", f"{work}/x.tok"], "--vocab", 2),
+        ([f"--vocab={vocab}", source, "-o", f"{work}/x.tok", "--threads=-1"], "--threads=-1", 2),
+        ([f"--vocab={vocab}", source, "-o", f"{work}/x.tok", "--threads=5000"], "--threads=5000", 2),
+        ([f"--vocab=-", "-", "-o", f"{work}/x.tok"], "standard input", 2),
+        ([f"--vocab={vocab}", source, "-o", source], "output is the source", 1),
+        ([f"--vocab={vocab}", source, "-o", f"{work}/no/dir/x.tok"], "x.tok", 1),
     ]
-    for args, needle in cases:
+    for args, needle, want_rc in cases:
         r = run(binary, args)
         err = r.stderr.decode()
-        if r.returncode == 0:
-            fail(f"{args}: exit 0, expected failure")
+        if r.returncode != want_rc:
+            fail(f"{args}: exit {r.returncode}, expected {want_rc}: {err!r}")
         if err.count("\n") != 1 or needle not in err or not err.startswith("make-cache: "):
             fail(f"{args}: expected one line mentioning {needle!r}, got {err!r}")
         if os.path.exists(f"{work}/x.tok"):
@@ -191,6 +196,49 @@ def main():
     if r.returncode != 0 or "is fresh" not in r.stderr.decode():
         fail(f"an untouched rebuilt cache should be fresh: {r.stderr.decode()}")
     print("ok: truncated / out-of-range / older-than-vocabulary caches rebuilt")
+
+    # 6b. Neither the header nor the files' times tell these, the ids do
+    #     (break-it): a cache cut to 16 + 4k bytes (k > 0) after the
+    #     vocabulary was written, and a cache of another vocabulary that is
+    #     older than the cache (copied with its time, say). Both rebuilt.
+    st = os.stat(source)
+    good = open(out, "rb").read()
+    past = st.st_mtime_ns - 10**9
+    os.utime(vocab, ns=(past, past))
+    with open(out, "wb") as f:
+        f.write(good[:16 + 4 * 100])
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out])
+    err = r.stderr.decode()
+    if r.returncode != 0 or "is fresh" in err or "a cache cut short" not in err:
+        fail(f"a cache cut to 100 ids should be rebuilt: {err!r}")
+    if open(out, "rb").read() != good:
+        fail("the cache cut short was not rebuilt to the same bytes")
+    other_ranks = tiktoken._educational.bpe_train(SAMPLE[::-1], 330, PAT,
+                                                  visualise=None)
+    other = os.path.join(work, "other.tiktoken")
+    with open(other, "wb") as f:
+        for token, rank in sorted(other_ranks.items(), key=lambda kv: kv[1]):
+            f.write(base64.b64encode(token) + b" " + str(rank).encode() + b"\n")
+    os.utime(other, ns=(past, past))
+    other_enc = tiktoken.Encoding("other", pat_str=PAT,
+                                  mergeable_ranks=other_ranks,
+                                  special_tokens={EOT: len(other_ranks)})
+    other_ids = other_enc.encode(text, allowed_special="all")
+    if other_ids == expected_ids:
+        fail("test setup: the other vocabulary encodes the text the same")
+    r = run(binary, [f"--vocab={other}", source, "-o", out])
+    err = r.stderr.decode()
+    if r.returncode != 0 or "is fresh" in err or "with this vocabulary" not in err:
+        fail(f"a cache of another, older vocabulary should be rebuilt: {err!r}")
+    if parse_cache(open(out, "rb").read())[2] != other_ids:
+        fail("the rebuilt ids differ from tiktoken's with the other vocabulary")
+    r = run(binary, [f"--vocab={other}", source, "-o", out])
+    if r.returncode != 0 or "is fresh" not in r.stderr.decode():
+        fail(f"the rebuilt cache should be fresh: {r.stderr.decode()}")
+    r = run(binary, [f"--vocab={vocab}", source, "-o", out])
+    if r.returncode != 0 or parse_cache(open(out, "rb").read())[2] != expected_ids:
+        fail(f"back to the first vocabulary: {r.stderr.decode()}")
+    print("ok: a cache cut to 100 ids, and one of another older vocabulary, rebuilt")
 
     # 7. A closed standard input is an error, not an empty cache.
     r = subprocess.run([binary, f"--vocab={vocab}", "-", "-o", f"{work}/y.tok"],

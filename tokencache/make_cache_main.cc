@@ -18,13 +18,14 @@
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/status_line.h"
+#include "common/status_macros.h"
 #include "tokencache/make_cache.h"
 
 ABSL_FLAG(std::string, vocab, "", "tiktoken rank file (required)");
 ABSL_FLAG(std::string, o, "", "output token cache; - = stdout (required)");
 ABSL_FLAG(bool, force, false,
           "rebuild even when the cache is fresh; replace an output that is "
-          "not a token cache");
+          "not a token cache (never a checkpoint or result file)");
 ABSL_FLAG(int, threads, 0, "encoder threads; 0 = all cores; at most 1024");
 
 namespace {
@@ -33,7 +34,13 @@ constexpr char kUsage[] =
     "make-cache --vocab=vocab.tiktoken SOURCE|- -o corpus.tok [--force] "
     "[--threads=N]\n"
     "Encodes SOURCE (with <|endoftext|> as the special id V-1) into a token "
-    "cache: 16-byte header (source mtime ns, size) + u32 LE ids.";
+    "cache: 16-byte header (source mtime ns, size) + u32 LE ids.\n"
+    "A cache whose header matches SOURCE is kept (fresh) unless the "
+    "vocabulary file is newer than it, or its ids, decoded with the "
+    "vocabulary, are not exactly SOURCE's bytes (a cache cut short, or of "
+    "another vocabulary). Not caught: another vocabulary, older than the "
+    "cache, under which every id decodes the same (one that only adds "
+    "merges): use --force after such a change.";
 
 }  // namespace
 
@@ -52,15 +59,22 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
+  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
+          command_line.argc(), command_line.argv());
+      !flags.ok()) {
+    std::cerr << coppelius::StatusLine("make-cache", flags) << std::endl;
+    return coppelius::ExitCodeOf(flags);
+  }
   std::vector<char*> args =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   absl::Status status;
   if (absl::GetFlag(FLAGS_threads) < 0) {
-    status = absl::InvalidArgumentError(absl::StrCat(
+    status = coppelius::UsageError(absl::StrCat(
         "--threads=", absl::GetFlag(FLAGS_threads),
         ": expected >= 0 (0 = all cores)"));
   } else if (args.size() != 2) {
-    status = absl::InvalidArgumentError(absl::StrCat(
+    status = coppelius::UsageError(absl::StrCat(
         "expected exactly one SOURCE path (or -), got ", args.size() - 1,
         "; see --help"));
   } else {
@@ -75,7 +89,7 @@ int main(int argc, char** argv) {
   }
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("make-cache", status) << std::endl;
-    return 1;
+    return coppelius::ExitCodeOf(status);
   }
   return 0;
 }

@@ -262,6 +262,47 @@ TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {
   EXPECT_EQ(ReadBytes(o.output_path), ExpectedCache("ab", st->mtime_ns, 2));
 }
 
+// A Coppelius checkpoint or result file is never replaced, --force or not
+// (break-it: --force replaced them), and the refusal names what was found.
+TEST(RunMakeCache, CheckpointAndResultOutputsAreNeverReplaced) {
+  const std::string source = TestDir() + "/precious-source.txt";
+  WriteFile(source, "hello world");
+  MakeCacheOptions o = Options(source, TestDir() + "/precious.bin");
+  // A complete result of config `tiny` (V 512, T 64, 8 steps), as
+  // docs/FORMATS.md lays it out: 27,744 bytes, the host tag "CPLSRES1" at
+  // the host status offset 12 V + 4 T steps + 160 + 16384 + 4 V + 96 + 64
+  // = 26,944; its first bytes fp32 logits (1.5f).
+  std::string result(27744, '\0');
+  for (size_t i = 0; i < 6144; i += 4) {
+    result.replace(i, 4, std::string("\0\0\xc0\x3f", 4));
+  }
+  result.replace(26944, 8, "CPLSRES1");
+  const struct {
+    std::string bytes;
+    const char* kind;
+  } cases[] = {
+      {std::string("COPPCKPT\x01\0\0\0\x80\0\0\0", 16) + std::string(4096, 'x'),
+       "a Coppelius checkpoint (the magic \"COPPCKPT\" at offset 0)"},
+      {std::string("\xbe\xba\xfe\xca\xbe\xba\xfe\xca", 8),
+       "a Coppelius result file (the result marker"},
+      {result, "a Coppelius result file (config tiny, host tag at byte 26944"},
+  };
+  for (const auto& c : cases) {
+    for (bool force : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(c.kind, force ? " --force" : ""));
+      WriteFile(o.output_path, c.bytes);
+      o.force = force;
+      const absl::Status s = RunMakeCache(o);
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      EXPECT_THAT(std::string(s.message()),
+                  HasSubstr(absl::StrCat("-o ", o.output_path,
+                                         ": exists and is ", c.kind)));
+      EXPECT_THAT(std::string(s.message()), HasSubstr("never replaced"));
+      EXPECT_EQ(ReadBytes(o.output_path), c.bytes) << "the file was replaced";
+    }
+  }
+}
+
 TEST(RunMakeCache, StdinHasMtimeZeroAndBytesRead) {
   const std::string text = "hello<|endoftext|> world\n\n";
   const std::string stdin_file = TestDir() + "/stdin.txt";

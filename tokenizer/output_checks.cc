@@ -51,16 +51,17 @@ absl::Status CheckNotCoppeliusFile(const std::string& output) {
   if (!ReadHead(output, head, sizeof(head))) return absl::OkStatus();
   const char* kind = nullptr;
   if (std::memcmp(head, kCheckpointMagic, 8) == 0) {
-    kind = "checkpoint (starts with the magic \"COPPCKPT\")";
+    kind = "checkpoint (the magic \"COPPCKPT\" at offset 0)";
   } else if (std::memcmp(head, kResultMarker, kResultMarkerBytes) == 0) {
     kind =
-        "result file (starts with the result marker be ba fe ca be ba fe "
-        "ca)";
+        "result file (the result marker be ba fe ca be ba fe ca at offset "
+        "0)";
   }
   if (kind == nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("-o ", output, ": exists and is a Coppelius ", kind,
-                   "; refusing to replace it (choose another output path)"));
+                   "; never replaced, whatever the flags (choose another "
+                   "output path)"));
 }
 
 absl::Status CheckNotAResultFile(const std::string& output) {
@@ -102,7 +103,7 @@ absl::Status CheckNotAResultFile(const std::string& output) {
   if (found.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "-o ", output, ": exists and is a Coppelius result file (config ", found,
-      "); refusing to replace it (choose another output path)"));
+      "); never replaced, whatever the flags (choose another output path)"));
 }
 
 absl::Status CheckOutputIsNotInput(const std::string& output,

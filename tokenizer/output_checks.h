@@ -24,8 +24,9 @@ namespace coppelius {
 //     file", lifecycle step 1: at offset 0 until the forward record is
 //     written over it).
 // Either match: FailedPrecondition "-o OUTPUT: exists and is a Coppelius
-// checkpoint|result file ...; refusing to replace it (choose another output
-// path)". Anything else is OK: "-", a missing, empty or shorter file, a
+// checkpoint|result file (... at offset 0); never replaced, whatever the
+// flags (choose another output path)". `tokenize` and `make-cache` (even
+// with --force) call it. Anything else is OK: "-", a missing, empty or shorter file, a
 // non-regular file (a device or FIFO, which is written, not replaced), a file
 // that cannot be opened for reading (the write reports its own error), and
 // any other content. Not detected: a result file whose forward record has
@@ -36,7 +37,7 @@ absl::Status CheckNotCoppeliusFile(const std::string& output);
 // What CheckNotCoppeliusFile cannot see: a complete (or
 // killed-after-its-forward-record) result file starts with fp32 logits, not
 // its marker. FailedPrecondition "-o OUTPUT: exists and is a Coppelius
-// result file (config NAME, ...)" if `output` shows a result's signature
+// result file (config NAME, ...); never replaced, ..." if `output` shows a result's signature
 // (trainer/result_file.h ResultSignatureOf, the rule inspect's kind
 // detection uses: the host tag "CPLSRES1" at the host status offset, or a
 // killed run's size with a forward record of logits) for one of the configs

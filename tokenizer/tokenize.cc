@@ -26,7 +26,7 @@ namespace coppelius {
 absl::StatusOr<IdFormat> ParseIdFormat(absl::string_view name) {
   if (name == "u32") return IdFormat::kU32;
   if (name == "text") return IdFormat::kText;
-  return absl::InvalidArgumentError(
+  return UsageError(
       absl::StrCat("--format=", name, ": expected u32 or text"));
 }
 
@@ -114,7 +114,7 @@ absl::Status CheckOutputIsNotAnInput(const std::string& output,
                                      const std::string& input,
                                      const std::string& vocab) {
   if (vocab == "-" && input == "-") {
-    return absl::InvalidArgumentError(
+    return UsageError(
         "--vocab=- and input -: both read standard input, which can be read "
         "once; give the vocabulary or the input as a file");
   }

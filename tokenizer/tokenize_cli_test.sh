@@ -39,11 +39,13 @@ head -c 4096 /dev/urandom > "$tmp/rand.bin"
 check "random bytes round trip" cmp -s "$tmp/rand.bin" "$tmp/rand.back"
 
 "$bin" 2> "$tmp/err"; rc=$?
-check "no args: exit 1, one line" test $rc -eq 1 -a "$(wc -l < "$tmp/err")" -eq 1
-"$bin" frobnicate x -o y 2> "$tmp/err"
+check "no args: usage error, exit 2, one line" test $rc -eq 2 -a "$(wc -l < "$tmp/err")" -eq 1
+"$bin" frobnicate x -o y 2> "$tmp/err"; rc=$?
 check "unknown subcommand" one_line_error "$tmp/err" 'unknown subcommand "frobnicate"'
-"$bin" encode --vocab="$tmp/missing.tiktoken" "$tmp/in.txt" -o "$tmp/o" 2> "$tmp/err"
+check "unknown subcommand: exit 2" test $rc -eq 2
+"$bin" encode --vocab="$tmp/missing.tiktoken" "$tmp/in.txt" -o "$tmp/o" 2> "$tmp/err"; rc=$?
 check "missing vocabulary" one_line_error "$tmp/err" "NOT_FOUND.*missing.tiktoken"
+check "missing vocabulary: bad input, exit 1" test $rc -eq 1
 "$bin" encode --vocab="$tmp/v.tiktoken" --format=u16 "$tmp/in.txt" -o "$tmp/o" 2> "$tmp/err"
 check "bad --format" one_line_error "$tmp/err" "expected u32 or text"
 head -c 1000 "$tmp/v.tiktoken" > "$tmp/trunc.tiktoken"
@@ -54,7 +56,7 @@ printf '1 2 300 4\n' > "$tmp/bad.txt"
 check "out-of-range id" one_line_error "$tmp/err" "bad.txt: id 300 at position 2 is out of range \[0, 300)"
 check "no partial output" test ! -e "$tmp/never"
 "$bin" train "$tmp/corpus.txt" -o "$tmp/never" --vocab-size=300 --threads=99999 2> "$tmp/err"; rc=$?
-check "train --threads=99999: exit 1, one line" test $rc -eq 1
+check "train --threads=99999: usage error, exit 2" test $rc -eq 2
 check "train --threads=99999 message" one_line_error "$tmp/err" "INVALID_ARGUMENT.*--threads=99999: expected 0..1024"
 "$bin" encode --vocab="$tmp/v.tiktoken" --threads=99999 "$tmp/in.txt" -o "$tmp/never" 2> "$tmp/err"
 check "encode --threads=99999" one_line_error "$tmp/err" "--threads=99999: expected 0..1024"
@@ -137,16 +139,16 @@ check "ordinary outputs are still replaced" cmp -s "$tmp/v.tiktoken" "$tmp/v2.ti
 # --vocab-size is bounded up front (a huge one aborted with std::bad_alloc).
 for v in 2147483647 999999999 100000000 4194305 256; do
   timeout 20 "$bin" train "$tmp/corpus.txt" -o "$tmp/never" --vocab-size=$v --progress=false 2> "$tmp/err"; rc=$?
-  check "train --vocab-size=$v: exit 1" test $rc -eq 1
+  check "train --vocab-size=$v: usage error, exit 2" test $rc -eq 2
   check "train --vocab-size=$v message" one_line_error "$tmp/err" "INVALID_ARGUMENT: --vocab-size=$v: expected 257..4194304"
 done
 check "no output for refused --vocab-size" test ! -e "$tmp/never"
 # Standard input can be read once.
 "$bin" encode --vocab=- - -o "$tmp/never" < "$tmp/v.tiktoken" 2> "$tmp/err"; rc=$?
-check "encode --vocab=- -: exit 1" test $rc -eq 1
+check "encode --vocab=- -: usage error, exit 2" test $rc -eq 2
 check "encode --vocab=- - message" one_line_error "$tmp/err" "INVALID_ARGUMENT: --vocab=- and input -: both read standard input"
 "$bin" decode --vocab=- - -o - < "$tmp/v.tiktoken" > "$tmp/out" 2> "$tmp/err"; rc=$?
-check "decode --vocab=- -: exit 1, nothing written" test $rc -eq 1 -a ! -s "$tmp/out"
+check "decode --vocab=- -: usage error, exit 2, nothing written" test $rc -eq 2 -a ! -s "$tmp/out"
 check "decode --vocab=- - message" one_line_error "$tmp/err" "can be read once"
 check "no output for two stdin inputs" test ! -e "$tmp/never"
 # `X -o - > X`: the shell empties X before tokenize starts.

@@ -103,13 +103,13 @@ void WarnUnusedFlags(absl::string_view command,
 absl::Status Run(const std::vector<char*>& args,
                  const std::set<std::string>& given_flags) {
   if (args.size() != 3) {
-    return absl::InvalidArgumentError(
+    return coppelius::UsageError(
         "expected a subcommand (encode, decode, train) and one input path; "
         "see --help");
   }
   const std::string command = args[1], input = args[2];
   if (command != "encode" && command != "decode" && command != "train") {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return coppelius::UsageError(absl::StrCat(
         "unknown subcommand \"", command, "\"; expected encode, decode or train"));
   }
   WarnUnusedFlags(command, given_flags);
@@ -118,7 +118,7 @@ absl::Status Run(const std::vector<char*>& args,
     RETURN_IF_ERROR(coppelius::CheckThreadsFlag(absl::GetFlag(FLAGS_threads)));
   }
   const std::string output = absl::GetFlag(FLAGS_o);
-  if (output.empty()) return absl::InvalidArgumentError("-o OUT is required");
+  if (output.empty()) return coppelius::UsageError("-o OUT is required");
   RETURN_IF_ERROR(coppelius::CheckOutputPathUsable(output, "-o"));
   RETURN_IF_ERROR(coppelius::CheckNotAResultFile(output));
   absl::StatusOr<coppelius::IdFormat> format = coppelius::IdFormat::kU32;
@@ -126,7 +126,7 @@ absl::Status Run(const std::vector<char*>& args,
     format = coppelius::ParseIdFormat(absl::GetFlag(FLAGS_format));
     if (!format.ok()) return format.status();
     if (absl::GetFlag(FLAGS_vocab).empty()) {
-      return absl::InvalidArgumentError("--vocab=FILE is required");
+      return coppelius::UsageError("--vocab=FILE is required");
     }
   }
   if (command == "encode") {
@@ -151,7 +151,7 @@ absl::Status Run(const std::vector<char*>& args,
     const int vocab_size = absl::GetFlag(FLAGS_vocab_size);
     if (vocab_size < coppelius::kMinVocabSize ||
         vocab_size > coppelius::kMaxVocabSize) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return coppelius::UsageError(absl::StrCat(
           "--vocab-size=", vocab_size, ": expected ", coppelius::kMinVocabSize,
           "..", coppelius::kMaxVocabSize,
           " (the 256 bytes + <|endoftext|> at least; at most 2^22: memory for "
@@ -165,7 +165,7 @@ absl::Status Run(const std::vector<char*>& args,
     options.progress = absl::GetFlag(FLAGS_progress);
     return coppelius::RunTrainVocabulary(options);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
+  return coppelius::UsageError(absl::StrCat(
       "unknown subcommand \"", command, "\"; expected encode, decode or train"));
 }
 
@@ -177,6 +177,13 @@ int main(int argc, char** argv) {
   coppelius::ExitOnOutOfMemory("tokenize");
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
+  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
+          command_line.argc(), command_line.argv());
+      !flags.ok()) {
+    std::cerr << coppelius::StatusLine("tokenize", flags) << std::endl;
+    return coppelius::ExitCodeOf(flags);
+  }
   const std::set<std::string> given_flags =
       GivenFlagNames(command_line.argc(), command_line.argv());
   std::vector<char*> args =
@@ -184,7 +191,7 @@ int main(int argc, char** argv) {
   absl::Status status = Run(args, given_flags);
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("tokenize", status) << std::endl;
-    return 1;
+    return coppelius::ExitCodeOf(status);
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/identity.h"
+#include "common/status_macros.h"
 
 namespace coppelius {
 namespace {
@@ -60,7 +61,7 @@ absl::StatusOr<ModelConfig> ModelConfigByName(absl::string_view name) {
     c.run_steps = 8;
     c.checkpoint_interval = 2;
   } else {
-    return absl::InvalidArgumentError(
+    return UsageError(
         absl::StrCat("unknown model config \"", name, "\" (known: ",
                      absl::StrJoin(ModelConfigNames(), ", "), ")"));
   }

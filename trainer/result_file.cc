@@ -705,13 +705,17 @@ ResultWriter::~ResultWriter() {
 absl::StatusOr<std::unique_ptr<ResultWriter>> ResultWriter::Create(
     const std::string& path, const ResultGeometry& geometry) {
   RETURN_IF_ERROR(ValidateResultGeometry(geometry));
-  // Locked before it is truncated: O_TRUNC at open would already destroy
-  // what another run (holding the lock under another name) has written.
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "creating result file", path);
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // A file already at `path` is never written: a new one is renamed over
+  // it, so every other name of the old file (a hard link) keeps its bytes.
+  // It is locked first all the same, so that another run writing it under
+  // another name is refused rather than having its output unlinked.
+  int old_fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (old_fd < 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, "opening the existing result file", path);
+  }
+  if (old_fd >= 0 && flock(old_fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
-    close(fd);
+    close(old_fd);
     if (e == EWOULDBLOCK) {
       return absl::FailedPreconditionError(absl::StrCat(
           "result file ", path, ": being written by another process (the "
@@ -720,14 +724,31 @@ absl::StatusOr<std::unique_ptr<ResultWriter>> ResultWriter::Create(
     }
     return ErrnoStatus(e, "locking result file", path);
   }
-  if (ftruncate(fd, 0) != 0) {
-    const int e = errno;
-    close(fd);
-    return ErrnoStatus(e, "truncating result file", path);
+  const std::string tmp = NewTemporaryPath(path);
+  absl::Status status;
+  int fd = -1;
+  {
+    RemoveOnInterruptScope remove_on_interrupt(tmp);
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      status = ErrnoStatus(errno, "creating result file", path);
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      status = ErrnoStatus(errno, "locking result file", path);
+    } else {
+      status = WriteAll(fd, kResultMarker, kResultMarkerBytes, tmp);
+    }
+    if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+      status = ErrnoStatus(errno, "replacing result file", path);
+    }
+    if (!status.ok()) unlink(tmp.c_str());
+  }
+  if (old_fd >= 0) close(old_fd);
+  if (status.ok()) status = FsyncDirectory(DirName(path));
+  if (!status.ok()) {
+    if (fd >= 0) close(fd);
+    return status;
   }
   std::unique_ptr<ResultWriter> writer(new ResultWriter(path, geometry, fd));
-  RETURN_IF_ERROR(
-      writer->Pwrite(kResultMarker, kResultMarkerBytes, 0, "marker"));
   return writer;
 }
 

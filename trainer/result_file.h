@@ -22,8 +22,9 @@
 // For the Coppelius config (V 12,288, T 1,024, 10,000 steps) a complete
 // file is 41,813,600 bytes; for `tiny` (V 512, T 64, 8 steps) 27,744.
 //
-// Lifecycle: Create() writes the 8-byte marker be ba fe ca be ba fe ca at
-// offset 0, where the forward record goes; WriteForwardRecord() overwrites
+// Lifecycle: Create() puts a new file holding the 8-byte marker be ba fe ca
+// be ba fe ca at offset 0, where the forward record goes, under the path
+// (renamed over any file there, which is not written); WriteForwardRecord() overwrites
 // it; AppendStepWindow() writes each step's window at its offset as the
 // step completes (no fsync); Finish() writes the tail (input stat .. end)
 // and fsyncs. A run killed before Finish() leaves the forward record and the
@@ -213,13 +214,16 @@ absl::Status ValidateResultTail(const ResultGeometry& geometry,
 // Writes a result file (see the file comment for the call order).
 class ResultWriter {
  public:
-  // Creates (or truncates) `path` and writes the marker at offset 0. The
-  // file stays locked (flock(2), exclusive) while the writer lives, taken
-  // before it is truncated: the same file under another name (a hard link)
+  // Creates a new file holding the marker at offset 0 and renames it to
+  // `path` (a temporary NewTemporaryPath(path) in its directory; the
+  // directory is fsynced): a file already at `path` is replaced, never
+  // written, so its other names (hard links) keep their bytes. The new file
+  // stays locked (flock(2), exclusive) while the writer lives, and an old
+  // one is locked before it is replaced: the same file under another name
   // cannot be written by two runs at once. Errors: InvalidArgument
-  // (geometry); FailedPrecondition if another process holds the file's
-  // lock (nothing is changed then); NotFound / Internal / ... from open(2)
-  // and write(2), naming the path.
+  // (geometry); FailedPrecondition if another process holds the old file's
+  // lock (nothing is changed then); NotFound / Internal / ... from open(2),
+  // write(2) and rename(2), naming the path.
   static absl::StatusOr<std::unique_ptr<ResultWriter>> Create(
       const std::string& path, const ResultGeometry& geometry);
 

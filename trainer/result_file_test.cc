@@ -505,6 +505,33 @@ TEST(ResultWriter, SecondWriterOfTheSameFileIsRefused) {
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
+// A file already at the path is replaced by a new one, never written: a
+// hard link to it keeps its bytes (break-it: `train --overwrite` wrote into
+// the old inode).
+TEST(ResultWriter, ExistingFileIsReplacedNotWritten) {
+  const std::string path = TempPath("old.res");
+  const std::string link = TempPath("old-link.res");
+  unlink(path.c_str());
+  unlink(link.c_str());
+  const std::string old_bytes = "an earlier run's result, kept by its link";
+  {
+    FILE* f = fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    fwrite(old_bytes.data(), 1, old_bytes.size(), f);
+    fclose(f);
+  }
+  ASSERT_EQ(::link(path.c_str(), link.c_str()), 0);
+  auto w = ResultWriter::Create(path, kTiny);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->WriteForwardRecord(Forward(kTiny).data()).ok());
+  EXPECT_EQ(Slurp(link), old_bytes);
+  EXPECT_EQ(Slurp(path).size(), 6144u);  // the forward record, 12 V
+  struct stat path_st, link_st;
+  ASSERT_EQ(stat(path.c_str(), &path_st), 0);
+  ASSERT_EQ(stat(link.c_str(), &link_st), 0);
+  EXPECT_NE(path_st.st_ino, link_st.st_ino);
+}
+
 TEST(ResultWriter, CreateInMissingDirectoryFails) {
   auto w = ResultWriter::Create("/nonexistent-dir/x.res", kTiny);
   EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound);

@@ -61,7 +61,7 @@ int HostThreads(int requested) {
 absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
                              const std::string& input, bool overwrite) {
   if (path == "-") {
-    return absl::InvalidArgumentError(absl::StrFormat(
+    return UsageError(absl::StrFormat(
         "--%s=-: the run's outputs are files (published by rename, rewritten "
         "in place); standard output cannot hold them",
         flag));
@@ -388,24 +388,23 @@ absl::Status RunTrain(const TrainOptions& given,
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(options.config));
   RETURN_IF_ERROR(ValidateModelConfig(config));
   if (options.backend != "cuda" && options.backend != "reference") {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return UsageError(absl::StrCat(
         "--backend=", options.backend, ": expected cuda or reference"));
   }
   if (options.crash_after_publications < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return UsageError(absl::StrCat(
         "--crash_after_publications=", options.crash_after_publications,
         ": expected >= 0 (0: never)"));
   }
   if (options.tokens_path.empty() || options.checkpoint_in.empty()) {
-    return absl::InvalidArgumentError(
-        "--tokens and --checkpoint-in are required");
+    return UsageError("--tokens and --checkpoint-in are required");
   }
   for (const auto& [flag, path] :
        {std::pair<const char*, const std::string*>{"tokens",
                                                    &options.tokens_path},
         {"checkpoint-in", &options.checkpoint_in}}) {
     if (*path == "-") {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return UsageError(absl::StrCat(
           "--", flag, "=-: the run reads its inputs by offset (and maps the "
           "checkpoint), so they must be files; standard input cannot be used"));
     }
@@ -425,8 +424,7 @@ absl::Status RunTrain(const TrainOptions& given,
                                                    &options.checkpoint_out},
         {"result", &options.result_path}}) {
     if (path->empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, " is required"));
+      return UsageError(absl::StrCat("--", flag, " is required"));
     }
   }
   RETURN_IF_ERROR(CheckDistinctPaths(options));

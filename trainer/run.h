@@ -17,7 +17,8 @@
 // identity equal to the run's, field by field; every chunk digest), and the
 // outputs (an existing non-empty --checkpoint-out that is not the input
 // file, or an existing non-empty result file, is refused unless
-// `overwrite`). Loss is telemetry: non-finite losses are counted in the
+// `overwrite`; replaced, both are new files renamed over the old, which is
+// never written: its hard links keep their bytes). Loss is telemetry: non-finite losses are counted in the
 // result's error notifier, never a reason to stop.
 #ifndef COPPELIUS_TRAINER_RUN_H_
 #define COPPELIUS_TRAINER_RUN_H_

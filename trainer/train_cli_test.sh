@@ -42,6 +42,24 @@ expect_refusal "token cache from stdin" "--tokens=-: the run reads its inputs by
   --tokens=- --checkpoint-in=fresh.ckpt --checkpoint-out=c.ckpt --result=r.bin
 expect_refusal "input checkpoint from stdin" "--checkpoint-in=-: the run reads its inputs by offset" \
   --checkpoint-in=- --checkpoint-out=c.ckpt --result=r.bin
+# Exit status: 2 for a usage error (the command line wrong in itself), 1
+# for a bad input or output, as in every Coppelius tool (README).
+expect_rc() {  # expect_rc WANT args...
+  local want=$1; shift
+  run "$@" > /dev/null 2>&1; local rc=$?
+  if [[ $rc -ne $want ]]; then echo "FAIL: exit $rc, expected $want: $*"; fail=1; fi
+}
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.res stray
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.res --backend=gpu
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.res --config=huge
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.res --threads=-1
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt
+expect_rc 2 --tokens=- --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.res
+expect_rc 1 --checkpoint-in=missing.ckpt --checkpoint-out=u.ckpt --result=u.res
+expect_rc 1 --checkpoint-in=fresh.ckpt --checkpoint-out=/dev/null --result=u.res
+expect_rc 1 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.ckpt
+[[ -e u.ckpt || -e u.res ]] && { echo "FAIL: a refused run left outputs"; fail=1; }
+echo "ok: exit 2 for usage errors, 1 for bad files"
 # A first run fills hist/ with update-00000002..8; a second fresh run into
 # the same history would replace them.
 run --checkpoint-in=fresh.ckpt --checkpoint-out=a.ckpt --result=a.res --checkpoint-history=hist \
@@ -116,6 +134,16 @@ run --checkpoint-in=link.ckpt --checkpoint-out=link.ckpt --result=t2.res \
 [[ -L link.ckpt ]] || { echo "FAIL: link.ckpt replaced by a file"; fail=1; }
 [[ $(sha256sum < target.ckpt) != "$before" ]] || { echo "FAIL: target.ckpt not republished"; fail=1; }
 echo "ok: published through link.ckpt to target.ckpt"
+# --overwrite replaces a result by a new file: another name of the old one
+# (a hard link) keeps the old bytes.
+ln t1.res t1-kept.res
+before=$(sha256sum < t1-kept.res)
+run --checkpoint-in=fresh.ckpt --checkpoint-out=o.ckpt --result=t1.res --overwrite \
+  || { echo "FAIL: --overwrite run over t1.res"; fail=1; }
+[[ $(sha256sum < t1-kept.res) == "$before" ]] || { echo "FAIL: --overwrite changed t1-kept.res, a hard link of the old result"; fail=1; }
+[[ $(stat -c %i t1.res) != $(stat -c %i t1-kept.res) ]] || { echo "FAIL: t1.res is still the old inode"; fail=1; }
+[[ $(stat -c %s t1.res) == 27744 ]] || { echo "FAIL: t1.res is not a complete tiny result"; fail=1; }
+echo "ok: --overwrite left the old result's hard link as it was"
 
 # Killed after its second publication, with the history link of that
 # publication missing (as a kill between the rename and the link leaves

@@ -9,9 +9,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "common/file_io.h"
 #include "common/status_line.h"
+#include "common/status_macros.h"
 #include "trainer/backends.h"
 #include "trainer/run.h"
 
@@ -50,12 +52,21 @@ int main(int argc, char** argv) {
       "checkpoint's update count (a 0-byte input starts fresh), publishing "
       "the checkpoint every interval.");
   coppelius::NormalizedCommandLine command_line(argc, argv);
+  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
+          command_line.argc(), command_line.argv());
+      !flags.ok()) {
+    std::cerr << coppelius::StatusLine("train", flags) << std::endl;
+    return coppelius::ExitCodeOf(flags);
+  }
   std::vector<char*> rest =
       absl::ParseCommandLine(command_line.argc(), command_line.argv());
   if (rest.size() > 1) {
-    std::cerr << "train: unexpected argument "
-              << coppelius::EscapeControlCharacters(rest[1]) << std::endl;
-    return 2;
+    const absl::Status status = coppelius::UsageError(
+        absl::StrCat("unexpected argument ", rest[1],
+                     " (train takes flags only; see --help)"));
+    std::cerr << coppelius::StatusLine("train", status) << std::endl;
+    return coppelius::ExitCodeOf(status);
   }
   coppelius::TrainOptions options;
   options.config = absl::GetFlag(FLAGS_config);
@@ -73,7 +84,7 @@ int main(int argc, char** argv) {
       coppelius::RunTrain(options, coppelius::MakeBackend, std::cerr);
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("train", status) << std::endl;
-    return 1;
+    return coppelius::ExitCodeOf(status);
   }
   return 0;
 }
