@@ -63,6 +63,14 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x,
   if constexpr (kVec > 0) {
     RowRegs<kVec> r;
     LoadRow<kVec>(xr, lane, &r);
+    // The weight and bias loads issued with the row's, ahead of the
+    // reductions that the row's values wait for.
+    float4 wv[kVec], bv[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      wv[i] = reinterpret_cast<const float4*>(weight)[lane + 32 * i];
+      bv[i] = reinterpret_cast<const float4*>(bias)[lane + 32 * i];
+    }
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4 * kVec; ++j) sum += r.v[j];
@@ -77,8 +85,8 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x,
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const int c0 = 4 * (lane + 32 * i);
-      const float4 w = reinterpret_cast<const float4*>(weight)[lane + 32 * i];
-      const float4 b = reinterpret_cast<const float4*>(bias)[lane + 32 * i];
+      const float4 w = wv[i];
+      const float4 b = bv[i];
       float4 y;
       y.x = (r.v[4 * i + 0] - mean) * rstd * w.x + b.x;
       y.y = (r.v[4 * i + 1] - mean) * rstd * w.y + b.y;
