@@ -1405,16 +1405,29 @@ __global__ void __launch_bounds__(kThreads)
     PrefetchTensorMap(&qkv_map);
     PrefetchTensorMap(&dy_map);
   }
-  // Query rows beyond T: lse2 = +∞ (P = 0), D = 0.
-  for (int r = threadIdx.x; r < n * kTile; r += kThreads) {
-    const int i = qt0 * kTile + r;
-    s_lse[r] = i < T ? p.stats[h * T + i] : INFINITY;
-    s_d[r] = RowDelta(p, h, i);
-  }
   const TmaSource own[2] = {{&qkv_map, C + h * kHS},
                             {&qkv_map, 2 * C + h * kHS}};
   const TmaSource qs{&qkv_map, h * kHS}, ds{&dy_map, h * kHS};
-  TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);  // its barrier orders s_lse, s_d
+  TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);
+  // While the tiles arrive: query rows beyond T get lse2 = +∞ (P = 0) and
+  // D = 0; the loads are issued together, then stored.
+  constexpr int kRowsPerThread = kTmaMaxSplit * kTile / kThreads;
+  static_assert(kRowsPerThread * kThreads == kTmaMaxSplit * kTile,
+                "the chunk's rows split evenly over the threads");
+  float lse[kRowsPerThread], d[kRowsPerThread];
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int r = threadIdx.x + j * kThreads;
+    const int i = qt0 * kTile + r;
+    lse[j] = r < n * kTile && i < T ? p.stats[h * T + i] : INFINITY;
+    d[j] = r < n * kTile ? RowDelta(p, h, i) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    s_lse[threadIdx.x + j * kThreads] = lse[j];
+    s_d[threadIdx.x + j * kThreads] = d[j];
+  }
+  __syncthreads();
   RowOperand<kHS> ka, va;
   BarrierWait(t.Bar(0), 0);
   ka.Load(t.Own(0), r0);
