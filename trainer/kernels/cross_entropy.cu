@@ -100,13 +100,9 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int V = kPerThread * kThreads;
   const int64_t row = blockIdx.x;
   const float* l = logits + row * V;
-  // The target and its logit (thread 0's loss) loaded with the row, ahead
-  // of the reductions.
-  const uint32_t target = targets[row];
   float x[kPerThread];
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) x[j] = l[threadIdx.x + j * kThreads];
-  const float target_logit = threadIdx.x == 0 ? l[target] : 0.0f;
   float m = -INFINITY;
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) m = fmaxf(m, x[j]);
@@ -116,7 +112,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < kPerThread; ++j) sum += expf(x[j] - m);
   sum = BlockSum(sum, scratch);
   const float lse = m + logf(sum);
-  if (threadIdx.x == 0) losses[row] = lse - target_logit;
+  const uint32_t target = targets[row];
+  if (threadIdx.x == 0) losses[row] = lse - l[target];
   if (dlogits == nullptr) return;
   __nv_bfloat16* d = dlogits + row * V;
 #pragma unroll
