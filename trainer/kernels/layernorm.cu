@@ -150,17 +150,9 @@ __global__ void LayerNormBackwardKernel(
       if (row >= T) break;
       const int64_t base = static_cast<int64_t>(row) * C;
       const float m = mean[row], s = rstd[row];
-      RowRegs<kVec> xh, d, res;
+      RowRegs<kVec> xh, d;
       LoadRow<kVec>(x + base, lane, &xh);
       LoadRow<kVec>(dy + base, lane, &d);
-      // The residual gradient to add to, loaded with the row, ahead of the
-      // reductions (one memory round trip per row, not two).
-      if (accumulate) {
-        LoadRow<kVec>(dresid + base, lane, &res);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4 * kVec; ++j) res.v[j] = 0.0f;
-      }
       float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4 * kVec; ++j) {
@@ -171,6 +163,13 @@ __global__ void LayerNormBackwardKernel(
       }
       const float mean_g = WarpSum(sum_g) / C;
       const float mean_gx = WarpSum(sum_gx) / C;
+      RowRegs<kVec> res;
+      if (accumulate) {
+        LoadRow<kVec>(dresid + base, lane, &res);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4 * kVec; ++j) res.v[j] = 0.0f;
+      }
 #pragma unroll
       for (int j = 0; j < 4 * kVec; ++j) {
         const float g = d.v[j] * w.v[j];
