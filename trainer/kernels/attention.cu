@@ -41,6 +41,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "trainer/kernels/attention_items.h"
@@ -520,11 +521,37 @@ __device__ __forceinline__ void ChunkPartial(const float (&acc)[kHS / 8][4],
 // chunk's loads are issued together, so the sum waits n − 1 L2 round
 // trips, not 2·HS/8 · (n − 1) (each element's sum is in chunk order either
 // way: the same bits).
+// With kN chunks known at compile time, every chunk's loads are issued
+// before the first add: one L2 round trip in all (same order of adds).
+template <int kHS, int kN>
+__device__ __forceinline__ void SumPartialsOf(float (&acc)[kHS / 8][4],
+                                              const float* part, int chunk,
+                                              int T, int C, int col0,
+                                              int t0) {
+  float v[kN][kHS / 8][4];
+#pragma unroll
+  for (int c = 0; c < kN; ++c) {
+    ChunkPartial<kHS>(acc, part, c, chunk, T, C, col0, t0, v[c]);
+  }
+#pragma unroll
+  for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kN; ++c) sum += v[c][dn][e];
+      acc[dn][e] = sum;
+    }
+  }
+}
+
 template <int kHS>
 __device__ __forceinline__ void SumPartials(float (&acc)[kHS / 8][4],
                                             const float* part, int chunk,
                                             int n, int T, int C, int col0,
                                             int t0) {
+  if (n == 2) return SumPartialsOf<kHS, 2>(acc, part, chunk, T, C, col0, t0);
+  if (n == 3) return SumPartialsOf<kHS, 3>(acc, part, chunk, T, C, col0, t0);
   float sum[kHS / 8][4] = {};
   for (int c = 0; c < n; ++c) {
     float v[kHS / 8][4];
@@ -672,40 +699,92 @@ __device__ __forceinline__ void ForwardFinish(const Params& p, int h, int qt,
       return ch == chunk || t >= T ? own
                                    : __ldcg(p.part_l + ch * stride + row + t);
     };
-    float big0 = -INFINITY, big1 = -INFINITY;
-    // Unrolled so that the chunks' loads issue together (a dynamic loop
-    // waits one L2 round trip per chunk); the maximum is exact in any order.
-#pragma unroll 4
-    for (int ch = 0; ch < n_chunks; ++ch) {
-      big0 = fmaxf(big0, chunk_m(ch, t0, m0));
-      big1 = fmaxf(big1, chunk_m(ch, t1, m1));
-    }
-    float sum0 = 0.0f, sum1 = 0.0f;
-    float acc[kHS / 8][4] = {};
-    for (int ch = 0; ch < n_chunks; ++ch) {
-      const float f0 = Exp2(chunk_m(ch, t0, m0) - big0);
-      const float f1 = Exp2(chunk_m(ch, t1, m1) - big1);
-      sum0 = fmaf(chunk_l(ch, t0, l0), f0, sum0);
-      sum1 = fmaf(chunk_l(ch, t1, l1), f1, sum1);
-      float part[kHS / 8][4];
-      ChunkPartial<kHS>(o, p.part_o, ch, chunk, T, C, col0, t0, part);
+    // Two or three chunks (every tile at the default split): all their
+    // loads issued at once, one L2 round trip; the same operations in the
+    // same order as the loop below.
+    auto combine = [&](auto n_const) {
+      constexpr int kN = decltype(n_const)::value;
+      float cm[kN][2], cl[kN][2], part[kN][kHS / 8][4];
+#pragma unroll
+      for (int ch = 0; ch < kN; ++ch) {
+        cm[ch][0] = chunk_m(ch, t0, m0);
+        cm[ch][1] = chunk_m(ch, t1, m1);
+        cl[ch][0] = chunk_l(ch, t0, l0);
+        cl[ch][1] = chunk_l(ch, t1, l1);
+        ChunkPartial<kHS>(o, p.part_o, ch, chunk, T, C, col0, t0, part[ch]);
+      }
+      float big0 = -INFINITY, big1 = -INFINITY;
+#pragma unroll
+      for (int ch = 0; ch < kN; ++ch) {
+        big0 = fmaxf(big0, cm[ch][0]);
+        big1 = fmaxf(big1, cm[ch][1]);
+      }
+      float sum0 = 0.0f, sum1 = 0.0f;
+      float acc[kHS / 8][4] = {};
+#pragma unroll
+      for (int ch = 0; ch < kN; ++ch) {
+        const float f0 = Exp2(cm[ch][0] - big0);
+        const float f1 = Exp2(cm[ch][1] - big1);
+        sum0 = fmaf(cl[ch][0], f0, sum0);
+        sum1 = fmaf(cl[ch][1], f1, sum1);
+#pragma unroll
+        for (int dn = 0; dn < kHS / 8; ++dn) {
+          acc[dn][0] = fmaf(part[ch][dn][0], f0, acc[dn][0]);
+          acc[dn][1] = fmaf(part[ch][dn][1], f0, acc[dn][1]);
+          acc[dn][2] = fmaf(part[ch][dn][2], f1, acc[dn][2]);
+          acc[dn][3] = fmaf(part[ch][dn][3], f1, acc[dn][3]);
+        }
+      }
 #pragma unroll
       for (int dn = 0; dn < kHS / 8; ++dn) {
-        acc[dn][0] = fmaf(part[dn][0], f0, acc[dn][0]);
-        acc[dn][1] = fmaf(part[dn][1], f0, acc[dn][1]);
-        acc[dn][2] = fmaf(part[dn][2], f1, acc[dn][2]);
-        acc[dn][3] = fmaf(part[dn][3], f1, acc[dn][3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dn][e] = acc[dn][e];
       }
-    }
+      m0 = big0;
+      m1 = big1;
+      l0 = sum0;
+      l1 = sum1;
+    };
+    if (n_chunks == 2) {
+      combine(std::integral_constant<int, 2>());
+    } else if (n_chunks == 3) {
+      combine(std::integral_constant<int, 3>());
+    } else {
+      float big0 = -INFINITY, big1 = -INFINITY;
+      // Unrolled so that the chunks' loads issue together (a dynamic loop
+      // waits one L2 round trip per chunk); the maximum is exact in any order.
+#pragma unroll 4
+      for (int ch = 0; ch < n_chunks; ++ch) {
+        big0 = fmaxf(big0, chunk_m(ch, t0, m0));
+        big1 = fmaxf(big1, chunk_m(ch, t1, m1));
+      }
+      float sum0 = 0.0f, sum1 = 0.0f;
+      float acc[kHS / 8][4] = {};
+      for (int ch = 0; ch < n_chunks; ++ch) {
+        const float f0 = Exp2(chunk_m(ch, t0, m0) - big0);
+        const float f1 = Exp2(chunk_m(ch, t1, m1) - big1);
+        sum0 = fmaf(chunk_l(ch, t0, l0), f0, sum0);
+        sum1 = fmaf(chunk_l(ch, t1, l1), f1, sum1);
+        float part[kHS / 8][4];
+        ChunkPartial<kHS>(o, p.part_o, ch, chunk, T, C, col0, t0, part);
 #pragma unroll
-    for (int dn = 0; dn < kHS / 8; ++dn) {
+        for (int dn = 0; dn < kHS / 8; ++dn) {
+          acc[dn][0] = fmaf(part[dn][0], f0, acc[dn][0]);
+          acc[dn][1] = fmaf(part[dn][1], f0, acc[dn][1]);
+          acc[dn][2] = fmaf(part[dn][2], f1, acc[dn][2]);
+          acc[dn][3] = fmaf(part[dn][3], f1, acc[dn][3]);
+        }
+      }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[dn][e] = acc[dn][e];
+      for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dn][e] = acc[dn][e];
+      }
+      m0 = big0;
+      m1 = big1;
+      l0 = sum0;
+      l1 = sum1;
     }
-    m0 = big0;
-    m1 = big1;
-    l0 = sum0;
-    l1 = sum1;
   }
   if (c == 0) {
     if (t0 < T) p.stats[h * T + t0] = m0 + log2f(l0);
