@@ -521,37 +521,11 @@ __device__ __forceinline__ void ChunkPartial(const float (&acc)[kHS / 8][4],
 // chunk's loads are issued together, so the sum waits n − 1 L2 round
 // trips, not 2·HS/8 · (n − 1) (each element's sum is in chunk order either
 // way: the same bits).
-// With kN chunks known at compile time, every chunk's loads are issued
-// before the first add: one L2 round trip in all (same order of adds).
-template <int kHS, int kN>
-__device__ __forceinline__ void SumPartialsOf(float (&acc)[kHS / 8][4],
-                                              const float* part, int chunk,
-                                              int T, int C, int col0,
-                                              int t0) {
-  float v[kN][kHS / 8][4];
-#pragma unroll
-  for (int c = 0; c < kN; ++c) {
-    ChunkPartial<kHS>(acc, part, c, chunk, T, C, col0, t0, v[c]);
-  }
-#pragma unroll
-  for (int dn = 0; dn < kHS / 8; ++dn) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < kN; ++c) sum += v[c][dn][e];
-      acc[dn][e] = sum;
-    }
-  }
-}
-
 template <int kHS>
 __device__ __forceinline__ void SumPartials(float (&acc)[kHS / 8][4],
                                             const float* part, int chunk,
                                             int n, int T, int C, int col0,
                                             int t0) {
-  if (n == 2) return SumPartialsOf<kHS, 2>(acc, part, chunk, T, C, col0, t0);
-  if (n == 3) return SumPartialsOf<kHS, 3>(acc, part, chunk, T, C, col0, t0);
   float sum[kHS / 8][4] = {};
   for (int c = 0; c < n; ++c) {
     float v[kHS / 8][4];
