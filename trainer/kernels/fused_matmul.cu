@@ -226,26 +226,6 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
       BarrierArrive(empty + 8 * ((kt - 1) % kStages));
     }
   }
-  // RoPE: this thread's cos and sin (rows r_lo, r_lo + 8 of the
-  // warpgroup's, pairs i = 8·jj + 2·(lane % 4)) loaded while the last
-  // products run, not after them.
-  float2 rope_cos[2][4], rope_sin[2][4];
-  if constexpr (kEpi == kRope) {
-    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // Rows ≥ T hold zeros' products; the table has no row for them.
-      const int t = min(m0 + cw * 64 + warp * 16 + lane / 4 + 8 * h, T - 1);
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int i = 8 * jj + 2 * (lane % 4);
-        rope_cos[h][jj] =
-            *reinterpret_cast<const float2*>(args.rope_table + t * 32 + i);
-        rope_sin[h][jj] = *reinterpret_cast<const float2*>(
-            args.rope_table + T * 32 + t * 32 + i);
-      }
-    }
-  }
   WgmmaWait<0>();
   PinAccumulators(acc);
 
@@ -272,6 +252,10 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r_lo + 8 * h;
+      // Rows ≥ T hold zeros' products; the table has no row for them.
+      const int t = min(t0 + r, T - 1);
+      const float* cos_row = args.rope_table + t * 32;
+      const float* sin_row = args.rope_table + T * 32 + t * 32;
 #pragma unroll
       for (int head = 0; head < kBN / 64; ++head) {
         const bool rotate = blockIdx.x * kBN + head * 64 < 2 * C;  // q or k
@@ -283,8 +267,8 @@ __global__ void __launch_bounds__(128 * (kWG + 1), kMinBlocks)
           float2 out_lo = make_float2(acc[lo], acc[lo + 1]);
           float2 out_hi = make_float2(acc[hi], acc[hi + 1]);
           if (rotate) {
-            const float2 cs = rope_cos[h][jj];
-            const float2 sn = rope_sin[h][jj];
+            const float2 cs = *reinterpret_cast<const float2*>(cos_row + i);
+            const float2 sn = *reinterpret_cast<const float2*>(sin_row + i);
             const float a0 = out_lo.x, a1 = out_lo.y;
             const float b0 = out_hi.x, b1 = out_hi.y;
             out_lo = make_float2(a0 * cs.x - b0 * sn.x, a1 * cs.y - b1 * sn.y);
