@@ -371,6 +371,23 @@ void PrintStatsJson(JsonWriter& j, absl::string_view key,
   j.EndObject();
 }
 
+// The five identities of a checkpoint's header (or a config's), as an
+// object under `key`.
+void PrintIdentitiesJson(JsonWriter& j, absl::string_view key,
+                         absl::string_view state, absl::string_view learner,
+                         absl::string_view data,
+                         absl::string_view initialization,
+                         absl::string_view model) {
+  j.Key(key);
+  j.BeginObject();
+  j.Field("state", state);
+  j.Field("learner", learner);
+  j.Field("data", data);
+  j.Field("initialization", initialization);
+  j.Field("model", model);
+  j.EndObject();
+}
+
 std::string StatsText(const TensorStats& s) {
   return absl::StrFormat("mean %+.6g std %.6g min %+.6g max %+.6g nonfinite %d",
                          s.mean, s.std, s.min, s.max, s.nonfinite);
@@ -445,28 +462,17 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     j.FieldUint("parameter_count", h.parameter_count());
     j.FieldUint("run_steps", h.run_steps());
     j.FieldUint("update_count", reader.update_count());
-    j.Key("identities");
-    j.BeginObject();
-    j.Field("state", h.state_identity());
-    j.Field("learner", h.learner_identity());
-    j.Field("data", h.data_identity());
-    j.Field("initialization", h.initialization_identity());
-    j.Field("model", h.model_identity());
-    j.EndObject();
+    PrintIdentitiesJson(j, "identities", h.state_identity(),
+                        h.learner_identity(), h.data_identity(),
+                        h.initialization_identity(), h.model_identity());
     j.Field("config", config.name);
     j.Field("config_source", d.config_source);
     j.FieldBool("identity_matches_config", identity_status.ok());
     // What a run of the config expects (the refusal abbreviates it).
     {
       const CheckpointIdentity want = RunCheckpointIdentity(config);
-      j.Key("config_identities");
-      j.BeginObject();
-      j.Field("state", want.state);
-      j.Field("learner", want.learner);
-      j.Field("data", want.data);
-      j.Field("initialization", want.initialization);
-      j.Field("model", want.model);
-      j.EndObject();
+      PrintIdentitiesJson(j, "config_identities", want.state, want.learner,
+                          want.data, want.initialization, want.model);
     }
     j.Field("refusal", identity_status.ok()
                            ? std::string()
