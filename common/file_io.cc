@@ -97,6 +97,14 @@ void InstallInterruptCleanup() {
     sigaddset(&action.sa_mask, signal_number);
   }
   for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    // A signal the parent set to be ignored stays ignored (nohup(1), a
+    // shell's background job ignoring SIGINT): the process would not have
+    // ended by it, so there is nothing to clean up.
+    struct sigaction current = {};
+    if (sigaction(signal_number, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_IGN) {
+      continue;
+    }
     sigaction(signal_number, &action, nullptr);
   }
 }

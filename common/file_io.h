@@ -43,7 +43,8 @@ void ProtectStandardStreams();
 // scope). After InstallInterruptCleanup (tokenize, make-cache, inspect and
 // train call it first thing), SIGINT, SIGTERM and SIGHUP remove every
 // registered temporary, then end the process by the same signal (default
-// action), so that Ctrl-C leaves no partial file behind; what SIGKILL
+// action), so that Ctrl-C leaves no partial file behind; a signal ignored
+// when it is called (nohup(1)) stays ignored; what SIGKILL
 // leaves, RemoveStaleTemporaries clears later. At most 8 temporaries at
 // once, paths below PATH_MAX bytes; beyond that, best effort.
 void InstallInterruptCleanup();

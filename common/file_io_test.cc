@@ -117,6 +117,31 @@ TEST(InterruptCleanup, SignalRemovesRegisteredTemporariesAndKills) {
   }
 }
 
+// nohup(1) ignores SIGHUP before exec: the cleanup must not turn an
+// ignored signal back into one that ends the process.
+TEST(InterruptCleanup, IgnoredSignalsStayIgnored) {
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string armed = TestDir() + "/ignored.tmp-1-00000000";
+    ASSERT_TRUE(WriteFileAtomically(armed, "a").ok());
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      signal(signal_number, SIG_IGN);
+      InstallInterruptCleanup();
+      RemoveOnInterrupt(armed);
+      raise(signal_number);
+      _exit(7);  // reached: the signal is ignored
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7)
+        << "signal " << signal_number << ", status " << status;
+    struct stat st;
+    EXPECT_EQ(stat(armed.c_str(), &st), 0) << "temporary removed";
+    unlink(armed.c_str());
+  }
+}
+
 TEST(CheckOutputPathUsable, DirectoriesAndMissingParentsAreRefused) {
   EXPECT_TRUE(CheckOutputPathUsable("-", "-o").ok());
   EXPECT_TRUE(CheckOutputPathUsable(TestDir() + "/new-file", "-o").ok());
