@@ -33,6 +33,16 @@ check "decode round trip" cmp -s "$tmp/in.txt" "$tmp/back.txt"
 check "u32 and text formats agree" cmp -s "$tmp/u32.txt" "$tmp/text.txt"
 check "special not allowed by default" test "$(grep -cw 299 "$tmp/text.txt")" -eq 0
 
+# Ids as text, of a size a tiny result file can have (6,144..27,744
+# bytes): written again over the same output (it is not taken for a
+# killed run's result file).
+head -c 6000 "$tmp/corpus.txt" > "$tmp/part.txt"
+"$bin" encode --vocab="$tmp/v.tiktoken" --format=text "$tmp/part.txt" -o "$tmp/part.ids" &&
+  "$bin" encode --vocab="$tmp/v.tiktoken" --format=text "$tmp/part.txt" -o "$tmp/part.ids" 2> "$tmp/err"
+check "text ids replaced by a second encode (exit 0)" test $? -eq 0
+size=$(stat -c %s "$tmp/part.ids")
+check "text ids of a tiny result's size ($size bytes)" test "$size" -ge 6144 -a "$size" -le 27744
+
 head -c 4096 /dev/urandom > "$tmp/rand.bin"
 "$bin" encode --vocab="$tmp/v.tiktoken" --threads=2 "$tmp/rand.bin" -o "$tmp/rand.u32" &&
   "$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/rand.u32" -o "$tmp/rand.back"

@@ -865,13 +865,19 @@ absl::StatusOr<ResultFile> ReadResult(const std::string& path,
 bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes) {
   const size_t n = std::min<uint64_t>(head.size(), forward_bytes) / 4 * 4;
   if (n == 0) return false;
+  bool some_large = false;
   for (size_t at = 0; at < n; at += 4) {
     const uint32_t bits = GetU32(head, at);
     const uint32_t exponent = (bits >> 23) & 0xff;
-    if ((bits & 0x7fffffffu) == 0 || exponent == 0xff) continue;
+    if (exponent == 0xff) {  // non-finite: a run that diverged
+      some_large = true;
+      continue;
+    }
+    if ((bits & 0x7fffffffu) == 0) continue;
     if (exponent < 63 || exponent > 190) return false;
+    if (exponent >= 119) some_large = true;  // |x| ≥ 2^-8
   }
-  return true;
+  return some_large;
 }
 
 ResultSignature ResultSignatureOf(uint64_t size, absl::string_view head,

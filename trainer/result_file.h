@@ -313,13 +313,16 @@ ResultSignature ResultSignatureOf(uint64_t size, absl::string_view head,
 
 // Whether the first bytes of `head` (at most `forward_bytes`, the forward
 // record's 12 V) read as fp32 logits: every value is 0, non-finite (a run
-// that diverged) or of magnitude 2^-64 .. 2^64 (biased exponent 63 .. 190).
-// Logits are far from both ends; random bytes pass this with probability
-// about 2^-1000 over 1,024 values, u32 token ids (denormals) and English
-// text (a lower-case letter in a float's top byte reads as 2^67 or more)
-// fail it, and so does a length-prefixed header (such as a safetensors
-// file: a small u64 whose low word is a denormal). ResultSignatureOf's
-// test of a forward record.
+// that diverged) or of magnitude 2^-64 .. 2^64 (biased exponent 63 .. 190),
+// and at least one is non-finite or of magnitude 2^-8 or more (a model's
+// logits at any point of training: at the SPEC's initialization they have
+// a standard deviation of about 0.45). Random bytes pass this with
+// probability about 2^-1000 over 1,024 values; u32 token ids (denormals),
+// English text (a lower-case letter in a float's top byte reads as 2^67
+// or more) and text of numbers (digits, spaces and newlines in every byte:
+// at most 2^-11) fail it, and so does a length-prefixed header (such as a
+// safetensors file: a small u64 whose low word is a denormal).
+// ResultSignatureOf's test of a forward record.
 bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes);
 
 // Step s's mean loss over its T rows (a file's per-step curve).

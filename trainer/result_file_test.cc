@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <string>
@@ -562,6 +563,24 @@ TEST(ResultSignatureOf, HostTagOrForwardRecordBySize) {
   const std::string ids("\x07\x00\x00\x00\x63\x00\x00\x00", 8);
   EXPECT_EQ(ResultSignatureOf(6144 + 512, ids, "", kTiny),
             ResultSignature::kNone);
+  // Token ids as text (tokenize encode --format=text: one line, ids
+  // separated by spaces): digits and spaces read as floats of 2^-63 ..
+  // 2^-12, all of them tiny.
+  std::string text;
+  for (int i = 0; text.size() < 4096; ++i) {
+    text += std::to_string((i * 7919) % 12288);
+    text += " ";
+  }
+  EXPECT_EQ(ResultSignatureOf(6144 + 512, text.substr(0, 4096), "", kTiny),
+            ResultSignature::kNone);
+  // A diverged run's record (every logit non-finite) is still one.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::string diverged(4096, '\0');
+  for (size_t at = 0; at < diverged.size(); at += 4) {
+    std::memcpy(&diverged[at], &nan, 4);
+  }
+  EXPECT_EQ(ResultSignatureOf(6144 + 512, diverged, "", kTiny),
+            ResultSignature::kForwardRecord);
 }
 
 }  // namespace
