@@ -120,16 +120,15 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
         "--vocab=- and SOURCE - both name standard input, which can be read "
         "once; give the vocabulary as a file");
   }
-  if (!from_stdin && !to_stdout &&
-      SameFile(options.source_path, options.output_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options.output_path, ": output is the source file"));
-  }
+  // The output may not be the source or the vocabulary, by name or, with
+  // -o -, as the file standard output was redirected to (`> SOURCE` empties
+  // it before make-cache reads it).
+  RETURN_IF_ERROR(CheckOutputIsNotInput(options.output_path, "source",
+                                        options.source_path));
+  RETURN_IF_ERROR(CheckOutputIsNotInput(options.output_path,
+                                        "vocabulary --vocab",
+                                        options.vocab_path));
   if (!to_stdout) {
-    if (SameFile(options.vocab_path, options.output_path)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          options.output_path, ": output is the vocabulary file --vocab"));
-    }
     // The cache is published by rename: a device or FIFO would be replaced.
     RETURN_IF_ERROR(CheckRegularFileOrAbsent(options.output_path, "-o"));
     RETURN_IF_ERROR(CheckOutputPathUsable(options.output_path, "-o"));

@@ -132,7 +132,8 @@ def main():
         ([f"--vocab={vocab}", source, "-o", f"{work}/x.tok", "--threads=-1"], "--threads=-1", 2),
         ([f"--vocab={vocab}", source, "-o", f"{work}/x.tok", "--threads=5000"], "--threads=5000", 2),
         ([f"--vocab=-", "-", "-o", f"{work}/x.tok"], "standard input", 2),
-        ([f"--vocab={vocab}", source, "-o", source], "output is the source", 1),
+        ([f"--vocab={vocab}", source, "-o", source], "names the source", 1),
+        ([f"--vocab={vocab}", source, "-o", vocab], "names the vocabulary", 1),
         ([f"--vocab={vocab}", source, "-o", f"{work}/no/dir/x.tok"], "x.tok", 1),
     ]
     for args, needle, want_rc in cases:
@@ -144,6 +145,17 @@ def main():
             fail(f"{args}: expected one line mentioning {needle!r}, got {err!r}")
         if os.path.exists(f"{work}/x.tok"):
             fail(f"{args}: left an output")
+    # -o - with standard output on the source (`> SOURCE` would have
+    # emptied it first; opened for appending here so that it is not): refused
+    # before anything is written.
+    for victim_path, needle in ((source, "source"), (vocab, "vocabulary")):
+        with open(victim_path, "ab") as sink:
+            r = subprocess.run([binary, f"--vocab={vocab}", source, "-o", "-"],
+                               stdout=sink, stderr=subprocess.PIPE)
+        err = r.stderr.decode()
+        if r.returncode != 1 or "is also the output" not in err or needle not in err \
+                or err.count("\n") != 1:
+            fail(f"-o - onto the {needle}: exit {r.returncode}, {err!r}")
     with open(source, "rb") as f:
         if f.read() != text.encode():
             fail("the source was modified")

@@ -123,8 +123,8 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
   }
   return absl::InvalidArgumentError(absl::StrCat(
       what, " ", input, " is also the output (standard output, -o -): a ",
-      "shell `> ", input, "` empties it before tokenize starts; write the ",
-      "output to another file"));
+      "shell `> ", input, "` empties it before the program starts; write ",
+      "the output to another file"));
 }
 
 absl::Status CheckNotATokenCache(const std::string& output,
