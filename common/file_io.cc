@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -171,6 +173,49 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   }
   if (fd != STDIN_FILENO) close(fd);
   return out;
+}
+
+absl::Status CopyStream(const std::string& path, int fd,
+                        absl::string_view fd_path, uint64_t max_bytes) {
+  if (path == "-" && g_stdin_closed) {
+    return absl::FailedPreconditionError(
+        "-: standard input is closed; expected data on it or a file path");
+  }
+  const int in =
+      path == "-" ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return ErrnoStatus(errno, "opening", path);
+  absl::Cleanup close_in = [in] {
+    if (in != STDIN_FILENO) close(in);
+  };
+  struct stat st;
+  if (fstat(in, &st) != 0) return ErrnoStatus(errno, "reading", path);
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, expected a file"));
+  }
+  if (S_ISCHR(st.st_mode) && st.st_rdev != makedev(1, 3)) {  // not /dev/null
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": is a character device (such as /dev/zero or a terminal), "
+              "expected a file or a pipe"));
+  }
+  char buffer[1 << 16];
+  uint64_t total = 0;
+  for (;;) {
+    const ssize_t n = read(in, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "reading", path);
+    }
+    if (n == 0) return absl::OkStatus();
+    total += static_cast<uint64_t>(n);
+    if (total > max_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": more than ", max_bytes,
+          " bytes from a stream; expected at most that (give a larger file "
+          "as a path)"));
+    }
+    RETURN_IF_ERROR(WriteAll(fd, buffer, static_cast<size_t>(n), fd_path));
+  }
 }
 
 absl::Status WriteAll(int fd, const void* data, size_t size,

@@ -102,6 +102,15 @@ std::string PublicationTemporaryPath(const std::string& path);
 // Reads the whole file (or stdin for "-") into a string.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// Copies the stream `path` ("-" for stdin, a pipe, /dev/null) into the open
+// file `fd` (named `fd_path` in errors) in 64 KiB pieces, so that memory
+// stays constant whatever the size. InvalidArgument, naming `path`, for a
+// character device other than /dev/null (/dev/zero, a terminal: no end, or
+// not data) and for a stream of more than `max_bytes` (it stops reading
+// there); FailedPrecondition for a closed stdin; errno's for I/O errors.
+absl::Status CopyStream(const std::string& path, int fd,
+                        absl::string_view fd_path, uint64_t max_bytes);
+
 // write(2) loop: retries EINTR and short writes. `path` only names errors.
 absl::Status WriteAll(int fd, const void* data, size_t size,
                       absl::string_view path);

@@ -117,6 +117,42 @@ TEST(InterruptCleanup, SignalRemovesRegisteredTemporariesAndKills) {
   }
 }
 
+// CopyStream: bytes copied exactly; /dev/null is an empty stream; an
+// endless character device and a stream over the limit are refused by name
+// without reading them into memory.
+TEST(CopyStream, CopiesPipesAndRefusesDevicesAndOversizedStreams) {
+  const std::string src = TestDir() + "/stream-src";
+  std::string data(200000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(WriteFileAtomically(src, data).ok());
+  const std::string dst = TestDir() + "/stream-dst";
+  auto copy = [&](const std::string& path, uint64_t max_bytes) {
+    const int fd = open(dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    EXPECT_GE(fd, 0);
+    const absl::Status s = CopyStream(path, fd, dst, max_bytes);
+    close(fd);
+    return s;
+  };
+  ASSERT_TRUE(copy(src, data.size()).ok());
+  auto back = ReadFile(dst);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, data);
+  ASSERT_TRUE(copy("/dev/null", 10).ok());
+  EXPECT_EQ(ReadFile(dst)->size(), 0u);
+  absl::Status s = copy("/dev/zero", 1 << 20);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "/dev/zero: is a character device (such as /dev/zero or a "
+            "terminal), expected a file or a pipe");
+  s = copy(src, data.size() - 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), src + ": more than 199999 bytes from a stream; "
+                               "expected at most that (give a larger file "
+                               "as a path)");
+  s = copy(TestDir() + "/no-such-stream", 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+}
+
 // nohup(1) ignores SIGHUP before exec: the cleanup must not turn an
 // ignored signal back into one that ends the process.
 TEST(InterruptCleanup, IgnoredSignalsStayIgnored) {

@@ -1337,6 +1337,11 @@ std::string FormatTick(double v) {
   return absl::StrFormat("%.4g", v);
 }
 
+// The most a stream may hold: more than any checkpoint or result file of
+// the configs here (692 MB for coppelius's checkpoint) and a token cache of
+// a billion tokens. A larger file is given as a path.
+constexpr uint64_t kMaxStreamBytes = uint64_t{8} << 30;
+
 // Whether `path` is read as a stream: "-" (stdin), or a pipe or character
 // device (a named pipe, the shell's `<(...)`, /dev/stdin), which cannot be
 // read by offset or mapped.
@@ -1374,7 +1379,6 @@ absl::Status WithStreamsSpooled(
           path, path == "-" ? " (stdin)" : " (a stream)", " is given ", given,
           " times; it can be read once"));
     }
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
     const char* tmpdir = std::getenv("TMPDIR");
     std::string spool =
         absl::StrCat(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp", "/",
@@ -1383,7 +1387,8 @@ absl::Status WithStreamsSpooled(
     if (fd < 0) return ErrnoStatus(errno, "creating", spool);
     RemoveOnInterrupt(spool);  // Ctrl-C while a large input is read
     names.emplace_back(spool, path);
-    absl::Status w = WriteAll(fd, bytes.data(), bytes.size(), spool);
+    // Copied piece by piece: memory stays small whatever the stream holds.
+    absl::Status w = CopyStream(path, fd, spool, kMaxStreamBytes);
     close(fd);
     if (!w.ok()) return w;
     spooled[i] = spool;

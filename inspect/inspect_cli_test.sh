@@ -22,6 +22,15 @@ for f in cache.tok bad_ids.tok model.ckpt multi.ckpt steps.ckpt fresh.ckpt compl
   [[ $(wc -l < "$d/$f.err") == "$want" ]] || fail "$f stderr: $(cat "$d/$f.err")"
   py json "$d/$f.json" || fail "$f.json does not parse"
 done
+# An endless character device, as a path or as stdin, is refused at once
+# by name (it was read into memory until memory ran out); a pipe is read.
+timeout 20 "$inspect" verify /dev/zero > /dev/null 2> "$d/zero.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/zero.err") == 1 ]] && grep -q '/dev/zero: is a character device' "$d/zero.err" \
+  || fail "verify /dev/zero: rc $rc, $(cat "$d/zero.err")"
+timeout 20 "$inspect" - < /dev/zero > /dev/null 2> "$d/zero.err"; rc=$?
+[[ $rc == 1 ]] && grep -q '^inspect: INVALID_ARGUMENT: -: is a character device' "$d/zero.err" \
+  || fail "inspect - < /dev/zero: rc $rc, $(cat "$d/zero.err")"
+cat "$d/complete.res" | "$inspect" verify --config=tiny - > /dev/null || fail "verify of a pipe"
 # Without --config, the tiny files are read as tiny.
 "$inspect" "$d/complete.res" > "$d/inferred.txt" || fail "inspect without --config"
 grep -q "config tiny (result size and host tag)" "$d/inferred.txt" \
