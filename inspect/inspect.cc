@@ -1708,10 +1708,32 @@ std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
   return out;
 }
 
+// --source must be a file (its size and modification time are what a
+// cache's header records), and standard input can be read once: as a FILE
+// or as --vocab, not both.
+static absl::Status CheckSourceAndStdin(const std::vector<std::string>& paths,
+                                        const std::string& source,
+                                        const std::string& vocab) {
+  if (source == "-") {
+    return UsageError(
+        "--source=-: a cache's header records its source's size and "
+        "modification time, which standard input does not have; give the "
+        "source as a file path");
+  }
+  if (vocab == "-" && std::count(paths.begin(), paths.end(), "-") > 0) {
+    return UsageError(
+        "--vocab=- and FILE - both name standard input, which can be read "
+        "once; give one of them as a file");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
   if (options.path.empty()) {
     return UsageError("inspect: no FILE given");
   }
+  RETURN_IF_ERROR(
+      CheckSourceAndStdin({options.path}, options.source, options.vocab));
   RETURN_IF_ERROR(CheckThreads(options.threads));
   RETURN_IF_ERROR(CheckSmoothing(options.smoothing_steps));
   if (!IsStream(options.path)) return InspectPath(options, out);
@@ -1770,6 +1792,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   if (o.paths.empty()) {
     return UsageError("verify: no FILE given");
   }
+  RETURN_IF_ERROR(CheckSourceAndStdin(o.paths, o.source, o.vocab));
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
   if (std::any_of(o.paths.begin(), o.paths.end(), IsStream)) {

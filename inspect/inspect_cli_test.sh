@@ -31,6 +31,11 @@ timeout 20 "$inspect" - < /dev/zero > /dev/null 2> "$d/zero.err"; rc=$?
 [[ $rc == 1 ]] && grep -q '^inspect: INVALID_ARGUMENT: -: is a character device' "$d/zero.err" \
   || fail "inspect - < /dev/zero: rc $rc, $(cat "$d/zero.err")"
 cat "$d/complete.res" | "$inspect" verify --config=tiny - > /dev/null || fail "verify of a pipe"
+# Standard input named twice, or as the source (no mtime): usage errors.
+"$inspect" verify --config=tiny - --vocab=- < "$d/cache.tok" > /dev/null 2> "$d/twice.err"; rc=$?
+[[ $rc == 2 ]] && grep -q 'both name standard input' "$d/twice.err" || fail "FILE - --vocab=-: rc $rc, $(cat "$d/twice.err")"
+"$inspect" verify --config=tiny "$d/cache.tok" --source=- < /dev/null > /dev/null 2> "$d/twice.err"; rc=$?
+[[ $rc == 2 ]] && grep -q -- '--source=-' "$d/twice.err" || fail "--source=-: rc $rc, $(cat "$d/twice.err")"
 # Without --config, the tiny files are read as tiny.
 "$inspect" "$d/complete.res" > "$d/inferred.txt" || fail "inspect without --config"
 grep -q "config tiny (result size and host tag)" "$d/inferred.txt" \
