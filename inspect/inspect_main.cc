@@ -172,18 +172,15 @@ int main(int argc, char** argv) {
         stat(rest[0].c_str(), &st) != 0 &&
         (rest.size() > 1 || !absl::GetFlag(FLAGS_o).empty() ||
          !absl::GetFlag(FLAGS_safetensors).empty())) {
-      const int code = Fail(coppelius::UsageError(absl::StrCat(
+      return Fail(coppelius::UsageError(absl::StrCat(
           "unknown subcommand \"", rest[0],
-          "\": expected verify, plot or export, or one FILE to report on")));
-      std::cerr << "usage: " << kUsage << std::endl;
-      return code;
+          "\": expected verify, plot or export, or one FILE to report on "
+          "(inspect --help lists the usage)")));
     }
     if (rest.size() != 1) {
-      const int code = Fail(coppelius::UsageError(absl::StrCat(
+      return Fail(coppelius::UsageError(absl::StrCat(
           "expected exactly one FILE, got ", rest.size(),
-          " (usage below; inspect --help lists the flags)")));
-      std::cerr << "usage: " << kUsage << std::endl;
-      return code;
+          " (inspect --help lists the usage and the flags)")));
     }
     coppelius::InspectOptions o;
     o.path = rest[0];
