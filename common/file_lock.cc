@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
@@ -34,6 +35,22 @@ std::optional<int64_t> LockFilePid(absl::string_view content) {
 }
 
 }  // namespace
+
+bool LooksLikeLockFile(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string name =
+      slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.empty() || name[0] != '.' || !absl::EndsWith(name, ".lock")) {
+    return false;
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size > 21) {
+    return false;
+  }
+  absl::StatusOr<std::string> content = ReadFile(path);
+  return content.ok() && LockFilePid(*content).has_value();
+}
 
 absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
                                            absl::string_view what) {

@@ -29,6 +29,11 @@
 
 namespace coppelius {
 
+// Whether `path` is, by its name and bytes, a lock file of FileLock's kind
+// that train takes: a regular file named ".lock" or ".NAME.lock" holding
+// nothing or a pid and a newline. Such a file is never a run's output.
+bool LooksLikeLockFile(const std::string& path);
+
 class FileLock {
  public:
   // Opens or creates (mode 0644) `lock_path` and takes the lock.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "gtest/gtest.h"
 
 namespace coppelius {
@@ -19,6 +20,26 @@ namespace {
 std::string TestDir() {
   const char* d = std::getenv("TEST_TMPDIR");
   return d ? d : "/tmp";
+}
+
+TEST(LooksLikeLockFile, ByNameAndContent) {
+  auto write = [](const std::string& path, const std::string& bytes) {
+    EXPECT_TRUE(WriteFileAtomically(path, bytes).ok());
+    return path;
+  };
+  EXPECT_TRUE(LooksLikeLockFile(write(TestDir() + "/.r.res.lock", "123\n")));
+  EXPECT_TRUE(LooksLikeLockFile(write(TestDir() + "/.e.lock", "")));
+  {
+    auto lock = FileLock::Acquire(TestDir() + "/.held.ckpt.lock", "held");
+    ASSERT_TRUE(lock.ok()) << lock.status();
+    EXPECT_TRUE(LooksLikeLockFile(TestDir() + "/.held.ckpt.lock"));
+  }
+  // Other names, other bytes, no file.
+  EXPECT_FALSE(LooksLikeLockFile(write(TestDir() + "/r.res.lock", "123\n")));
+  EXPECT_FALSE(LooksLikeLockFile(write(TestDir() + "/.r.res", "123\n")));
+  EXPECT_FALSE(LooksLikeLockFile(write(TestDir() + "/.x.lock", "not a pid\n")));
+  EXPECT_FALSE(LooksLikeLockFile(TestDir() + "/.missing.lock"));
+  EXPECT_FALSE(LooksLikeLockFile(TestDir()));
 }
 
 TEST(FileLockTest, SecondHolderIsRefusedUntilTheFirstReleases) {

@@ -71,6 +71,15 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   // the directory takes a file named like the publisher's temporaries.
   RETURN_IF_ERROR(
       ProbeTemporaryInDirectory(path, absl::StrCat("--", flag)));
+  // Another output's lock file (".NAME.lock" holding a pid) is never an
+  // output, --overwrite or not: replacing it would leave that output's
+  // next run refused ("exists and is not a lock file").
+  if (LooksLikeLockFile(path)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--%s=%s: is the lock file of another output (train writes its pid "
+        "there); never replaced, whatever the flags",
+        flag, path));
+  }
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return absl::OkStatus();
   if (st.st_size == 0 || overwrite) return absl::OkStatus();

@@ -134,6 +134,10 @@ run --checkpoint-in=link.ckpt --checkpoint-out=link.ckpt --result=t2.res \
 [[ -L link.ckpt ]] || { echo "FAIL: link.ckpt replaced by a file"; fail=1; }
 [[ $(sha256sum < target.ckpt) != "$before" ]] || { echo "FAIL: target.ckpt not republished"; fail=1; }
 echo "ok: published through link.ckpt to target.ckpt"
+# Another output's lock file is never an output, --overwrite or not (it
+# would leave t1.res's next run refused).
+expect_refusal "checkpoint-out = another output's lock file, with --overwrite" "is the lock file of another output" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=.t1.res.lock --result=l.res --overwrite
 # --overwrite replaces a result by a new file: another name of the old one
 # (a hard link) keeps the old bytes.
 ln t1.res t1-kept.res
