@@ -1,6 +1,7 @@
 #include "tokencache/make_cache.h"
 
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +91,23 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
   return check.Difference();
 }
 
+// Whether `path`'s first 16 bytes are a cache header for `source`: its
+// mtime (ns) and size, u64 LE each (docs/FORMATS.md).
+bool HeadIsSourceStat(const std::string& path, const SourceStat& source) {
+  unsigned char head[16];
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = pread(fd, head, sizeof(head), 0);
+  close(fd);
+  if (n != static_cast<ssize_t>(sizeof(head))) return false;
+  uint64_t mtime = 0, size = 0;
+  for (int i = 7; i >= 0; --i) {
+    mtime = (mtime << 8) | head[i];
+    size = (size << 8) | head[8 + i];
+  }
+  return mtime == source.mtime_ns && size == source.size_bytes;
+}
+
 }  // namespace
 
 absl::Status RunMakeCache(const MakeCacheOptions& given,
@@ -166,7 +184,16 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
       stat(options.output_path.c_str(), &out_st) == 0 && out_st.st_size > 0) {
     absl::StatusOr<TokenCache> existing = TokenCache::Open(options.output_path);
     std::string not_a_cache;
-    if (!existing.ok()) {
+    if (!existing.ok() && !from_stdin &&
+        HeadIsSourceStat(options.output_path, source_stat)) {
+      // This source's cache, cut inside an id (16 + 4N + 1..3 bytes): its
+      // header is the source's own stat. Rebuilt, as a cut at an id's end is.
+      if (options.summary) {
+        absl::FPrintF(stderr,
+                      "make-cache: %s matches the source but %s; rebuilding\n",
+                      options.output_path, existing.status().message());
+      }
+    } else if (!existing.ok()) {
       not_a_cache = std::string(existing.status().message());
     } else if (from_stdin || existing->header() != source_stat) {
       // A header that matches the source's stat is this source's cache
@@ -182,7 +209,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           "it (--force replaces it)",
           options.output_path, not_a_cache));
     }
-    if (!from_stdin && existing->header() == source_stat) {
+    if (existing.ok() && !from_stdin && existing->header() == source_stat) {
       const std::string stale =
           StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
                       options.source_path, source_stat);

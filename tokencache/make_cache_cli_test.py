@@ -194,6 +194,10 @@ def main():
         f.write(good[:16])
     os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     rebuilt("a cache cut to its header")
+    for cut in (17, 16 + 4 * 5 + 2):  # inside an id: not 16 + 4N bytes
+        with open(out, "wb") as f:
+            f.write(good[:cut])
+        rebuilt(f"a cache cut inside an id ({cut} bytes)")
     with open(out, "wb") as f:
         f.write(good[:16 + 4 * 7] + (100000).to_bytes(4, "little") + good[16 + 4 * 8:])
     rebuilt("an id beyond the vocabulary")
