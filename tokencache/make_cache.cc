@@ -247,6 +247,14 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     source_stat.size_bytes = text.size();
   } else {
     ASSIGN_OR_RETURN(SourceStat after, StatSource(options.source_path));
+    if (after == source_stat && text.size() != source_stat.size_bytes) {
+      // Unchanged, yet not its size in bytes (/proc files report 0).
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %d bytes read from a file whose size says %d; a cache's "
+          "header records the source's size, so the source must be a "
+          "regular file whose size is its content",
+          options.source_path, text.size(), source_stat.size_bytes));
+    }
     if (after != source_stat || text.size() != source_stat.size_bytes) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: changed while being read (size %d -> %d bytes, mtime %d -> %d "

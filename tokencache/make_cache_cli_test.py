@@ -134,6 +134,7 @@ def main():
         ([f"--vocab=-", "-", "-o", f"{work}/x.tok"], "standard input", 2),
         ([f"--vocab={vocab}", source, "-o", source], "names the source", 1),
         ([f"--vocab={vocab}", source, "-o", vocab], "names the vocabulary", 1),
+        ([f"--vocab={vocab}", "/proc/version", "-o", f"{work}/x.tok"], "whose size says 0", 1),
         ([f"--vocab={vocab}", source, "-o", f"{work}/no/dir/x.tok"], "x.tok", 1),
     ]
     for args, needle, want_rc in cases:
