@@ -1736,14 +1736,35 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
       CheckSourceAndStdin({options.path}, options.source, options.vocab));
   RETURN_IF_ERROR(CheckThreads(options.threads));
   RETURN_IF_ERROR(CheckSmoothing(options.smoothing_steps));
-  if (!IsStream(options.path)) return InspectPath(options, out);
-  return WithStreamsSpooled(
-      {options.path}, true, out,
-      [&](const std::vector<std::string>& paths, std::ostream& report) {
-        InspectOptions o = options;
-        o.path = paths[0];
-        return InspectPath(o, report);
-      });
+  auto report_on = [&](std::ostream& report) {
+    if (!IsStream(options.path)) return InspectPath(options, report);
+    return WithStreamsSpooled(
+        {options.path}, true, report,
+        [&](const std::vector<std::string>& paths, std::ostream& spooled) {
+          InspectOptions o = options;
+          o.path = paths[0];
+          return InspectPath(o, spooled);
+        });
+  };
+  if (!options.json) return report_on(out);
+  // With --json, a file that cannot be reported on at all (unreadable, not
+  // a kind inspect knows, a checkpoint whose envelope fails) still gives one
+  // JSON object, so that scripts always parse stdout.
+  std::ostringstream report;
+  const absl::Status status = report_on(report);
+  if (status.ok() || !report.str().empty()) {
+    out << report.str();
+    return status;
+  }
+  JsonWriter j;
+  j.BeginObject();
+  j.Field("path", options.path);
+  j.FieldBool("ok", false);
+  j.Field("code", absl::StatusCodeToString(status.code()));
+  j.Field("error", status.message());
+  j.EndObject();
+  out << j.str() << "\n";
+  return status;
 }
 
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {

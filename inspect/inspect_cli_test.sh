@@ -31,6 +31,13 @@ timeout 20 "$inspect" - < /dev/zero > /dev/null 2> "$d/zero.err"; rc=$?
 [[ $rc == 1 ]] && grep -q '^inspect: INVALID_ARGUMENT: -: is a character device' "$d/zero.err" \
   || fail "inspect - < /dev/zero: rc $rc, $(cat "$d/zero.err")"
 cat "$d/complete.res" | "$inspect" verify --config=tiny - > /dev/null || fail "verify of a pipe"
+# A file that cannot be reported on at all still gives JSON with --json
+# (a truncated checkpoint: its envelope fails), and the one-line error.
+head -c 100 "$d/model.ckpt" > "$d/cut.ckpt"
+"$inspect" --json "$d/cut.ckpt" > "$d/cut.json" 2> "$d/cut.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/cut.err") == 1 ]] || fail "--json cut.ckpt: rc $rc, $(cat "$d/cut.err")"
+py json "$d/cut.json" || fail "cut.json does not parse: $(cat "$d/cut.json")"
+grep -q '"ok":false' "$d/cut.json" || fail "cut.json: $(cat "$d/cut.json")"
 # Standard input named twice, or as the source (no mtime): usage errors.
 "$inspect" verify --config=tiny - --vocab=- < "$d/cache.tok" > /dev/null 2> "$d/twice.err"; rc=$?
 [[ $rc == 2 ]] && grep -q 'both name standard input' "$d/twice.err" || fail "FILE - --vocab=-: rc $rc, $(cat "$d/twice.err")"
