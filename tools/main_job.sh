@@ -45,7 +45,7 @@ if [[ ! -s "$VOCAB" ]]; then
   "$BIN/tokenize" train --vocab-size=12288 "$CORPUS" -o "$VOCAB"
 fi
 "$BIN/make_cache" --vocab="$VOCAB" "$CORPUS" -o "$CACHE"
-"$BIN/inspect" "$CACHE" --source="$CORPUS" --config=coppelius
+"$BIN/inspect" "$CACHE" --source="$CORPUS" --vocab="$VOCAB" --config=coppelius
 
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
   log "no NVIDIA GPU on this machine: stopping before training (train never runs on the host)."
