@@ -1813,6 +1813,9 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   if (o.paths.empty()) {
     return UsageError("verify: no FILE given");
   }
+  if (std::count(o.paths.begin(), o.paths.end(), "") > 0) {
+    return UsageError("verify: an empty FILE argument (\"\"); expected a path or -");
+  }
   RETURN_IF_ERROR(CheckSourceAndStdin(o.paths, o.source, o.vocab));
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());

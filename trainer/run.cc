@@ -116,8 +116,10 @@ absl::Status CheckDistinctPaths(const TrainOptions& o) {
       if (i == 1 && j == 2) continue;  // continuing in place
       const std::string& a = *files[i].path;
       const std::string& b = *files[j].path;
-      if (SameFile(a, b) || ResolvedPath(a) == ResolvedPath(b)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
+      if (a == b || SameFile(a, b) || ResolvedPath(a) == ResolvedPath(b)) {
+        // The same string twice is the command line's own mistake (exit 2);
+        // two spellings of one file depend on the file system (exit 1).
+        return (a == b ? UsageError : absl::InvalidArgumentError)(absl::StrFormat(
             "--%s=%s and --%s=%s name the same file; the run's token cache, "
             "input checkpoint, output checkpoint and result must be distinct "
             "(only --checkpoint-out may equal --checkpoint-in)",

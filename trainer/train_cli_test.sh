@@ -57,7 +57,8 @@ expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt
 expect_rc 2 --tokens=- --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.res
 expect_rc 1 --checkpoint-in=missing.ckpt --checkpoint-out=u.ckpt --result=u.res
 expect_rc 1 --checkpoint-in=fresh.ckpt --checkpoint-out=/dev/null --result=u.res
-expect_rc 1 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.ckpt
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=u.ckpt
+expect_rc 1 --checkpoint-in=fresh.ckpt --checkpoint-out=u.ckpt --result=./u.ckpt
 [[ -e u.ckpt || -e u.res ]] && { echo "FAIL: a refused run left outputs"; fail=1; }
 echo "ok: exit 2 for usage errors, 1 for bad files"
 # A first run fills hist/ with update-00000002..8; a second fresh run into
