@@ -252,9 +252,9 @@ grep -q "^checkpoint - ([0-9]* bytes, from standard input)$" "$d/ck.out" || fail
 # Usage errors: exit 2, one line.
 "$inspect" --kind=blob "$d/cache.tok" 2> "$d/u.err"; [[ $? == 2 ]] || fail "bad --kind"
 "$inspect" 2> "$d/u.err"; [[ $? == 2 ]] || fail "no FILE"
-"$inspect" verify "" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verify \"\": $(cat "$d/u.err")"
 [[ $(cat "$d/u.err") == "inspect: INVALID_ARGUMENT: expected exactly one FILE, got 0 (inspect --help lists the usage and the flags)" ]] \
   || fail "no FILE: $(cat "$d/u.err")"
+"$inspect" verify "" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verify \"\": $(cat "$d/u.err")"
 # A mistyped subcommand is named as one (not "expected exactly one FILE" or
 # "opening exprot").
 "$inspect" verfiy "$d/complete.res" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verfiy: exit"
