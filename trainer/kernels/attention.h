@@ -56,6 +56,11 @@
 //              (2) "query": dS, dq;
 //              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
 //              (2) and (3) depend only on (1): they may run concurrently.
+// Loads: at HS = 64 with splits of at most 6, each CTA's tiles arrive by
+// the tensor memory accelerator (one thread issues 64 × 64 boxes of qkv
+// and dy; a ring of shared-memory slots per kernel: attention.cu
+// TmaTiles); otherwise every thread loads 16-byte pieces into registers
+// and stores them, the next tile's loads in flight during the current one.
 //
 // Layouts: qkv [T, 3C] bf16 row-major (q heads at columns 0..C−1, then k,
 // then v); y and dy [T, C] bf16; stats [NH, T] fp32 (lse2);
