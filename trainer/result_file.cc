@@ -776,8 +776,21 @@ absl::Status ResultWriter::Pwrite(const void* data, size_t size,
 }
 
 absl::Status ResultWriter::WriteForwardRecord(const float* logits) {
-  RETURN_IF_ERROR(Pwrite(logits, layout_.forward_bytes, layout_.forward_offset,
-                         "forward record"));
+  const absl::Status written = Pwrite(logits, layout_.forward_bytes,
+                                      layout_.forward_offset, "forward record");
+  if (!written.ok()) {
+    // Part of a forward record over the marker is no result any reader
+    // recognises, and it would block the next run: the file, new and ours
+    // (Create), is removed; it held nothing else.
+    if (!forward_written_ && steps_written_ == 0 &&
+        unlink(path_.c_str()) == 0) {
+      return WithMessage(written,
+                         absl::StrCat(written.message(),
+                                      "; the result file was removed (it held "
+                                      "no step yet)"));
+    }
+    return written;
+  }
   forward_written_ = true;
   return absl::OkStatus();
 }

@@ -1,6 +1,9 @@
 #include "trainer/result_file.h"
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -531,6 +534,36 @@ TEST(ResultWriter, ExistingFileIsReplacedNotWritten) {
   ASSERT_EQ(stat(path.c_str(), &path_st), 0);
   ASSERT_EQ(stat(link.c_str(), &link_st), 0);
   EXPECT_NE(path_st.st_ino, link_st.st_ino);
+}
+
+// The disk fills up while the forward record is written (here: a file
+// size limit of 4 KiB, the record being 6 KiB): the partial record over
+// the marker would be no recognisable result and would block the next
+// run, so the new file is removed and the error says so.
+TEST(ResultWriter, FailedForwardRecordRemovesTheNewFile) {
+  const std::string path = TempPath("full.res");
+  unlink(path.c_str());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);  // write(2) fails with EFBIG instead
+    const struct rlimit limit = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    auto w = ResultWriter::Create(path, kTiny);
+    if (!w.ok()) _exit(2);
+    const absl::Status s = (*w)->WriteForwardRecord(Forward(kTiny).data());
+    if (s.ok()) _exit(3);
+    if (s.message().find("the result file was removed") == std::string::npos) {
+      _exit(4);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  struct stat st;
+  EXPECT_NE(stat(path.c_str(), &st), 0) << "a partial result was left";
 }
 
 TEST(ResultWriter, CreateInMissingDirectoryFails) {
