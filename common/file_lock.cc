@@ -68,6 +68,9 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
     do {
       fd = open(lock_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
+    // No file to share: the directory refused the creation (EACCES), which
+    // is the error to report, not the read-only open's ENOENT.
+    if (fd < 0 && errno == ENOENT) errno = EACCES;
   }
   if (fd < 0) {
     if (errno == ELOOP) {

@@ -142,5 +142,32 @@ TEST(FileLockTest, MissingDirectoryIsNotFound) {
             absl::string_view::npos);
 }
 
+// A directory the process may not write to: PermissionDenied, not the
+// NotFound of the read-only fallback open (which finds no file to share).
+// Under /tmp, which any user can traverse; as root, the child drops to
+// nobody first (root writes anywhere).
+TEST(FileLockTest, UnwritableDirectoryIsPermissionDenied) {
+  char dir[] = "/tmp/file_lock_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(chmod(dir, 0555), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) {
+      _exit(2);
+    }
+    auto lock = FileLock::Acquire(absl::StrCat(dir, "/.lock"), "history");
+    if (lock.ok()) _exit(3);
+    _exit(lock.status().code() == absl::StatusCode::kPermissionDenied ? 0
+                                                                      : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  rmdir(dir);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: setuid failed, 3: locked, 4: "
+                                       "another code than PermissionDenied";
+}
+
 }  // namespace
 }  // namespace coppelius
