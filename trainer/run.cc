@@ -209,17 +209,30 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   return absl::OkStatus();
 }
 
-// Refuses to replace history files (DIR/update-NNNNNNNN.ckpt) this run
-// would publish, unless `overwrite`: they are another run's checkpoints.
+// Refuses to replace history files (DIR/update-NNNNNNNN.ckpt, a symbolic
+// link included) this run would publish, unless `overwrite`: they are
+// another run's checkpoints. A directory at such a name is refused either
+// way (no publication could replace it).
 absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
                           uint64_t c0) {
   // (That it is a directory, CheckHistoryPlacement has checked.)
-  if (o.checkpoint_history_dir.empty() || o.overwrite) return absl::OkStatus();
+  if (o.checkpoint_history_dir.empty()) return absl::OkStatus();
   for (int64_t s = config.checkpoint_interval; s <= config.run_steps;
        s += config.checkpoint_interval) {
     const std::string path = HistoryPath(o.checkpoint_history_dir, c0 + s);
     struct stat st;
-    if (stat(path.c_str(), &st) == 0) {
+    // lstat: a symbolic link there, dangling or not, is an existing entry.
+    if (lstat(path.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      // A rename cannot replace a directory: refused before any work,
+      // --overwrite or not, rather than at that publication.
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--checkpoint-history=%s: %s is a directory; a history entry is a "
+          "file this run would publish (update count %d): remove it or use "
+          "another directory",
+          o.checkpoint_history_dir, path, c0 + s));
+    }
+    if (!o.overwrite) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "--checkpoint-history=%s: %s exists (update count %d, which this "
           "run would publish); refusing to replace another run's checkpoint "

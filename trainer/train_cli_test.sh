@@ -67,6 +67,16 @@ run --checkpoint-in=fresh.ckpt --checkpoint-out=a.ckpt --result=a.res --checkpoi
   || { echo "FAIL: first run"; exit 1; }
 expect_refusal "history clobber" "update-00000002.ckpt exists" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res --checkpoint-history=hist
+# A dangling symbolic link at an entry's name is an existing entry; a
+# directory there is refused before any work, --overwrite or not (a rename
+# cannot replace it).
+mkdir -p histx && ln -s /nonexistent histx/update-00000004.ckpt
+expect_refusal "history entry a dangling symlink" "update-00000004.ckpt exists" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx
+rm histx/update-00000004.ckpt && mkdir -p histx/update-00000006.ckpt/sub
+expect_refusal "history entry a directory, with --overwrite" "update-00000006.ckpt is a directory" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx --overwrite
+[[ -e hx.ckpt || -e hx.res ]] && { echo "FAIL: a refused history run left outputs"; fail=1; }
 [[ -e b.ckpt || -e b.res ]] && { echo "FAIL: refused run left outputs"; fail=1; }
 # Continuing into the same history is fine (updates 10..16 are new).
 run --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a2.res --checkpoint-history=hist \
