@@ -2086,6 +2086,13 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
             "steps for ", path, " to follow); only the last file may be "
             "incomplete"));
       }
+      if (!r.complete) {
+        (o.warnings ? *o.warnings : std::cerr)
+            << "inspect: warning: plot: " << path
+            << " is incomplete and names no c0; drawn as continuing "
+            << previous << " at context " << previous_c0 + previous_steps
+            << " (unchecked)" << std::endl;
+      }
       if (r.complete && r.tail.host.first_context !=
                             previous_c0 + previous_steps) {
         return absl::InvalidArgumentError(absl::StrCat(

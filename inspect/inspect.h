@@ -182,6 +182,7 @@ struct PlotOptions {
   std::string output;                // SVG path; "-" writes to `out`
   std::string config;                // "" infers it from the files
   int smoothing_steps = 100;         // >= 1
+  std::ostream* warnings = nullptr;  // nullptr: std::cerr
 };
 
 // Writes an SVG (per-step mean loss and its smoothed curve against the step
@@ -191,7 +192,9 @@ struct PlotOptions {
 // the previous file's c0 + steps done (an incomplete last file has no c0 to
 // check). InvalidArgument if a file is not a result, no file has a step, the
 // files' configs differ,
-// the runs are not consecutive (naming both files and contexts) or
+// the runs are not consecutive (naming both files and contexts; an
+// incomplete last file after others is drawn as their continuation, with a
+// one-line warning that this is unchecked) or
 // smoothing_steps < 1; DataLoss, naming the first problem, if a file is
 // corrupt as `verify` reads it (the marker left over the forward record,
 // the error notifier or predictions contradicting the windows or final

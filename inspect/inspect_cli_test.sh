@@ -169,7 +169,11 @@ cmp -s "$d/fifo.safetensors" "$d/model.safetensors" || fail "export from a pipe 
 rm -f "$d/fifo"
 
 # Plot of two consecutive runs.
-"$inspect" plot --config=tiny "$d/complete.res" "$d/partial.res" -o "$d/loss.svg" || fail plot
+"$inspect" plot --config=tiny "$d/complete.res" "$d/partial.res" -o "$d/loss.svg" 2> "$d/p.err" || fail plot
+# An incomplete last file names no c0: drawn as the continuation, and said
+# to be unchecked.
+[[ $(wc -l < "$d/p.err") == 1 ]] && grep -q "partial.res is incomplete and names no c0; drawn as continuing .*complete.res at context [0-9]* (unchecked)" "$d/p.err" \
+  || fail "plot of an incomplete last file: $(cat "$d/p.err")"
 python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); assert r.tag.endswith('svg')" \
   "$d/loss.svg" || fail "svg does not parse"
 
