@@ -154,7 +154,7 @@ TEST(FileLockTest, UnwritableDirectoryIsPermissionDenied) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) {
-      _exit(2);
+      _exit(5);  // root that cannot drop privileges: nothing to test
     }
     auto lock = FileLock::Acquire(absl::StrCat(dir, "/.lock"), "history");
     if (lock.ok()) _exit(3);
@@ -165,8 +165,9 @@ TEST(FileLockTest, UnwritableDirectoryIsPermissionDenied) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   rmdir(dir);
   ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: setuid failed, 3: locked, 4: "
-                                       "another code than PermissionDenied";
+  if (WEXITSTATUS(status) == 5) GTEST_SKIP() << "root without setuid(2)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: locked, 4: another code than "
+                                       "PermissionDenied";
 }
 
 }  // namespace
