@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,13 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<char*>> ParseFlags(
+    NormalizedCommandLine& command_line) {
+  RETURN_IF_ERROR(
+      CheckCommandLineFlags(command_line.argc(), command_line.argv()));
+  return absl::ParseCommandLine(command_line.argc(), command_line.argv());
 }
 
 NormalizedCommandLine::NormalizedCommandLine(

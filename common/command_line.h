@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace coppelius {
 
@@ -27,6 +28,14 @@ namespace coppelius {
 // (--help, --flagfile, ...) are left to it. A value checked here is also
 // set (the parse sets it again, from the same arguments).
 absl::Status CheckCommandLineFlags(int argc, char** argv);
+
+class NormalizedCommandLine;
+
+// What every binary's main does with its flags: CheckCommandLineFlags, then
+// absl::ParseCommandLine (which sets them). The positional arguments,
+// argv[0] first, or the usage error (exit 2) for the caller to print.
+absl::StatusOr<std::vector<char*>> ParseFlags(
+    NormalizedCommandLine& command_line);
 
 // Holds the rewritten arguments; argv() points into them.
 class NormalizedCommandLine {

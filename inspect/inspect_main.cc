@@ -33,7 +33,6 @@
 
 #include "common/threads.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -94,13 +93,9 @@ int main(int argc, char** argv) {
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
-          command_line.argc(), command_line.argv());
-      !flags.ok()) {
-    return Fail(flags);
-  }
-  std::vector<char*> args =
-      absl::ParseCommandLine(command_line.argc(), command_line.argv());
+  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  if (!parsed.ok()) return Fail(parsed.status());
+  const std::vector<char*>& args = *parsed;
   std::vector<std::string> rest(args.begin() + 1, args.end());
   auto kind = coppelius::ParseFileKind(absl::GetFlag(FLAGS_kind));
   if (!kind.ok()) return Fail(kind.status());

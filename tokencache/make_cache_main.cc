@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
@@ -60,14 +59,13 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
-          command_line.argc(), command_line.argv());
-      !flags.ok()) {
-    std::cerr << coppelius::StatusLine("make-cache", flags) << std::endl;
-    return coppelius::ExitCodeOf(flags);
+  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  if (!parsed.ok()) {
+    std::cerr << coppelius::StatusLine("make-cache", parsed.status())
+              << std::endl;
+    return coppelius::ExitCodeOf(parsed.status());
   }
-  std::vector<char*> args =
-      absl::ParseCommandLine(command_line.argc(), command_line.argv());
+  const std::vector<char*>& args = *parsed;
   absl::Status status;
   if (absl::GetFlag(FLAGS_threads) < 0) {
     status = coppelius::UsageError(absl::StrCat(

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -177,17 +176,16 @@ int main(int argc, char** argv) {
   coppelius::ExitOnOutOfMemory("tokenize");
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
-  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
-          command_line.argc(), command_line.argv());
-      !flags.ok()) {
-    std::cerr << coppelius::StatusLine("tokenize", flags) << std::endl;
-    return coppelius::ExitCodeOf(flags);
-  }
   const std::set<std::string> given_flags =
       GivenFlagNames(command_line.argc(), command_line.argv());
-  std::vector<char*> args =
-      absl::ParseCommandLine(command_line.argc(), command_line.argv());
+  // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  if (!parsed.ok()) {
+    std::cerr << coppelius::StatusLine("tokenize", parsed.status())
+              << std::endl;
+    return coppelius::ExitCodeOf(parsed.status());
+  }
+  const std::vector<char*>& args = *parsed;
   absl::Status status = Run(args, given_flags);
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("tokenize", status) << std::endl;

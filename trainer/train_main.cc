@@ -7,7 +7,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
@@ -53,14 +52,12 @@ int main(int argc, char** argv) {
       "the checkpoint every interval.");
   coppelius::NormalizedCommandLine command_line(argc, argv);
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  if (const absl::Status flags = coppelius::CheckCommandLineFlags(
-          command_line.argc(), command_line.argv());
-      !flags.ok()) {
-    std::cerr << coppelius::StatusLine("train", flags) << std::endl;
-    return coppelius::ExitCodeOf(flags);
+  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  if (!parsed.ok()) {
+    std::cerr << coppelius::StatusLine("train", parsed.status()) << std::endl;
+    return coppelius::ExitCodeOf(parsed.status());
   }
-  std::vector<char*> rest =
-      absl::ParseCommandLine(command_line.argc(), command_line.argv());
+  const std::vector<char*>& rest = *parsed;
   if (rest.size() > 1) {
     const absl::Status status = coppelius::UsageError(
         absl::StrCat("unexpected argument ", rest[1],
