@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,78 +145,86 @@ bool ProcessMayBeRunning(int64_t pid) {
   return running;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  if (path == "-" && g_stdin_closed) {
-    return absl::FailedPreconditionError(
-        "-: standard input is closed; expected data on it or a file path");
-  }
-  int fd = path == "-" ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "opening", path);
-  std::string out;
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    if (fd != STDIN_FILENO) close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": is a directory, expected a file"));
-  }
-  if (fd != STDIN_FILENO && S_ISREG(st.st_mode)) out.reserve(st.st_size);
-  char buffer[1 << 16];
-  for (;;) {
-    ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      if (fd != STDIN_FILENO) close(fd);
-      return ErrnoStatus(e, "reading", path);
-    }
-    if (n == 0) break;
-    out.append(buffer, n);
-  }
-  if (fd != STDIN_FILENO) close(fd);
-  return out;
-}
+namespace {
 
-absl::Status CopyStream(const std::string& path, int fd,
-                        absl::string_view fd_path, uint64_t max_bytes) {
+// Opens `path` ("-": standard input, refused when closed), refuses a
+// directory, calls `opened` with its stat (an error ends the read), then
+// passes its bytes to `piece` in reads of up to 64 KiB until the end (an
+// error ends the read). The one read loop of ReadFile and CopyStream.
+absl::Status ReadInPieces(
+    const std::string& path,
+    const std::function<absl::Status(const struct stat&)>& opened,
+    const std::function<absl::Status(absl::string_view)>& piece) {
   if (path == "-" && g_stdin_closed) {
     return absl::FailedPreconditionError(
         "-: standard input is closed; expected data on it or a file path");
   }
-  const int in =
+  const int fd =
       path == "-" ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return ErrnoStatus(errno, "opening", path);
-  absl::Cleanup close_in = [in] {
-    if (in != STDIN_FILENO) close(in);
+  if (fd < 0) return ErrnoStatus(errno, "opening", path);
+  absl::Cleanup close_fd = [fd] {
+    if (fd != STDIN_FILENO) close(fd);
   };
   struct stat st;
-  if (fstat(in, &st) != 0) return ErrnoStatus(errno, "reading", path);
+  if (fstat(fd, &st) != 0) return ErrnoStatus(errno, "reading", path);
   if (S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": is a directory, expected a file"));
   }
-  if (S_ISCHR(st.st_mode) && st.st_rdev != makedev(1, 3)) {  // not /dev/null
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": is a character device (such as /dev/zero or a terminal), "
-              "expected a file or a pipe"));
-  }
+  RETURN_IF_ERROR(opened(st));
   char buffer[1 << 16];
-  uint64_t total = 0;
   for (;;) {
-    const ssize_t n = read(in, buffer, sizeof(buffer));
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(errno, "reading", path);
     }
     if (n == 0) return absl::OkStatus();
-    total += static_cast<uint64_t>(n);
-    if (total > max_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": more than ", max_bytes,
-          " bytes from a stream; expected at most that (give a larger file "
-          "as a path)"));
-    }
-    RETURN_IF_ERROR(WriteAll(fd, buffer, static_cast<size_t>(n), fd_path));
+    RETURN_IF_ERROR(piece(absl::string_view(buffer, static_cast<size_t>(n))));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::string out;
+  RETURN_IF_ERROR(ReadInPieces(
+      path,
+      [&](const struct stat& st) {
+        if (path != "-" && S_ISREG(st.st_mode)) out.reserve(st.st_size);
+        return absl::OkStatus();
+      },
+      [&](absl::string_view bytes) {
+        out.append(bytes.data(), bytes.size());
+        return absl::OkStatus();
+      }));
+  return out;
+}
+
+absl::Status CopyStream(const std::string& path, int fd,
+                        absl::string_view fd_path, uint64_t max_bytes) {
+  uint64_t total = 0;
+  return ReadInPieces(
+      path,
+      [&](const struct stat& st) {
+        if (S_ISCHR(st.st_mode) && st.st_rdev != makedev(1, 3)) {
+          // Not /dev/null: no end (/dev/zero), or not data (a terminal).
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": is a character device (such as /dev/zero or a "
+                    "terminal), expected a file or a pipe"));
+        }
+        return absl::OkStatus();
+      },
+      [&](absl::string_view bytes) {
+        total += bytes.size();
+        if (total > max_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": more than ", max_bytes,
+              " bytes from a stream; expected at most that (give a larger "
+              "file as a path)"));
+        }
+        return WriteAll(fd, bytes.data(), bytes.size(), fd_path);
+      });
 }
 
 absl::Status WriteAll(int fd, const void* data, size_t size,
