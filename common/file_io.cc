@@ -227,6 +227,20 @@ absl::Status CopyStream(const std::string& path, int fd,
       });
 }
 
+bool ReadFileHead(const std::string& path, void* head, size_t n) {
+  struct stat st;
+  // stat first: opening a FIFO for reading would block.
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < n) {
+    return false;
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  const bool ok = PreadAll(fd, head, n, 0, path).ok();
+  close(fd);
+  return ok;
+}
+
 absl::Status WriteAll(int fd, const void* data, size_t size,
                       absl::string_view path) {
   if (fd == STDOUT_FILENO && g_stdout_closed) {

@@ -119,6 +119,11 @@ absl::Status WriteAll(int fd, const void* data, size_t size,
 absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
                       absl::string_view path);
 
+// Reads the first `n` bytes of `path` into `head`; false when `path` is not
+// a regular file of at least `n` bytes that can be opened for reading (a
+// FIFO is not opened: that would block).
+bool ReadFileHead(const std::string& path, void* head, size_t n);
+
 // The file an output path publishes to: the target of a symbolic link
 // (resolved through every link), else `path` itself ("-" included).
 // InvalidArgument "`what`PATH: a symbolic link to a missing file or a loop"

@@ -1,10 +1,10 @@
 #include "tokencache/make_cache.h"
 
 #include <sys/stat.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -62,12 +62,15 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
 // non-empty source with no tokens (a cache cut short), an id the
 // vocabulary does not have, or ids that do not decode to the source's bytes
 // (a cache cut short at any id, or made with another vocabulary, whatever
-// the files' times: tokencache/decode_check.h).
+// the files' times: tokencache/decode_check.h). The source's bytes, when
+// the decode needs them, are read into `*text` (which the encoding then
+// reuses: the source is read once).
 std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         const Vocabulary& vocabulary,
                         const std::string& vocab_path,
                         const std::string& source_path,
-                        const SourceStat& source) {
+                        const SourceStat& source,
+                        std::optional<std::string>* text) {
   struct stat vocab_st;
   if (stat(vocab_path.c_str(), &vocab_st) == 0) {
     const auto ns = [](const struct timespec& t) {
@@ -84,28 +87,12 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
   }
   const absl::Status ids = cache.CheckIdRange(vocabulary.vocab_size());
   if (!ids.ok()) return std::string(ids.message());
-  absl::StatusOr<std::string> text = ReadFile(source_path);
-  if (!text.ok()) return std::string(text.status().message());
-  CacheDecodeCheck check(vocabulary, *text, "");
+  absl::StatusOr<std::string> read = ReadFile(source_path);
+  if (!read.ok()) return std::string(read.status().message());
+  *text = *std::move(read);
+  CacheDecodeCheck check(vocabulary, **text, "");
   check.Feed(0, cache.token_span());
   return check.Difference();
-}
-
-// Whether `path`'s first 16 bytes are a cache header for `source`: its
-// mtime (ns) and size, u64 LE each (docs/FORMATS.md).
-bool HeadIsSourceStat(const std::string& path, const SourceStat& source) {
-  unsigned char head[16];
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const ssize_t n = pread(fd, head, sizeof(head), 0);
-  close(fd);
-  if (n != static_cast<ssize_t>(sizeof(head))) return false;
-  uint64_t mtime = 0, size = 0;
-  for (int i = 7; i >= 0; --i) {
-    mtime = (mtime << 8) | head[i];
-    size = (size << 8) | head[8 + i];
-  }
-  return mtime == source.mtime_ns && size == source.size_bytes;
 }
 
 }  // namespace
@@ -177,6 +164,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
   if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
 
+  // The source's bytes, once read (by the freshness check's decode, or for
+  // the encoding).
+  std::optional<std::string> source_text;
   // An existing output: a cache of this source that is still fresh is kept;
   // a file that is not a token cache is never replaced without --force.
   struct stat out_st;
@@ -184,8 +174,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
       stat(options.output_path.c_str(), &out_st) == 0 && out_st.st_size > 0) {
     absl::StatusOr<TokenCache> existing = TokenCache::Open(options.output_path);
     std::string not_a_cache;
+    char head[kTokenCacheHeaderBytes];
     if (!existing.ok() && !from_stdin &&
-        HeadIsSourceStat(options.output_path, source_stat)) {
+        ReadFileHead(options.output_path, head, sizeof(head)) &&
+        TokenCacheHeaderOf(head) == source_stat) {
       // This source's cache, cut inside an id (16 + 4N + 1..3 bytes): its
       // header is the source's own stat. Rebuilt, as a cut at an id's end is.
       if (options.summary) {
@@ -212,7 +204,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     if (existing.ok() && !from_stdin && existing->header() == source_stat) {
       const std::string stale =
           StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
-                      options.source_path, source_stat);
+                      options.source_path, source_stat, &source_text);
       if (stale.empty()) {
         report->was_fresh = true;
         report->num_tokens = existing->num_tokens();
@@ -241,7 +233,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   }
 
   const Encoder encoder(*std::move(vocabulary));
-  ASSIGN_OR_RETURN(std::string text, ReadFile(options.source_path));
+  if (!source_text.has_value()) {
+    ASSIGN_OR_RETURN(source_text, ReadFile(options.source_path));
+  }
+  const std::string& text = *source_text;
   if (from_stdin) {
     source_stat.mtime_ns = 0;
     source_stat.size_bytes = text.size();

@@ -101,8 +101,7 @@ absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
   close(fd);  // the mapping keeps the file
   cache.mapping_ = mapping;
   const auto* bytes = static_cast<const unsigned char*>(mapping);
-  cache.header_.mtime_ns = absl::little_endian::Load64(bytes);
-  cache.header_.size_bytes = absl::little_endian::Load64(bytes + 8);
+  cache.header_ = TokenCacheHeaderOf(bytes);
   if (cache.num_tokens_ > 0) {
     cache.tokens_ =
         reinterpret_cast<const uint32_t*>(bytes + kTokenCacheHeaderBytes);

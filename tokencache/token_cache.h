@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/internal/endian.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -55,6 +56,13 @@ struct SourceStat {
   }
   bool operator!=(const SourceStat& o) const { return !(*this == o); }
 };
+
+// The header a cache's first kTokenCacheHeaderBytes bytes hold: source mtime
+// (ns) and size, u64 little-endian each (docs/FORMATS.md).
+inline SourceStat TokenCacheHeaderOf(const void* head) {
+  const char* h = static_cast<const char*>(head);
+  return {absl::little_endian::Load64(h), absl::little_endian::Load64(h + 8)};
+}
 
 // The number of ids in a cache file of `size` bytes (16 + 4·N); DataLoss
 // naming `path` when the size is shorter than the header or leaves a partial

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <string>
 
-#include "absl/base/internal/endian.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -27,28 +26,12 @@ namespace {
 // checkpoint/ (and its protobuf). The result marker is result_file.h's.
 constexpr char kCheckpointMagic[8] = {'C', 'O', 'P', 'P', 'C', 'K', 'P', 'T'};
 
-// Reads the first `n` bytes of `path` into `head`; false when `path` is not
-// a regular file of at least `n` bytes that can be opened for reading.
-bool ReadHead(const std::string& path, void* head, size_t n) {
-  struct stat st;
-  // stat first: opening a FIFO for reading would block.
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<uint64_t>(st.st_size) < n) {
-    return false;
-  }
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return false;
-  const bool ok = PreadAll(fd, head, n, 0, path).ok();
-  close(fd);
-  return ok;
-}
-
 }  // namespace
 
 absl::Status CheckNotCoppeliusFile(const std::string& output) {
   if (output == "-") return absl::OkStatus();
   unsigned char head[8];
-  if (!ReadHead(output, head, sizeof(head))) return absl::OkStatus();
+  if (!ReadFileHead(output, head, sizeof(head))) return absl::OkStatus();
   const char* kind = nullptr;
   if (std::memcmp(head, kCheckpointMagic, 8) == 0) {
     kind = "checkpoint (the magic \"COPPCKPT\" at offset 0)";
@@ -136,7 +119,7 @@ absl::Status CheckNotATokenCache(const std::string& output,
   }
   // A cache's size and 16-byte header (nothing else is read).
   char h[kTokenCacheHeaderBytes];
-  if (!ReadHead(output, h, sizeof(h))) return absl::OkStatus();
+  if (!ReadFileHead(output, h, sizeof(h))) return absl::OkStatus();
   const std::optional<uint64_t> num_tokens = TokenCacheIdCount(
       absl::string_view(h, sizeof(h)), static_cast<uint64_t>(st.st_size),
       max_token_bytes);
@@ -155,8 +138,7 @@ std::optional<uint64_t> TokenCacheIdCount(absl::string_view head,
     return std::nullopt;
   }
   const uint64_t n = (size - kTokenCacheHeaderBytes) / kTokenBytes;
-  const SourceStat header{absl::little_endian::Load64(head.data()),
-                          absl::little_endian::Load64(head.data() + 8)};
+  const SourceStat header = TokenCacheHeaderOf(head.data());
   if (!CacheHeaderProblem(header, n, max_token_bytes, absl::Now()).empty()) {
     return std::nullopt;
   }
