@@ -39,9 +39,7 @@ void CacheDecodeCheck::Feed(uint64_t first, absl::Span<const uint32_t> ids) {
           id, ", not in the vocabulary (", vocabulary_.vocab_size(), " ids)");
       return;
     }
-    const absl::string_view bytes = id == end_of_text
-                                        ? Vocabulary::kEndOfText
-                                        : vocabulary_.token(id);
+    const absl::string_view bytes = vocabulary_.IdBytes(id);
     const absl::string_view here = source_.substr(
         std::min<uint64_t>(decoded_, source_.size()), bytes.size());
     if (here != bytes) {

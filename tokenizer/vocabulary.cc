@@ -279,14 +279,12 @@ absl::Status Vocabulary::Decode(absl::Span<const uint32_t> ids,
   const uint32_t n = num_ranks();
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint32_t id = ids[i];
-    if (id < n) {
-      bytes->append(tokens_[id]);
-    } else if (id == n) {
-      bytes->append(kEndOfText.data(), kEndOfText.size());
-    } else {
+    if (id > n) {
       return absl::InvalidArgumentError(absl::StrCat(
           "id ", id, " at position ", i, " is out of range [0, ", n + 1, ")"));
     }
+    const absl::string_view token = IdBytes(id);
+    bytes->append(token.data(), token.size());
   }
   return absl::OkStatus();
 }

@@ -70,6 +70,11 @@ class Vocabulary {
 
   // Bytes of rank `rank` (precondition: rank < N).
   absl::string_view token(uint32_t rank) const { return tokens_[rank]; }
+  // Bytes id `id` decodes to (precondition: id < V): its rank's token, or
+  // "<|endoftext|>" for id N.
+  absl::string_view IdBytes(uint32_t id) const {
+    return id < num_ranks() ? absl::string_view(tokens_[id]) : kEndOfText;
+  }
   const std::vector<std::string>& tokens() const { return tokens_; }
   // The most bytes one id decodes to: the longest token, or <|endoftext|>'s
   // 13 (O(V); the bound CacheHeaderProblem puts on source bytes per id).
