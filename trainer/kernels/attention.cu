@@ -675,7 +675,9 @@ __device__ __forceinline__ void ForwardFinish(const Params& p, int h, int qt,
     };
     // Two or three chunks (every tile at the default split): all their
     // loads issued at once, one L2 round trip; the same operations in the
-    // same order as the loop below.
+    // same order as the loop below. (Two copies on purpose: sharing their
+    // arithmetic through one helper compiled to another schedule of the
+    // whole kernel than the one measured, docs/PERFORMANCE.md run 16.)
     auto combine = [&](auto n_const) {
       constexpr int kN = decltype(n_const)::value;
       float cm[kN][2], cl[kN][2], part[kN][kHS / 8][4];
