@@ -15,13 +15,20 @@
 // any memory they read or write.
 //
 // Rule for every kernel of this package: its first statement is
-// GridDependencyWait(), which waits and then releases the kernel's own
-// dependents. The wait precedes every global load and store, so a kernel
-// neither reads its inputs early nor overwrites a buffer its predecessor
-// still reads; with the release after the wait, at most one grid waits
-// early behind a running one. Without the attribute (or when the switch of
-// launch.h is off) both instructions do nothing, and the results are the
-// same bits either way.
+// GridDependencyWait(). The wait precedes every global load and store, so a
+// kernel neither reads its inputs early nor overwrites a buffer its
+// predecessor still reads. No kernel executes `launch_dependents`: a CTA
+// counts as having done so when it exits, so a dependent grid launches as
+// the last CTA of its predecessor leaves, without waiting for the grid's
+// completion to be signalled, and no CTA of it sits parked on an SM that
+// the running grid or the side streams' work needs. (Until 2026-12-01 each
+// kernel released its dependents right after its wait. Measured on the
+// H200, docs/PERFORMANCE.md run 17: with PDL on, 2.447 / 2.441 ms/step
+// against 2.415 / 2.415 with the release at exit; and with PDL off, where
+// the instruction has no dependents to release, the forward still ran
+// 0.776 ms against 0.766 without it, the step 2.392 against 2.381.)
+// Without the attribute (or when the switch of launch.h is off) the wait
+// does nothing, and the results are the same bits either way.
 #ifndef COPPELIUS_TRAINER_KERNELS_LAUNCH_CUH_
 #define COPPELIUS_TRAINER_KERNELS_LAUNCH_CUH_
 
@@ -33,10 +40,9 @@
 
 namespace coppelius {
 
-// Waits for the grids this one depends on, then lets its dependents launch.
+// Waits for the grids this one depends on (their completion and memory).
 __device__ __forceinline__ void GridDependencyWait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with PDL when
