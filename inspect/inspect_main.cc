@@ -21,8 +21,9 @@
 // flag or subcommand, a flag value that does not parse or is out of range,
 // such as --threads outside 0..1024 or --smoothing < 1, a missing FILE), 1
 // for any other error (a bad input, a failed verify), as in every tool
-// (README); --help exits 1 (Abseil's parser). A flag the mode or file kind
-// does not use (--source, --vocab) gets a one-line warning.
+// (README); -h and --help print the usage on stdout and exit 0. A flag
+// the mode or file kind does not use (--source, --vocab) gets a one-line
+// warning.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -93,7 +94,8 @@ int main(int argc, char** argv) {
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  absl::StatusOr<std::vector<char*>> parsed =
+      coppelius::ParseFlags("inspect", command_line);
   if (!parsed.ok()) return Fail(parsed.status());
   const std::vector<char*>& args = *parsed;
   std::vector<std::string> rest(args.begin() + 1, args.end());
