@@ -31,10 +31,16 @@ namespace {
 constexpr absl::string_view kUsageFlags[] = {
     "help",   "helpfull",  "helpshort", "helppackage",
     "helpon", "helpmatch", "version"};
-// Abseil's other built-in flags (parse.cc): their values and side effects
-// are Abseil's business.
-constexpr absl::string_view kOtherAbseilFlags[] = {
-    "only_check_args", "flagfile", "fromenv", "tryfromenv", "undefok"};
+// Abseil's other built-in flags (parse.cc) that are left to it.
+constexpr absl::string_view kOtherAbseilFlags[] = {"only_check_args",
+                                                   "undefok"};
+// Abseil's flags that read more flags from a file or the environment: not
+// supported. What they read would bypass NormalizedCommandLine's spelling
+// and the checks here, and a bad value (a missing file, an unknown flag
+// inside) ends in Abseil's parser with its own lines and exit 1, which no
+// caller can intercept.
+constexpr absl::string_view kUnsupportedAbseilFlags[] = {
+    "flagfile", "fromenv", "tryfromenv"};
 
 template <size_t N>
 bool OneOf(const absl::string_view (&names)[N], absl::string_view name) {
@@ -80,6 +86,11 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
     if (name == "h" || OneOf(kUsageFlags, name) ||
         OneOf(kOtherAbseilFlags, name)) {
       continue;
+    }
+    if (OneOf(kUnsupportedAbseilFlags, name)) {
+      return UsageError(absl::StrCat(
+          "--", name,
+          " is not supported; give the flags on the command line"));
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr && !f->has_value && absl::StartsWith(name, "no")) {

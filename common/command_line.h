@@ -25,9 +25,12 @@ namespace coppelius {
 // (common/status_macros.h UsageError: exit 2, one line) instead of Abseil's
 // own "ERROR: ..." and exit 1: a flag no linked file defines ("unknown flag
 // --NAME"), a non-bool flag without a value, a value the flag's type cannot
-// parse ("--NAME=VALUE: Abseil's reason"). `argv` as NormalizedCommandLine
-// leaves it; arguments after "--" are positional. Abseil's own flags
-// (--help, --flagfile, ...) and -h are left to it and to FindUsageRequest.
+// parse ("--NAME=VALUE: Abseil's reason"), and Abseil's --flagfile,
+// --fromenv and --tryfromenv, whatever their value ("--flagfile is not
+// supported; give the flags on the command line"). `argv` as
+// NormalizedCommandLine leaves it; arguments after "--" are positional.
+// Abseil's other flags (--help, --undefok, ...) and -h are left to it and
+// to FindUsageRequest.
 // A value checked here is also set (the parse sets it again, from the same
 // arguments).
 absl::Status CheckCommandLineFlags(int argc, char** argv);

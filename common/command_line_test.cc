@@ -51,6 +51,16 @@ TEST(CheckCommandLineFlags, UnknownFlagsAndBadValuesAreUsageErrors) {
        "--test_switch=maybe: Illegal value 'maybe' specified for flag "
        "'test_switch'"},
       {{"x", "--test_count"}, "--test_count: missing a value; see --help"},
+      // Abseil's flags that read flags from elsewhere: refused up front
+      // (Abseil's parser ended a bad value with its own lines, exit 1).
+      {{"x", "--flagfile=/no/such/file"},
+       "--flagfile is not supported; give the flags on the command line"},
+      {{"x", "-flagfile", "flags.txt"},
+       "--flagfile is not supported; give the flags on the command line"},
+      {{"x", "--fromenv=test_count"},
+       "--fromenv is not supported; give the flags on the command line"},
+      {{"x", "--tryfromenv=test_count"},
+       "--tryfromenv is not supported; give the flags on the command line"},
   };
   for (const auto& c : cases) {
     const absl::Status s = Check(c.args);

@@ -3,7 +3,8 @@
 # (command_line.h, status_line.h, file_io.h), checked end to end on each
 # binary the same way: -h, -help and --help print the tool's usage and
 # flags on stdout and exit 0 (so do Abseil's --helpfull, --helpshort,
-# --helpmatch, --helpon, --help=SUBSTRING and --version).
+# --helpmatch, --helpon, --help=SUBSTRING and --version); Abseil's flags
+# that read flags from elsewhere are usage errors.
 set -uo pipefail
 tokenize="$1"; make_cache="$2"; train="$3"; inspect="$4"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}/tools_cli"
@@ -53,6 +54,29 @@ for k in "${!tools[@]}"; do
       one_line_error "$tmp/err" "stdout.*No space left on device"
   fi
 done
+# Abseil's --flagfile, --fromenv and --tryfromenv are not supported (they
+# would bypass the flag spelling and the checks above, and end a bad value
+# with Abseil's own lines and exit 1): a usage error, exit 2, one line,
+# whatever their value.
+printf -- '--no-such-flag=1\n' > "$tmp/flags"
+printf -- '--threads=2\n' > "$tmp/good-flags"
+for k in "${!tools[@]}"; do
+  bin=${tools[$k]}; name=$(basename "$bin")
+  for special in "--flagfile=$tmp/missing" "--flagfile=$tmp/flags" \
+                 "--flagfile=$tmp/good-flags" "-flagfile=$tmp/flags" \
+                 "--fromenv=threads" "--tryfromenv=threads"; do
+    flag=${special%%=*}; flag=--${flag##*-}
+    FLAGS_threads=abc "$bin" "$special" in > "$tmp/out" 2> "$tmp/err"; rc=$?
+    check "$name $special: usage error, exit 2" test $rc -eq 2
+    check "$name $special: one line" \
+      one_line_error "$tmp/err" "INVALID_ARGUMENT: $flag is not supported"
+  done
+  "$bin" --flagfile "$tmp/flags" in > "$tmp/out" 2> "$tmp/err"; rc=$?
+  check "$name --flagfile FILE: usage error, exit 2" test $rc -eq 2
+  check "$name --flagfile FILE: one line" \
+    one_line_error "$tmp/err" "INVALID_ARGUMENT: --flagfile is not supported"
+done
+
 # The value of a flag that takes one is not a request for help.
 "$tokenize" encode --vocab -h in.txt -o "$tmp/o" > "$tmp/out" 2> "$tmp/err"; rc=$?
 check "tokenize --vocab -h: the vocabulary -h (exit 1)" test $rc -eq 1
