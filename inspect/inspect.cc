@@ -1881,7 +1881,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
         << std::endl;
   }
   out.flush();
-  if (!out) return absl::InternalError("verify: writing the report failed");
+  RETURN_IF_ERROR(StreamStatus(out, "verify: the report"));
   if (failed) {
     return absl::DataLossError(absl::StrCat("verify: ", failed, " of ",
                                             o.paths.size(), " files failed"));
@@ -2136,7 +2136,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   if (o.output == "-") {
     out << svg;
     out.flush();
-    if (!out) return absl::InternalError("plot: writing to stdout failed");
+    RETURN_IF_ERROR(StreamStatus(out, "plot: -o -"));
     return absl::OkStatus();
   }
   return WriteFileAtomically(o.output, svg);
@@ -2256,7 +2256,7 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   if (o.output == "-") {
     out.write(bytes.data(), bytes.size());
     out.flush();
-    if (!out) return absl::InternalError("export: writing to stdout failed");
+    RETURN_IF_ERROR(StreamStatus(out, "export: -o -"));
     return absl::OkStatus();
   }
   return WriteFileAtomically(o.output, bytes);

@@ -5,7 +5,10 @@
 // scripts can trust), `plot` (SVG loss curve) and `export` (the P plane as
 // safetensors). inspect/inspect_main.cc is a thin flag layer over the Run*
 // functions below. Every Run* writes its report to `out`; `--json` output is
-// one JSON object followed by a newline.
+// one JSON object followed by a newline. RunVerify, and RunPlot and
+// RunExport to "-", fail when `out` does (common/file_io.h StreamStatus:
+// with errno's reason when `out` is an FdOutputStream, as the binary's
+// standard output is).
 //
 // Detection (DetectFile; every subcommand uses it). The kind, unless
 // `--kind` forces one, in this order:

@@ -25,6 +25,7 @@
 // the mode or file kind does not use (--source, --vocab) gets a one-line
 // warning.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
@@ -36,6 +37,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/command_line.h"
@@ -119,11 +121,16 @@ int main(int argc, char** argv) {
   // they would go nowhere (ProtectStandardStreams reopened it on /dev/null).
   const bool writes_stdout =
       (mode != "plot" && mode != "export") || absl::GetFlag(FLAGS_o) == "-";
+  const char* const stdout_use =
+      mode == "plot" || mode == "export" ? "-o -" : "the report";
   if (writes_stdout && coppelius::StandardOutputWasClosed()) {
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
-        mode == "plot" || mode == "export" ? "-o -" : "the report",
-        ": standard output is closed; expected somewhere to write")));
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat(stdout_use, ": standard output is closed; expected "
+                                 "somewhere to write")));
   }
+  // Not std::cout: a write that fails (a full disk) is reported with its
+  // reason (common/file_io.h).
+  coppelius::FdOutputStream out(STDOUT_FILENO, "<stdout>");
   const bool source = !absl::GetFlag(FLAGS_source).empty();
   const bool vocab = !absl::GetFlag(FLAGS_vocab).empty();
   if (mode == "plot" || mode == "export") {
@@ -140,14 +147,14 @@ int main(int argc, char** argv) {
     o.vocab = absl::GetFlag(FLAGS_vocab);
     o.json = absl::GetFlag(FLAGS_json);
     o.threads = absl::GetFlag(FLAGS_threads);
-    status = coppelius::RunVerify(o, std::cout);
+    status = coppelius::RunVerify(o, out);
   } else if (mode == "plot") {
     coppelius::PlotOptions o;
     o.results.assign(rest.begin() + 1, rest.end());
     o.output = absl::GetFlag(FLAGS_o);
     o.config = absl::GetFlag(FLAGS_config);
     o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
-    status = coppelius::RunPlot(o, std::cout);
+    status = coppelius::RunPlot(o, out);
   } else if (mode == "export") {
     if (rest.size() != 1) {
       return Fail(coppelius::UsageError(
@@ -159,7 +166,7 @@ int main(int argc, char** argv) {
     o.output = absl::GetFlag(FLAGS_o);
     o.config = absl::GetFlag(FLAGS_config);
     o.threads = absl::GetFlag(FLAGS_threads);
-    status = coppelius::RunExport(o, std::cout);
+    status = coppelius::RunExport(o, out);
   } else {
     // A word that names no file, followed by more arguments or given plot's
     // or export's flags, is a mistyped subcommand ("inspect verfiy x.res").
@@ -188,12 +195,20 @@ int main(int argc, char** argv) {
     o.json = absl::GetFlag(FLAGS_json);
     o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
     o.threads = absl::GetFlag(FLAGS_threads);
-    status = coppelius::RunInspect(o, std::cout);
+    status = coppelius::RunInspect(o, out);
   }
-  std::cout.flush();
-  if (!status.ok()) return Fail(status);
-  if (!std::cout) {
-    return Fail(absl::InternalError("writing to stdout failed"));
+  out.flush();
+  const absl::Status written = coppelius::StreamStatus(out, stdout_use);
+  if (written.ok()) return status.ok() ? 0 : Fail(status);
+  if (status.ok()) return Fail(written);
+  // Verify, plot and export return the failed write themselves.
+  if (!out.status().ok() &&
+      absl::EndsWith(status.message(), out.status().message())) {
+    return Fail(status);
   }
-  return 0;
+  // The file's own failure, and that the report, which said more, was lost.
+  return Fail(coppelius::WithMessage(
+      status, absl::StrCat(status.message(), "; the report was not written: ",
+                           out.status().ok() ? absl::string_view("failed")
+                                             : out.status().message())));
 }
