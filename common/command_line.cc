@@ -1,38 +1,99 @@
 #include "common/command_line.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
 
 #include "absl/flags/commandlineflag.h"
+// Internal, for the usage output without Abseil's exit(1): the pinned
+// Abseil (Debian's 20220623) has no public way to print it.
+#include "absl/flags/internal/program_name.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/file_io.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 
 namespace coppelius {
 
+namespace {
+
+// Abseil's usage flags (absl/flags/internal/usage.cc DeduceUsageFlags):
+// not registered flags; its parser knows them by name.
+constexpr absl::string_view kUsageFlags[] = {
+    "help",   "helpfull",  "helpshort", "helppackage",
+    "helpon", "helpmatch", "version"};
+// Abseil's other built-in flags (parse.cc) that are left to it.
+constexpr absl::string_view kOtherAbseilFlags[] = {"only_check_args",
+                                                   "undefok"};
+// Abseil's flags that read more flags from a file or the environment: not
+// supported. What they read would bypass NormalizedCommandLine's spelling
+// and the checks here, and a bad value (a missing file, an unknown flag
+// inside) ends in Abseil's parser with its own lines and exit 1, which no
+// caller can intercept.
+constexpr absl::string_view kUnsupportedAbseilFlags[] = {
+    "flagfile", "fromenv", "tryfromenv"};
+
+template <size_t N>
+bool OneOf(const absl::string_view (&names)[N], absl::string_view name) {
+  return std::find(std::begin(names), std::end(names), name) !=
+         std::end(names);
+}
+
+// A flag argument: "-name" or "--name", either with "=value".
+struct FlagArgument {
+  absl::string_view name;
+  bool has_value = false;
+  absl::string_view value;
+};
+
+// `a` as a flag argument; nullopt for a positional argument or "-".
+std::optional<FlagArgument> SplitFlag(absl::string_view a) {
+  if (a.size() < 2 || a[0] != '-') return std::nullopt;
+  a.remove_prefix(a[1] == '-' ? 2 : 1);
+  FlagArgument f;
+  const size_t eq = a.find('=');
+  f.name = a.substr(0, eq);
+  f.has_value = eq != absl::string_view::npos;
+  if (f.has_value) f.value = a.substr(eq + 1);
+  return f;
+}
+
+// Whether `f` takes the next argument as its value, as Abseil's parser
+// reads it: a flag of a type other than bool given without "=value".
+bool TakesNextArgument(const FlagArgument& f) {
+  if (f.has_value) return false;
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.name);
+  return flag != nullptr && !flag->IsRetired() && !flag->IsOfType<bool>();
+}
+
+}  // namespace
+
 absl::Status CheckCommandLineFlags(int argc, char** argv) {
-  // Abseil's built-in flags (absl/flags/internal/usage.cc, parse.cc): their
-  // values and side effects are Abseil's business.
-  static constexpr absl::string_view kAbseilFlags[] = {
-      "help",   "helpfull",   "helpshort", "helppackage", "helpon",
-      "helpmatch", "version", "only_check_args", "flagfile", "fromenv",
-      "tryfromenv", "undefok"};
   for (int i = 1; i < argc; ++i) {
-    absl::string_view a = argv[i];
-    if (a == "--") break;
-    if (a.size() < 2 || a[0] != '-') continue;  // positional, or "-"
-    a.remove_prefix(a[1] == '-' ? 2 : 1);
-    const size_t eq = a.find('=');
-    const absl::string_view name = a.substr(0, eq);
-    const bool has_value = eq != absl::string_view::npos;
-    if (std::find(std::begin(kAbseilFlags), std::end(kAbseilFlags), name) !=
-        std::end(kAbseilFlags)) {
+    if (absl::string_view(argv[i]) == "--") break;
+    const std::optional<FlagArgument> f = SplitFlag(argv[i]);
+    if (!f) continue;  // positional, or "-"
+    const absl::string_view name = f->name;
+    if (name == "h" || OneOf(kUsageFlags, name) ||
+        OneOf(kOtherAbseilFlags, name)) {
       continue;
     }
+    if (OneOf(kUnsupportedAbseilFlags, name)) {
+      return UsageError(absl::StrCat(
+          "--", name,
+          " is not supported; give the flags on the command line"));
+    }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+    if (flag == nullptr && !f->has_value && absl::StartsWith(name, "no")) {
       absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
       if (negated != nullptr && negated->IsOfType<bool>()) continue;
     }
@@ -40,8 +101,8 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
       return UsageError(absl::StrCat("unknown flag --", name, "; see --help"));
     }
     absl::string_view value;
-    if (has_value) {
-      value = a.substr(eq + 1);
+    if (f->has_value) {
+      value = f->value;
     } else if (flag->IsOfType<bool>()) {
       continue;  // --flag: true
     } else if (i + 1 < argc) {
@@ -58,11 +119,48 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+std::optional<UsageRequest> FindUsageRequest(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (absl::string_view(argv[i]) == "--") break;
+    const std::optional<FlagArgument> f = SplitFlag(argv[i]);
+    if (!f) continue;
+    if (f->name == "h" || OneOf(kUsageFlags, f->name)) {
+      return UsageRequest{f->name == "h" ? "help" : std::string(f->name),
+                          std::string(f->value)};
+    }
+    if (TakesNextArgument(*f)) ++i;  // its value, whatever it looks like
+  }
+  return std::nullopt;
+}
+
+std::string UsageText(const char* argv0, const UsageRequest& request) {
+  absl::flags_internal::SetProgramInvocationName(argv0);
+  absl::flags_internal::DeduceUsageFlags(request.name, request.value);
+  std::ostringstream out;
+  absl::flags_internal::HandleUsageFlags(out, absl::ProgramUsageMessage());
+  absl::flags_internal::SetFlagsHelpMode(absl::flags_internal::HelpMode::kNone);
+  return out.str();
+}
+
 absl::StatusOr<std::vector<char*>> ParseFlags(
-    NormalizedCommandLine& command_line) {
-  RETURN_IF_ERROR(
-      CheckCommandLineFlags(command_line.argc(), command_line.argv()));
-  return absl::ParseCommandLine(command_line.argc(), command_line.argv());
+    absl::string_view program, NormalizedCommandLine& command_line) {
+  const int argc = command_line.argc();
+  char** argv = command_line.argv();
+  if (const std::optional<UsageRequest> request =
+          FindUsageRequest(argc, argv)) {
+    const std::string text = UsageText(argv[0], *request);
+    const absl::Status written =
+        WriteAll(STDOUT_FILENO, text.data(), text.size(), "<stdout>");
+    if (!written.ok()) {
+      const absl::Status status =
+          Annotate(written, absl::StrCat("--", request->name));
+      std::cerr << StatusLine(program, status) << std::endl;
+      std::exit(ExitCodeOf(status));  // 1: an I/O error
+    }
+    std::exit(0);
+  }
+  RETURN_IF_ERROR(CheckCommandLineFlags(argc, argv));
+  return absl::ParseCommandLine(argc, argv);
 }
 
 NormalizedCommandLine::NormalizedCommandLine(

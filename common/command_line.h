@@ -11,11 +11,13 @@
 #define COPPELIUS_COMMON_COMMAND_LINE_H_
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace coppelius {
 
@@ -23,19 +25,47 @@ namespace coppelius {
 // (common/status_macros.h UsageError: exit 2, one line) instead of Abseil's
 // own "ERROR: ..." and exit 1: a flag no linked file defines ("unknown flag
 // --NAME"), a non-bool flag without a value, a value the flag's type cannot
-// parse ("--NAME=VALUE: Abseil's reason"). `argv` as NormalizedCommandLine
-// leaves it; arguments after "--" are positional. Abseil's own flags
-// (--help, --flagfile, ...) are left to it. A value checked here is also
-// set (the parse sets it again, from the same arguments).
+// parse ("--NAME=VALUE: Abseil's reason"), and Abseil's --flagfile,
+// --fromenv and --tryfromenv, whatever their value ("--flagfile is not
+// supported; give the flags on the command line"). `argv` as
+// NormalizedCommandLine leaves it; arguments after "--" are positional.
+// Abseil's other flags (--help, --undefok, ...) and -h are left to it and
+// to FindUsageRequest.
+// A value checked here is also set (the parse sets it again, from the same
+// arguments).
 absl::Status CheckCommandLineFlags(int argc, char** argv);
+
+// A request for Abseil's usage output: `name` as Abseil spells it ("help"
+// for -h), `value` what followed "=" ("" when nothing did).
+struct UsageRequest {
+  std::string name;
+  std::string value;
+};
+
+// The first usage flag on the command line: -h, -help or --help (the
+// usage and the binary's own flags), --help=SUBSTRING, --helpfull,
+// --helpshort, --helppackage, --helpon=FILE, --helpmatch=SUBSTRING or
+// --version (one or two dashes each), as a flag: not the value of the flag
+// before it ("--vocab -h"), not after "--". None: std::nullopt.
+std::optional<UsageRequest> FindUsageRequest(int argc, char** argv);
+
+// What Abseil prints for `request` (absl/flags/internal/usage.h
+// HandleUsageFlags: the program usage message, then the flags it selects),
+// `argv0` naming the program.
+std::string UsageText(const char* argv0, const UsageRequest& request);
 
 class NormalizedCommandLine;
 
-// What every binary's main does with its flags: CheckCommandLineFlags, then
-// absl::ParseCommandLine (which sets them). The positional arguments,
+// What every binary's main does with its flags: a usage request
+// (FindUsageRequest) wins over everything else on the command line: its
+// text goes to standard output and the process exits 0 (Abseil's parser
+// exits 1 for --help and knows no -h), or, when standard output cannot take
+// it, exits 1 after the one line "`program`: CODE: --help: writing <stdout>:
+// REASON" on stderr. Otherwise CheckCommandLineFlags, then
+// absl::ParseCommandLine (which sets the flags). The positional arguments,
 // argv[0] first, or the usage error (exit 2) for the caller to print.
 absl::StatusOr<std::vector<char*>> ParseFlags(
-    NormalizedCommandLine& command_line);
+    absl::string_view program, NormalizedCommandLine& command_line);
 
 // Holds the rewritten arguments; argv() points into them.
 class NormalizedCommandLine {

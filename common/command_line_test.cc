@@ -1,11 +1,18 @@
 #include "common/command_line.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "common/status_macros.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 ABSL_FLAG(int, test_count, 1, "an int flag for the tests below");
@@ -29,6 +36,7 @@ TEST(CheckCommandLineFlags, UnknownFlagsAndBadValuesAreUsageErrors) {
                      "--", "--not-a-flag"})
                   .ok());
   EXPECT_TRUE(Check({"x", "--help"}).ok());  // Abseil's own
+  EXPECT_TRUE(Check({"x", "-h"}).ok());      // FindUsageRequest's
   const struct {
     std::vector<std::string> args;
     std::string message;
@@ -43,12 +51,131 @@ TEST(CheckCommandLineFlags, UnknownFlagsAndBadValuesAreUsageErrors) {
        "--test_switch=maybe: Illegal value 'maybe' specified for flag "
        "'test_switch'"},
       {{"x", "--test_count"}, "--test_count: missing a value; see --help"},
+      // Abseil's flags that read flags from elsewhere: refused up front
+      // (Abseil's parser ended a bad value with its own lines, exit 1).
+      {{"x", "--flagfile=/no/such/file"},
+       "--flagfile is not supported; give the flags on the command line"},
+      {{"x", "-flagfile", "flags.txt"},
+       "--flagfile is not supported; give the flags on the command line"},
+      {{"x", "--fromenv=test_count"},
+       "--fromenv is not supported; give the flags on the command line"},
+      {{"x", "--tryfromenv=test_count"},
+       "--tryfromenv is not supported; give the flags on the command line"},
   };
   for (const auto& c : cases) {
     const absl::Status s = Check(c.args);
     EXPECT_TRUE(IsUsageError(s)) << s;
     EXPECT_EQ(s.message(), c.message);
   }
+}
+
+std::optional<UsageRequest> Find(std::vector<std::string> in) {
+  std::vector<char*> argv;
+  for (auto& s : in) argv.push_back(&s[0]);
+  return FindUsageRequest(static_cast<int>(argv.size()), argv.data());
+}
+
+// -h, -help and --help ask for the usage, and so do Abseil's other usage
+// flags; a flag's value ("--test_path -h") and what follows "--" do not.
+TEST(FindUsageRequest, FlagsOnlyNotValuesNorAfterDoubleDash) {
+  const struct {
+    std::vector<std::string> args;
+    std::string name, value;  // name "": no request
+  } cases[] = {
+      {{"x", "-h"}, "help", ""},
+      {{"x", "--h"}, "help", ""},
+      {{"x", "-help"}, "help", ""},
+      {{"x", "in.txt", "--test_count=3", "--help"}, "help", ""},
+      {{"x", "--bogus", "-h"}, "help", ""},  // help wins over errors
+      {{"x", "--help=count"}, "help", "count"},
+      {{"x", "--helpfull", "-h"}, "helpfull", ""},  // the first one
+      {{"x", "--helpon=command_line_test"}, "helpon", "command_line_test"},
+      {{"x", "--version"}, "version", ""},
+      {{"x", "--test_path", "-h"}, "", ""},  // the value of --test_path
+      {{"x", "--test_count", "-h"}, "", ""},
+      {{"x", "--test_path=-h"}, "", ""},
+      {{"x", "--test_switch", "-h"}, "help", ""},  // a bool takes no value
+      {{"x", "--", "-h"}, "", ""},
+      {{"x", "--only_check_args"}, "", ""},
+      {{"x", "--hel"}, "", ""},
+  };
+  for (const auto& c : cases) {
+    const std::optional<UsageRequest> r = Find(c.args);
+    const std::string joined = ::testing::PrintToString(c.args);
+    if (c.name.empty()) {
+      EXPECT_FALSE(r.has_value()) << joined << ": " << r->name;
+      continue;
+    }
+    ASSERT_TRUE(r.has_value()) << joined;
+    EXPECT_EQ(r->name, c.name) << joined;
+    EXPECT_EQ(r->value, c.value) << joined;
+  }
+}
+
+void SetUsageOnce() {
+  static const bool set = [] {
+    absl::SetProgramUsageMessage("x IN -o OUT [--test-count=N]");
+    return true;
+  }();
+  (void)set;
+}
+
+// --help: the usage message and this program's own flags (those defined in
+// a file named like it, command_line_test.cc); --helpmatch: the matching
+// flags only.
+TEST(UsageText, AbseilsHelpOutput) {
+  SetUsageOnce();
+  const std::string help =
+      UsageText("/some/dir/command_line_test", {"help", ""});
+  EXPECT_THAT(help, ::testing::StartsWith(
+                        "command_line_test: x IN -o OUT [--test-count=N]\n"));
+  EXPECT_THAT(help, ::testing::HasSubstr("--test_count (an int flag"));
+  EXPECT_THAT(help, ::testing::HasSubstr("--test_path (a string flag"));
+  const std::string match =
+      UsageText("/some/dir/command_line_test", {"helpmatch", "test_switch"});
+  EXPECT_THAT(match, ::testing::HasSubstr("--test_switch (a bool flag"));
+  EXPECT_THAT(match, ::testing::Not(::testing::HasSubstr("--test_count")));
+}
+
+// ParseFlags answers a usage request itself: the text on stdout, exit 0
+// (Abseil's parser exits 1 for --help and calls -h an unknown flag).
+TEST(ParseFlagsDeathTest, UsageRequestExitsZero) {
+  SetUsageOnce();
+  for (const char* h : {"-h", "-help", "--help", "--helpfull", "--version"}) {
+    std::vector<std::string> in = {"x", "--bogus", h};
+    std::vector<char*> argv;
+    for (auto& s : in) argv.push_back(&s[0]);
+    NormalizedCommandLine cl(static_cast<int>(argv.size()), argv.data());
+    EXPECT_EXIT(
+        {
+          const int null_fd = open("/dev/null", O_WRONLY);
+          dup2(null_fd, STDOUT_FILENO);
+          (void)ParseFlags("tool", cl);
+        },
+        testing::ExitedWithCode(0), "^$")
+        << h;
+  }
+}
+
+// Usage that standard output cannot take: exit 1, one line with errno's
+// reason (it went nowhere, with exit 1 and no word, under Abseil).
+TEST(ParseFlagsDeathTest, UsageToAFullDeviceIsOneLineExitOne) {
+  struct stat st;
+  if (stat("/dev/full", &st) != 0) GTEST_SKIP() << "no /dev/full";
+  SetUsageOnce();
+  std::vector<std::string> in = {"x", "-h"};
+  std::vector<char*> argv;
+  for (auto& s : in) argv.push_back(&s[0]);
+  NormalizedCommandLine cl(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EXIT(
+      {
+        const int full_fd = open("/dev/full", O_WRONLY);
+        dup2(full_fd, STDOUT_FILENO);
+        (void)ParseFlags("tool", cl);
+      },
+      testing::ExitedWithCode(1),
+      "^tool: RESOURCE_EXHAUSTED: --help: writing <stdout>: No space left on "
+      "device\n$");
 }
 
 std::vector<std::string> Normalize(std::vector<std::string> in) {

@@ -17,6 +17,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -259,6 +260,46 @@ absl::Status WriteAll(int fd, const void* data, size_t size,
     size -= static_cast<size_t>(n);
   }
   return absl::OkStatus();
+}
+
+FdOutputStream::Buffer::Buffer(int fd, std::string name)
+    : fd_(fd), name_(std::move(name)), bytes_(size_t{1} << 16) {
+  setp(bytes_.data(), bytes_.data() + bytes_.size());
+}
+
+bool FdOutputStream::Buffer::Drain() {
+  const size_t n = static_cast<size_t>(pptr() - pbase());
+  if (n > 0 && status_.ok()) status_ = WriteAll(fd_, pbase(), n, name_);
+  setp(bytes_.data(), bytes_.data() + bytes_.size());
+  return status_.ok();
+}
+
+FdOutputStream::Buffer::int_type FdOutputStream::Buffer::overflow(
+    int_type ch) {
+  if (!Drain()) return traits_type::eof();
+  if (!traits_type::eq_int_type(ch, traits_type::eof())) {
+    *pptr() = traits_type::to_char_type(ch);
+    pbump(1);
+  }
+  return traits_type::not_eof(ch);
+}
+
+int FdOutputStream::Buffer::sync() { return Drain() ? 0 : -1; }
+
+FdOutputStream::FdOutputStream(int fd, std::string name)
+    : std::ostream(nullptr), buffer_(fd, std::move(name)) {
+  rdbuf(&buffer_);
+}
+
+FdOutputStream::~FdOutputStream() { flush(); }
+
+absl::Status StreamStatus(const std::ostream& out, absl::string_view what) {
+  if (out.good()) return absl::OkStatus();
+  const auto* fd_stream = dynamic_cast<const FdOutputStream*>(&out);
+  if (fd_stream != nullptr && !fd_stream->status().ok()) {
+    return Annotate(fd_stream->status(), what);
+  }
+  return absl::InternalError(absl::StrCat(what, ": writing failed"));
 }
 
 absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,

@@ -12,8 +12,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ostream>
+#include <streambuf>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -114,6 +117,48 @@ absl::Status CopyStream(const std::string& path, int fd,
 // write(2) loop: retries EINTR and short writes. `path` only names errors.
 absl::Status WriteAll(int fd, const void* data, size_t size,
                       absl::string_view path);
+
+// An std::ostream onto the open descriptor `fd` (not owned), for a report a
+// binary writes to standard output (inspect's, to fd 1 named "<stdout>"):
+// its bytes go out through WriteAll, 64 KiB at a time and at every flush
+// (and when it is destroyed). The first write that fails fails the stream
+// (badbit) and is kept: status() says why, naming `name` and errno's reason
+// ("writing <stdout>: No space left on device"), where std::cout's state
+// says only that something failed. Later output is dropped.
+class FdOutputStream : public std::ostream {
+ public:
+  FdOutputStream(int fd, std::string name);
+  ~FdOutputStream() override;
+  FdOutputStream(const FdOutputStream&) = delete;
+  FdOutputStream& operator=(const FdOutputStream&) = delete;
+
+  // OK while every write succeeded.
+  const absl::Status& status() const { return buffer_.status(); }
+
+ private:
+  class Buffer : public std::streambuf {
+   public:
+    Buffer(int fd, std::string name);
+    const absl::Status& status() const { return status_; }
+
+   protected:
+    int_type overflow(int_type ch) override;
+    int sync() override;
+
+   private:
+    bool Drain();  // writes what is buffered; false once a write failed
+    int fd_;
+    std::string name_;
+    std::vector<char> bytes_;
+    absl::Status status_;
+  };
+  Buffer buffer_;
+};
+
+// OK while `out` is good; else why it is not, with "`what`: " before it: an
+// FdOutputStream's status() (its code and errno's reason), for any other
+// stream InternalError "`what`: writing failed".
+absl::Status StreamStatus(const std::ostream& out, absl::string_view what);
 
 // pread(2) loop: retries EINTR; DataLoss if the file ends early.
 absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <sstream>
 #include <thread>
 #include <string>
 
@@ -308,6 +309,61 @@ TEST(DirNameAndBaseName, SplitAtTheLastSlash) {
   EXPECT_EQ(BaseName("c.ckpt"), "c.ckpt");
   EXPECT_EQ(DirName("/c"), "/");
   EXPECT_EQ(BaseName("/c"), "c");
+}
+
+// What a report written to an FdOutputStream reaches: its descriptor, in
+// order, by the flush at the latest.
+TEST(FdOutputStream, WritesReachTheDescriptor) {
+  const std::string path = TestDir() + "/fd_stream.txt";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  {
+    FdOutputStream out(fd, path);
+    out << "line " << 1 << "\n";
+    out << std::string(200000, 'x');  // more than one buffer
+    out.flush();
+    EXPECT_TRUE(out.good());
+    EXPECT_TRUE(out.status().ok()) << out.status();
+    EXPECT_TRUE(StreamStatus(out, "the report").ok());
+    out << "end";
+  }  // flushed by the destructor
+  close(fd);
+  EXPECT_EQ(*ReadFile(path), "line 1\n" + std::string(200000, 'x') + "end");
+}
+
+// A write that fails (a full device) fails the stream, and says why: the
+// name and errno's reason (std::cout's failbit says neither).
+TEST(FdOutputStream, AFullDeviceIsResourceExhaustedWithErrnosReason) {
+  struct stat st;
+  if (stat("/dev/full", &st) != 0) GTEST_SKIP() << "no /dev/full";
+  const int fd = open("/dev/full", O_WRONLY);
+  ASSERT_GE(fd, 0);
+  FdOutputStream out(fd, "<stdout>");
+  out << "a report\n";
+  out.flush();
+  EXPECT_FALSE(out.good());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(out.status().message(),
+            "writing <stdout>: No space left on device");
+  const absl::Status s = StreamStatus(out, "verify: the report");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "verify: the report: writing <stdout>: No space left on device");
+  out << "more";  // stays failed, with the first reason
+  out.flush();
+  EXPECT_EQ(out.status().message(),
+            "writing <stdout>: No space left on device");
+  close(fd);
+}
+
+// Another stream that failed: no reason to give but that it failed.
+TEST(StreamStatus, OtherStreamsSayOnlyThatWritingFailed) {
+  std::ostringstream out;
+  EXPECT_TRUE(StreamStatus(out, "the report").ok());
+  out.setstate(std::ios::badbit);
+  const absl::Status s = StreamStatus(out, "the report");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(), "the report: writing failed");
 }
 
 }  // namespace

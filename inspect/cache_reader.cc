@@ -57,9 +57,9 @@ absl::Status ReadAt(int fd, void* data, size_t size, uint64_t offset,
 
 }  // namespace
 
-absl::StatusOr<CacheFileInfo> ReadCacheChunked(const std::string& path,
-                                               const CacheIdsVisitor& visit,
-                                               size_t chunk_ids) {
+absl::StatusOr<CacheFileInfo> ReadCacheChunked(
+    const std::string& path, const CacheIdsVisitor& visit, size_t chunk_ids,
+    const CacheOpenedVisitor& opened) {
   ASSIGN_OR_RETURN(const TokenCacheFile file, OpenTokenCacheFile(path));
   Fd fd(file.fd);
   CacheFileInfo info;
@@ -71,6 +71,7 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(const std::string& path,
   if (!s.ok()) return s;
   info.header.mtime_ns = absl::little_endian::Load64(header);
   info.header.size_bytes = absl::little_endian::Load64(header + 8);
+  if (opened) RETURN_IF_ERROR(opened(info));
   if (!visit || info.num_tokens == 0) return info;
   chunk_ids = std::max<size_t>(1, chunk_ids);
   std::vector<uint32_t> ids(

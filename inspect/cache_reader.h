@@ -37,15 +37,22 @@ struct CacheFileInfo {
 using CacheIdsVisitor =
     std::function<absl::Status(uint64_t first, absl::Span<const uint32_t> ids)>;
 
+// Called once with the header and the size, before any id is read (so that
+// what the ids are checked for can depend on them). A non-OK status stops
+// the read and is returned as is.
+using CacheOpenedVisitor = std::function<absl::Status(const CacheFileInfo&)>;
+
 // Ids per read (4 MiB).
 inline constexpr size_t kCacheReadIds = size_t{1} << 20;
 
 // Opens `path`, checks its size (>= 16 and 16 + 4 N, as TokenCache::Open),
-// reads the header and, when `visit` is set, the N ids counted at open, at
-// most `chunk_ids` (>= 1) per pread, handing each run to `visit`.
+// reads the header, hands it to `opened` when set and, when `visit` is set,
+// reads the N ids counted at open, at most `chunk_ids` (>= 1) per pread,
+// handing each run to `visit`.
 absl::StatusOr<CacheFileInfo> ReadCacheChunked(
     const std::string& path, const CacheIdsVisitor& visit,
-    size_t chunk_ids = kCacheReadIds);
+    size_t chunk_ids = kCacheReadIds,
+    const CacheOpenedVisitor& opened = nullptr);
 
 // Why the header cannot be a source's (one line naming `path`), or "" when
 // it can: tokencache/token_cache.h CacheHeaderProblemWithoutVocabulary

@@ -75,6 +75,39 @@ TEST(ReadCacheChunked, HeaderAndIdsInBoundedRuns) {
   EXPECT_EQ(calls, 1);
 }
 
+// `opened` sees the header and size before any id is read (inspect
+// decides there whether to decode the ids), also for a cache of no ids;
+// its error stops the read before the ids.
+TEST(ReadCacheChunked, OpenedSeesTheHeaderBeforeTheIds) {
+  const std::string path = Path("opened.tok");
+  ASSERT_TRUE(WriteFileAtomically(path, CacheBytes(7, 30, {1, 2, 3})).ok());
+  std::vector<std::string> events;
+  auto opened = [&](const CacheFileInfo& info) {
+    events.push_back(absl::StrCat("opened ", info.header.mtime_ns, " ",
+                                  info.header.size_bytes, " ",
+                                  info.num_tokens));
+    return absl::OkStatus();
+  };
+  auto visit = [&](uint64_t first, absl::Span<const uint32_t> ids) {
+    events.push_back(absl::StrCat("ids ", first, "+", ids.size()));
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(ReadCacheChunked(path, visit, 2, opened).ok());
+  EXPECT_EQ(events, (std::vector<std::string>{"opened 7 30 3", "ids 0+2",
+                                              "ids 2+1"}));
+  events.clear();
+  ASSERT_TRUE(WriteFileAtomically(Path("none.tok"), CacheBytes(0, 0, {})).ok());
+  ASSERT_TRUE(ReadCacheChunked(Path("none.tok"), visit, 2, opened).ok());
+  EXPECT_EQ(events, std::vector<std::string>{"opened 0 0 0"});
+  events.clear();
+  const absl::Status s =
+      ReadCacheChunked(path, visit, 2, [&](const CacheFileInfo&) {
+        return absl::CancelledError("stop");
+      }).status();
+  EXPECT_EQ(s, absl::CancelledError("stop"));
+  EXPECT_TRUE(events.empty());
+}
+
 TEST(ReadCacheChunked, FileThatShrinksWhileReadIsDataLossNamingTheOffset) {
   const std::string path = Path("shrinks.tok");
   // 1,000 ids: 16 + 4,000 bytes. After the first run of 100 ids (bytes

@@ -177,72 +177,125 @@ struct CacheReport {
   // ids decode to exactly the source's bytes, else what differs
   // (tokencache/decode_check.h). Unset when not checked.
   std::optional<std::string> decode_difference;
+  // With --source and --vocab, why the ids were not decoded: the check that
+  // failed first ("the header is stale", "the header cannot be a source's",
+  // "ids >= V=512"); "" when they were, or when not asked to be.
+  std::string decode_skipped;
   // Why the header cannot be a source's (make-cache's rule), or "".
   std::string header_problem;
+};
+
+// The vocabulary and the source text of the decode check (--vocab with
+// --source), read when the first cache that is checked needs them and kept
+// for every cache after it: a verify of several caches reads each once
+// (a --vocab=- on standard input can be read only once). A failure to read
+// them is kept too, and is the failure of every cache that needs them.
+class DecodeInputs {
+ public:
+  DecodeInputs(std::string source, std::string vocab)
+      : source_(std::move(source)), vocab_(std::move(vocab)) {}
+  DecodeInputs(const DecodeInputs&) = delete;
+  DecodeInputs& operator=(const DecodeInputs&) = delete;
+
+  // Whether the check is asked for: --source and --vocab both given.
+  bool wanted() const { return !source_.empty() && !vocab_.empty(); }
+
+  // Reads both on the first call; later calls return its outcome.
+  absl::Status Load() {
+    if (!loaded_) loaded_ = Read();
+    return *loaded_;
+  }
+  // After Load() succeeded.
+  const Vocabulary& vocabulary() const { return *vocabulary_; }
+  absl::string_view source_text() const { return source_text_; }
+
+ private:
+  absl::Status Read() {
+    absl::StatusOr<Vocabulary> loaded = Vocabulary::Load(vocab_);
+    if (!loaded.ok()) return Annotate(loaded.status(), "--vocab");
+    vocabulary_.emplace(*std::move(loaded));
+    absl::StatusOr<std::string> text = ReadFile(source_);
+    if (!text.ok()) return Annotate(text.status(), "--source");
+    source_text_ = *std::move(text);
+    return absl::OkStatus();
+  }
+
+  const std::string source_, vocab_;
+  std::optional<absl::Status> loaded_;
+  std::optional<Vocabulary> vocabulary_;
+  std::string source_text_;
 };
 
 // Reads the cache with pread in bounded chunks (inspect/cache_reader.h), not
 // through TokenCache's mapping: a cache truncated while it is read is a
 // DataLoss naming the offset instead of a SIGBUS.
-// With `source` and `vocab` both given, the ids are also decoded against the
-// source (make-cache's freshness check): the header cannot tell a cache cut
-// to 16 + 4k bytes, or one of another vocabulary, from a fresh one.
+// With `source` given, the header is checked against it (staleness); when
+// `decode_inputs` is wanted, the ids are also decoded against the source
+// (make-cache's freshness check: the header cannot tell a cache cut to
+// 16 + 4k bytes, or one of another vocabulary, from a fresh one), unless a
+// check before it failed: a header that cannot be a source's or a stale
+// one (both known before any id is read), or an id >= V (the decode stops
+// there); `decode_skipped` then says which.
 absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
                                          const std::string& source,
-                                         const std::string& vocab,
+                                         DecodeInputs& decode_inputs,
                                          const ModelConfig& config) {
   CacheReport r;
   r.path = path;
   uint32_t lo = std::numeric_limits<uint32_t>::max(), hi = 0;
   const uint32_t V = static_cast<uint32_t>(config.V);
-  std::optional<Vocabulary> vocabulary;
-  std::string source_text;
   std::optional<CacheDecodeCheck> decode;
-  if (!source.empty() && !vocab.empty()) {
-    absl::StatusOr<Vocabulary> loaded = Vocabulary::Load(vocab);
-    if (!loaded.ok()) return Annotate(loaded.status(), "--vocab");
-    vocabulary.emplace(*std::move(loaded));
-    absl::StatusOr<std::string> text = ReadFile(source);
-    if (!text.ok()) return Annotate(text.status(), "--source");
-    source_text = *std::move(text);
-    decode.emplace(*vocabulary, source_text, "");
-  }
+  auto opened = [&](const CacheFileInfo& info) -> absl::Status {
+    r.header_problem = CacheHeaderProblem(path, info, absl::Now());
+    if (!source.empty()) {
+      ASSIGN_OR_RETURN(r.staleness, CacheStaleness(path, info.header, source));
+    }
+    if (!decode_inputs.wanted()) return absl::OkStatus();
+    if (!r.header_problem.empty()) {
+      r.decode_skipped = "the header cannot be a source's";
+    } else if (r.staleness && r.staleness->staleness != Staleness::kFresh) {
+      r.decode_skipped = "the header is stale";
+    } else {
+      RETURN_IF_ERROR(decode_inputs.Load());
+      decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
+                     "");
+    }
+    return absl::OkStatus();
+  };
   ASSIGN_OR_RETURN(
       CacheFileInfo info,
-      ReadCacheChunked(path, [&](uint64_t first,
-                                 absl::Span<const uint32_t> ids) {
-        if (decode) decode->Feed(first, ids);
-        for (size_t k = 0; k < ids.size(); ++k) {
-          const uint32_t id = ids[k];
-          lo = std::min(lo, id);
-          hi = std::max(hi, id);
-          if (id >= V) {
-            if (r.ids_out_of_range == 0) {
-              r.first_out_of_range = first + k;
-              r.first_out_of_range_id = id;
+      ReadCacheChunked(
+          path,
+          [&](uint64_t first, absl::Span<const uint32_t> ids) {
+            for (size_t k = 0; k < ids.size(); ++k) {
+              const uint32_t id = ids[k];
+              lo = std::min(lo, id);
+              hi = std::max(hi, id);
+              if (id >= V) {
+                if (r.ids_out_of_range == 0) {
+                  r.first_out_of_range = first + k;
+                  r.first_out_of_range_id = id;
+                }
+                ++r.ids_out_of_range;
+              }
             }
-            ++r.ids_out_of_range;
-          }
-        }
-        return absl::OkStatus();
-      }));
+            if (decode && r.ids_out_of_range > 0) {
+              decode.reset();
+              r.decode_skipped = absl::StrCat("ids >= V=", config.V);
+            }
+            if (decode) decode->Feed(first, ids);
+            return absl::OkStatus();
+          },
+          kCacheReadIds, opened));
   r.file_bytes = info.file_bytes;
   r.header = info.header;
   r.num_tokens = info.num_tokens;
   r.contexts = NumContexts(info.num_tokens, config.T);
-  r.header_problem = CacheHeaderProblem(path, info, absl::Now());
   if (r.num_tokens > 0) {
     r.min_id = lo;
     r.max_id = hi;
   }
-  if (!source.empty()) {
-    ASSIGN_OR_RETURN(StalenessReport s, CacheStaleness(path, r.header, source));
-    r.staleness = s;
-    // A stale header is the problem already; a fresh one is checked further.
-    if (decode && s.staleness == Staleness::kFresh) {
-      r.decode_difference = decode->Difference();
-    }
-  }
+  if (decode) r.decode_difference = decode->Difference();
   return r;
 }
 
@@ -331,6 +384,9 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
         << (r.decode_difference->empty() ? "its bytes exactly"
                                          : *r.decode_difference)
         << "\n";
+  } else if (!r.decode_skipped.empty()) {
+    out << "  ids decoded against the source: not checked ("
+        << r.decode_skipped << ")\n";
   } else if (r.staleness && r.staleness->staleness == Staleness::kFresh) {
     out << "  ids decoded against the source: not checked (no --vocab: "
            "fresh by the header's mtime and size only)\n";
@@ -1187,7 +1243,8 @@ struct VerifyOutcome {
   std::vector<std::string> failures;  // one line each
 };
 
-VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
+VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
+                        DecodeInputs& decode_inputs) {
   VerifyOutcome v;
   absl::StatusOr<FileDetection> d = DetectFile(path, o.kind, o.config);
   if (!d.ok()) {
@@ -1256,7 +1313,7 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
     case FileKind::kCache:
     case FileKind::kAuto: {
       absl::StatusOr<CacheReport> cache =
-          AnalyzeCache(path, o.source, o.vocab, config);
+          AnalyzeCache(path, o.source, decode_inputs, config);
       if (!cache.ok()) {
         v.failures.push_back(std::string(cache.status().message()));
         return v;
@@ -1291,6 +1348,12 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o) {
             "; source ", o.source, " now has mtime ",
             static_cast<int64_t>(s.source.mtime_ns),
             ", size ", s.source.size_bytes));
+      }
+      // --vocab asked for a decode that an earlier failure made pointless.
+      if (!cache->decode_skipped.empty() && !v.failures.empty()) {
+        absl::StrAppend(&v.failures[0],
+                        "; ids not decoded against the source (",
+                        cache->decode_skipped, ")");
       }
       return v;
     }
@@ -1789,10 +1852,9 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
       return InspectResult(o, d, out);
     case FileKind::kCache:
     case FileKind::kAuto: {
+      DecodeInputs decode_inputs(o.source, o.vocab);
       ASSIGN_OR_RETURN(CacheReport r,
-                       AnalyzeCache(o.path, o.source,
-                                    o.source.empty() ? "" : o.vocab,
-                                    d.config));
+                       AnalyzeCache(o.path, o.source, decode_inputs, d.config));
       PrintCache(r, d.config, d.config_source, o.json, out);
       // Ids the config's vocabulary does not have, a header no source has:
       // reported above, then DataLoss (verify fails the same cache).
@@ -1828,6 +1890,8 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
           return RunVerify(spooled, report);
         });
   }
+  // Read once for all the caches (--vocab, --source).
+  DecodeInputs decode_inputs(o.source, o.vocab);
   int failed = 0;
   bool any_cache = false;
   JsonWriter j;
@@ -1835,7 +1899,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   j.Key("files");
   j.BeginArray();
   for (const std::string& path : o.paths) {
-    VerifyOutcome v = VerifyOne(path, o);
+    VerifyOutcome v = VerifyOne(path, o, decode_inputs);
     failed += !v.failures.empty();
     any_cache |= v.kind == FileKindName(FileKind::kCache);
     if (o.json) {
@@ -1881,7 +1945,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
         << std::endl;
   }
   out.flush();
-  if (!out) return absl::InternalError("verify: writing the report failed");
+  RETURN_IF_ERROR(StreamStatus(out, "verify: the report"));
   if (failed) {
     return absl::DataLossError(absl::StrCat("verify: ", failed, " of ",
                                             o.paths.size(), " files failed"));
@@ -2136,7 +2200,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   if (o.output == "-") {
     out << svg;
     out.flush();
-    if (!out) return absl::InternalError("plot: writing to stdout failed");
+    RETURN_IF_ERROR(StreamStatus(out, "plot: -o -"));
     return absl::OkStatus();
   }
   return WriteFileAtomically(o.output, svg);
@@ -2256,7 +2320,7 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   if (o.output == "-") {
     out.write(bytes.data(), bytes.size());
     out.flush();
-    if (!out) return absl::InternalError("export: writing to stdout failed");
+    RETURN_IF_ERROR(StreamStatus(out, "export: -o -"));
     return absl::OkStatus();
   }
   return WriteFileAtomically(o.output, bytes);

@@ -5,7 +5,10 @@
 // scripts can trust), `plot` (SVG loss curve) and `export` (the P plane as
 // safetensors). inspect/inspect_main.cc is a thin flag layer over the Run*
 // functions below. Every Run* writes its report to `out`; `--json` output is
-// one JSON object followed by a newline.
+// one JSON object followed by a newline. RunVerify, and RunPlot and
+// RunExport to "-", fail when `out` does (common/file_io.h StreamStatus:
+// with errno's reason when `out` is an FdOutputStream, as the binary's
+// standard output is).
 //
 // Detection (DetectFile; every subcommand uses it). The kind, unless
 // `--kind` forces one, in this order:
@@ -168,7 +171,10 @@ struct VerifyOptions {
 // not after tomorrow, at least one source byte per id) and is fresh against
 // `source` when given (by its header's mtime and size; with `vocab` too,
 // its ids must decode to exactly the source's bytes: what a cache cut to
-// 16 + 4k bytes or made with another vocabulary fails). Writes "OK <path>
+// 16 + 4k bytes or made with another vocabulary fails; the vocabulary and
+// the source are read once, for all the caches, and a cache that failed
+// an earlier check, stale, a header no source has, ids >= V, is not
+// decoded, its first failure line saying so). Writes "OK <path>
 // (<kind>)" ("OK <path> (cache; ids < V, the V of config NAME[: assumed,
 // ...])" for a cache, which does not name its vocabulary) or one "FAIL
 // <path>: <reason>" line per failure (or a JSON object, each file with its

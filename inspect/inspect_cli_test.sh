@@ -275,6 +275,23 @@ for cmd in "plot --config=tiny $d/complete.res" "export --config=tiny --safetens
     || fail "$cmd: $(cat "$d/c.err")"
 done
 "$inspect" plot --config=tiny "$d/complete.res" -o "$d/closed.svg" >&- || fail "plot -o FILE with stdout closed"
+# Standard output full (a disk, /dev/full): every mode that writes there
+# fails, exit 1, one line naming <stdout> and errno's reason (it said
+# "writing to stdout failed"); with the file's own failure too (bad_ids.tok
+# fails inspect), that line says both.
+if [[ -c /dev/full ]]; then
+  for cmd in "--config=tiny $d/cache.tok" "--config=tiny --json $d/model.ckpt" \
+             "verify --config=tiny $d/complete.res" "verify --json $d/cache.tok" \
+             "plot --config=tiny $d/complete.res -o -" \
+             "export --config=tiny --safetensors $d/model.ckpt -o -" \
+             "--config=tiny $d/bad_ids.tok"; do
+    "$inspect" $cmd > /dev/full 2> "$d/full.err"; rc=$?
+    [[ $rc == 1 && $(wc -l < "$d/full.err") == 1 ]] || fail "$cmd > /dev/full: rc $rc, $(cat "$d/full.err")"
+    grep -q "writing <stdout>: No space left on device" "$d/full.err" || fail "$cmd > /dev/full: $(cat "$d/full.err")"
+  done
+  grep -q "DATA_LOSS: $d/bad_ids.tok: token .*; the report was not written: writing <stdout>: No space left on device$" "$d/full.err" \
+    || fail "bad_ids.tok > /dev/full: $(cat "$d/full.err")"
+fi
 # --safetensors - (stdin) without Abseil's warning about a flag value "-".
 "$inspect" export --config=tiny --safetensors - -o "$d/stdin.safetensors" < "$d/model.ckpt" 2> "$d/s.err" \
   || fail "export --safetensors -"

@@ -21,9 +21,11 @@
 // flag or subcommand, a flag value that does not parse or is out of range,
 // such as --threads outside 0..1024 or --smoothing < 1, a missing FILE), 1
 // for any other error (a bad input, a failed verify), as in every tool
-// (README); --help exits 1 (Abseil's parser). A flag the mode or file kind
-// does not use (--source, --vocab) gets a one-line warning.
+// (README); -h and --help print the usage on stdout and exit 0. A flag
+// the mode or file kind does not use (--source, --vocab) gets a one-line
+// warning.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
@@ -35,6 +37,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/command_line.h"
@@ -93,7 +96,8 @@ int main(int argc, char** argv) {
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  absl::StatusOr<std::vector<char*>> parsed =
+      coppelius::ParseFlags("inspect", command_line);
   if (!parsed.ok()) return Fail(parsed.status());
   const std::vector<char*>& args = *parsed;
   std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -117,11 +121,16 @@ int main(int argc, char** argv) {
   // they would go nowhere (ProtectStandardStreams reopened it on /dev/null).
   const bool writes_stdout =
       (mode != "plot" && mode != "export") || absl::GetFlag(FLAGS_o) == "-";
+  const char* const stdout_use =
+      mode == "plot" || mode == "export" ? "-o -" : "the report";
   if (writes_stdout && coppelius::StandardOutputWasClosed()) {
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
-        mode == "plot" || mode == "export" ? "-o -" : "the report",
-        ": standard output is closed; expected somewhere to write")));
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat(stdout_use, ": standard output is closed; expected "
+                                 "somewhere to write")));
   }
+  // Not std::cout: a write that fails (a full disk) is reported with its
+  // reason (common/file_io.h).
+  coppelius::FdOutputStream out(STDOUT_FILENO, "<stdout>");
   const bool source = !absl::GetFlag(FLAGS_source).empty();
   const bool vocab = !absl::GetFlag(FLAGS_vocab).empty();
   if (mode == "plot" || mode == "export") {
@@ -138,14 +147,14 @@ int main(int argc, char** argv) {
     o.vocab = absl::GetFlag(FLAGS_vocab);
     o.json = absl::GetFlag(FLAGS_json);
     o.threads = absl::GetFlag(FLAGS_threads);
-    status = coppelius::RunVerify(o, std::cout);
+    status = coppelius::RunVerify(o, out);
   } else if (mode == "plot") {
     coppelius::PlotOptions o;
     o.results.assign(rest.begin() + 1, rest.end());
     o.output = absl::GetFlag(FLAGS_o);
     o.config = absl::GetFlag(FLAGS_config);
     o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
-    status = coppelius::RunPlot(o, std::cout);
+    status = coppelius::RunPlot(o, out);
   } else if (mode == "export") {
     if (rest.size() != 1) {
       return Fail(coppelius::UsageError(
@@ -157,7 +166,7 @@ int main(int argc, char** argv) {
     o.output = absl::GetFlag(FLAGS_o);
     o.config = absl::GetFlag(FLAGS_config);
     o.threads = absl::GetFlag(FLAGS_threads);
-    status = coppelius::RunExport(o, std::cout);
+    status = coppelius::RunExport(o, out);
   } else {
     // A word that names no file, followed by more arguments or given plot's
     // or export's flags, is a mistyped subcommand ("inspect verfiy x.res").
@@ -186,12 +195,20 @@ int main(int argc, char** argv) {
     o.json = absl::GetFlag(FLAGS_json);
     o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
     o.threads = absl::GetFlag(FLAGS_threads);
-    status = coppelius::RunInspect(o, std::cout);
+    status = coppelius::RunInspect(o, out);
   }
-  std::cout.flush();
-  if (!status.ok()) return Fail(status);
-  if (!std::cout) {
-    return Fail(absl::InternalError("writing to stdout failed"));
+  out.flush();
+  const absl::Status written = coppelius::StreamStatus(out, stdout_use);
+  if (written.ok()) return status.ok() ? 0 : Fail(status);
+  if (status.ok()) return Fail(written);
+  // Verify, plot and export return the failed write themselves.
+  if (!out.status().ok() &&
+      absl::EndsWith(status.message(), out.status().message())) {
+    return Fail(status);
   }
-  return 0;
+  // The file's own failure, and that the report, which said more, was lost.
+  return Fail(coppelius::WithMessage(
+      status, absl::StrCat(status.message(), "; the report was not written: ",
+                           out.status().ok() ? absl::string_view("failed")
+                                             : out.status().message())));
 }

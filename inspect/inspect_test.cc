@@ -1394,5 +1394,137 @@ TEST_F(InspectTest, VerifySourceWithVocabDecodesTheIds) {
                                    "source's 10 bytes: a cache cut short\n"));
 }
 
+// The files of the two tests below: a vocabulary with "ab" (256) and
+// "abab" (257), the source "ababababab" and caches of it: abab.tok and
+// again.tok fresh, its encoding (257, 257, 256).
+class InspectDecodeTest : public InspectTest {
+ protected:
+  void SetUp() override {
+    std::vector<std::string> tokens;
+    for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+    tokens.push_back("ab");
+    tokens.push_back("abab");
+    ASSERT_TRUE(
+        Vocabulary::FromTokens(tokens)->Save(Path("ab.tiktoken")).ok());
+    ASSERT_TRUE(WriteFileAtomically(Path("abab.txt"), "ababababab").ok());
+    source_ = *StatSource(Path("abab.txt"));
+    Cache("abab.tok", source_, {257, 257, 256});
+    Cache("again.tok", source_, {257, 257, 256});
+  }
+  static void Cache(const std::string& name, const SourceStat& header,
+                    std::vector<uint32_t> ids) {
+    std::string bytes = U64(header.mtime_ns) + U64(header.size_bytes);
+    for (uint32_t id : ids) bytes += std::string(U64(id), 0, 4);
+    ASSERT_TRUE(WriteFileAtomically(Path(name), bytes).ok());
+  }
+  // verify --config=tiny --source=abab.txt --vocab=`vocab` of `names`.
+  static absl::Status VerifyDecoding(const std::vector<std::string>& names,
+                                     const std::string& vocab,
+                                     std::string* report) {
+    VerifyOptions o;
+    for (const std::string& n : names) o.paths.push_back(Path(n));
+    o.config = "tiny";
+    o.source = Path("abab.txt");
+    o.vocab = vocab;
+    std::ostringstream out;
+    const absl::Status s = RunVerify(o, out);
+    *report = out.str();
+    return s;
+  }
+  static std::string Ok(const std::string& name) {
+    return absl::StrCat("OK ", Path(name),
+                        " (cache; ids < 512, the V of config tiny; fresh: "
+                        "its ids decode to the source)\n");
+  }
+  SourceStat source_;
+};
+
+// --vocab is read once per verify, not once per cache: a vocabulary on
+// standard input (a pipe, which can be read once) serves every cache (the
+// second one failed: "--vocab: -: empty file").
+TEST_F(InspectDecodeTest, VerifyReadsTheVocabularyOnceForAllCaches) {
+  const std::string vocab = *ReadFile(Path("ab.tiktoken"));
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  ASSERT_EQ(write(p[1], vocab.data(), vocab.size()),
+            static_cast<ssize_t>(vocab.size()));  // fits the pipe's buffer
+  close(p[1]);
+  const int saved_stdin = dup(STDIN_FILENO);
+  dup2(p[0], STDIN_FILENO);
+  close(p[0]);
+  std::string report;
+  const absl::Status s =
+      VerifyDecoding({"abab.tok", "again.tok", "abab.tok"}, "-", &report);
+  dup2(saved_stdin, STDIN_FILENO);
+  close(saved_stdin);
+  EXPECT_TRUE(s.ok()) << s << "\n" << report;
+  EXPECT_EQ(report, Ok("abab.tok") + Ok("again.tok") + Ok("abab.tok"));
+}
+
+// A cache that already failed a check (a stale header, a header no source
+// has, ids >= V) is not decoded against the source (a decode of the whole
+// source, wasted): its failure line says so, and no decode line follows.
+TEST_F(InspectDecodeTest, VerifySkipsTheDecodeOfACacheThatAlreadyFailed) {
+  const std::string vocab = Path("ab.tiktoken");
+  std::string report;
+  // Stale: the header's mtime is not the source's (ids cut short, too).
+  SourceStat old = source_;
+  old.mtime_ns -= 1000000000;
+  Cache("stale.tok", old, {257, 257});
+  EXPECT_EQ(VerifyDecoding({"stale.tok"}, vocab, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report,
+            absl::StrCat("FAIL ", Path("stale.tok"), ": ", Path("stale.tok"),
+                         ": header (offset 0: mtime ", old.mtime_ns,
+                         ", size 10): stale: source modification time "
+                         "differs; source ",
+                         Path("abab.txt"), " now has mtime ", source_.mtime_ns,
+                         ", size 10; ids not decoded against the source (the "
+                         "header is stale)\n"));
+  // A header no source has: 5,000 source bytes for 2 ids, fresh.
+  ASSERT_TRUE(
+      WriteFileAtomically(Path("big.txt"), std::string(5000, 'a')).ok());
+  Cache("big.tok", *StatSource(Path("big.txt")), {97, 97});
+  VerifyOptions o;
+  o.paths = {Path("big.tok")};
+  o.config = "tiny";
+  o.source = Path("big.txt");
+  o.vocab = vocab;
+  std::ostringstream out;
+  EXPECT_EQ(RunVerify(o, out).code(), absl::StatusCode::kDataLoss);
+  report = out.str();
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 1) << report;
+  EXPECT_THAT(report,
+              HasSubstr("for 2 tokens, more than 1024 per token where text "
+                        "encodes to a few (a raw u32 id file read as a "
+                        "cache?); not a token cache as make-cache writes "
+                        "them; ids not decoded against the source (the "
+                        "header cannot be a source's)\n"));
+  EXPECT_THAT(report, Not(HasSubstr("fresh by its header, but")));
+  // Ids >= V (600 >= 512, and not in the vocabulary), fresh.
+  Cache("big_id.tok", source_, {257, 600, 256});
+  EXPECT_EQ(VerifyDecoding({"big_id.tok"}, vocab, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report,
+            absl::StrCat("FAIL ", Path("big_id.tok"), ": ", Path("big_id.tok"),
+                         ": token 1 (byte offset 20) has id 600, expected < "
+                         "512 (the vocabulary size of config tiny); ids >= "
+                         "512: 1; ids not decoded against the source (ids >= "
+                         "V=512)\n"));
+  // The report says it too, in the decode's line.
+  InspectOptions io;
+  io.path = Path("stale.tok");
+  io.config = "tiny";
+  io.source = Path("abab.txt");
+  io.vocab = vocab;
+  std::ostringstream text;
+  EXPECT_TRUE(RunInspect(io, text).ok());
+  EXPECT_THAT(text.str(), HasSubstr("  ids decoded against the source: not "
+                                    "checked (the header is stale)\n"));
+  // The fresh caches beside them are still decoded.
+  EXPECT_TRUE(VerifyDecoding({"abab.tok"}, vocab, &report).ok()) << report;
+  EXPECT_EQ(report, Ok("abab.tok"));
+}
+
 }  // namespace
 }  // namespace coppelius

@@ -113,6 +113,17 @@ def main():
     if (mtime, size) != (0, len(text.encode())) or ids != expected_ids:
         fail(f"stdin cache: header {(mtime, size)}, ids equal: {ids == expected_ids}")
     print("ok: - to -")
+    # Standard output full: exit 1, one line with <stdout> and errno's reason.
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "wb") as full:
+            r = subprocess.run([binary, f"--vocab={vocab}", source, "-o", "-"],
+                               stdout=full, stderr=subprocess.PIPE)
+        err = r.stderr.decode()
+        if (r.returncode != 0 and err.count("\n") == 1 and
+                "writing <stdout>: No space left on device" in err):
+            print("ok: -o - > /dev/full")
+        else:
+            fail(f"-o - > /dev/full: rc {r.returncode} {err!r}")
 
     # 4. Bad input: non-zero exit, one line naming the problem, no output.
     bad_vocab = os.path.join(work, "bad.tiktoken")

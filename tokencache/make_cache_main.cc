@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  absl::StatusOr<std::vector<char*>> parsed =
+      coppelius::ParseFlags("make-cache", command_line);
   if (!parsed.ok()) {
     std::cerr << coppelius::StatusLine("make-cache", parsed.status())
               << std::endl;

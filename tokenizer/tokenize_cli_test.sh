@@ -215,4 +215,20 @@ check "train -o a directory refused" one_line_error "$tmp/err" "INVALID_ARGUMENT
 check "train -o in a missing directory refused" one_line_error "$tmp/err" "NOT_FOUND: -o $tmp/nodir/v.tiktoken: directory $tmp/nodir does not exist"
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/in.txt/x" 2> "$tmp/err"
 check "encode -o under a file refused" one_line_error "$tmp/err" "INVALID_ARGUMENT: -o $tmp/in.txt/x: $tmp/in.txt is not a directory"
+# A full device, as -o or as standard output: exit 1, one line with the
+# path (or <stdout>) and errno's reason.
+if [[ -c /dev/full ]]; then
+  "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o /dev/full 2> "$tmp/err"; rc=$?
+  check "encode -o /dev/full: exit 1" test $rc -eq 1
+  check "encode -o /dev/full message" one_line_error "$tmp/err" "RESOURCE_EXHAUSTED: .*writing /dev/full: No space left on device"
+  "$bin" encode --vocab="$tmp/v.tiktoken" --format=text "$tmp/in.txt" -o - > /dev/full 2> "$tmp/err"; rc=$?
+  check "encode -o - > /dev/full: exit 1" test $rc -eq 1
+  check "encode -o - > /dev/full message" one_line_error "$tmp/err" "RESOURCE_EXHAUSTED: .*writing <stdout>: No space left on device"
+  "$bin" decode --vocab="$tmp/v.tiktoken" "$tmp/rand.u32" -o - > /dev/full 2> "$tmp/err"; rc=$?
+  check "decode -o - > /dev/full: exit 1" test $rc -eq 1
+  check "decode -o - > /dev/full message" one_line_error "$tmp/err" "writing <stdout>: No space left on device"
+  "$bin" train "$tmp/corpus.txt" -o - --vocab-size=300 --progress=false > /dev/full 2> "$tmp/err"; rc=$?
+  check "train -o - > /dev/full: exit 1" test $rc -eq 1
+  check "train -o - > /dev/full message" one_line_error "$tmp/err" "writing <stdout>: No space left on device"
+fi
 exit $fail

@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   const std::set<std::string> given_flags =
       GivenFlagNames(command_line.argc(), command_line.argv());
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  absl::StatusOr<std::vector<char*>> parsed =
+      coppelius::ParseFlags("tokenize", command_line);
   if (!parsed.ok()) {
     std::cerr << coppelius::StatusLine("tokenize", parsed.status())
               << std::endl;

@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
       "the checkpoint every interval.");
   coppelius::NormalizedCommandLine command_line(argc, argv);
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed = coppelius::ParseFlags(command_line);
+  absl::StatusOr<std::vector<char*>> parsed =
+      coppelius::ParseFlags("train", command_line);
   if (!parsed.ok()) {
     std::cerr << coppelius::StatusLine("train", parsed.status()) << std::endl;
     return coppelius::ExitCodeOf(parsed.status());
