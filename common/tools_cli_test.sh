@@ -10,13 +10,9 @@ tokenize="$1"; make_cache="$2"; train="$3"; inspect="$4"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}/tools_cli"
 rm -rf "$tmp"; mkdir -p "$tmp"
 fail=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then echo "ok   ${name}"; else echo "FAIL ${name}"; fail=1; fi
-}
-one_line_error() {  # one_line_error STDERR_FILE PATTERN
-  [[ $(wc -l < "$1") -eq 1 ]] && grep -q -- "$2" "$1"
-}
+# check NAME CONDITION..., one_line_error STDERR_FILE PATTERN (runfiles:
+# the test runs from the workspace's root).
+source common/cli_test_lib.sh || { echo "FAIL: common/cli_test_lib.sh not found" >&2; exit 1; }
 
 # Each tool, and the start of its usage line.
 tools=("$tokenize" "$make_cache" "$train" "$inspect")

@@ -5,13 +5,9 @@ set -uo pipefail
 bin="$1"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail=0
-check() {  # check NAME CONDITION...
-  local name="$1"; shift
-  if "$@"; then echo "ok   ${name}"; else echo "FAIL ${name}"; fail=1; fi
-}
-one_line_error() {  # one_line_error STDERR_FILE PATTERN
-  [[ $(wc -l < "$1") -eq 1 ]] && grep -q -- "$2" "$1"
-}
+# check NAME CONDITION..., one_line_error STDERR_FILE PATTERN (runfiles:
+# the test runs from the workspace's root).
+source common/cli_test_lib.sh || { echo "FAIL: common/cli_test_lib.sh not found" >&2; exit 1; }
 
 # Training corpus: 300 short documents.
 for i in $(seq 1 300); do
