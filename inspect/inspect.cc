@@ -172,6 +172,7 @@ struct CacheReport {
   uint64_t ids_out_of_range = 0;  // ids >= V
   uint64_t first_out_of_range = 0;
   uint32_t first_out_of_range_id = 0;
+  std::string source;  // --source, or "" (no staleness checked)
   std::optional<StalenessReport> staleness;
   // With --source and --vocab, for a cache fresh by its header: "" when its
   // ids decode to exactly the source's bytes, else what differs
@@ -242,6 +243,7 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
                                          const ModelConfig& config) {
   CacheReport r;
   r.path = path;
+  r.source = source;
   uint32_t lo = std::numeric_limits<uint32_t>::max(), hi = 0;
   const uint32_t V = static_cast<uint32_t>(config.V);
   std::optional<CacheDecodeCheck> decode;
@@ -299,9 +301,27 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
   return r;
 }
 
+// Why a cache is stale against --source, one line naming the cache and the
+// source (the header's mtime and size, and the source's now), or "" when it
+// is fresh or no source was given.
+std::string StaleProblem(const CacheReport& r) {
+  if (!r.staleness || r.staleness->staleness == Staleness::kFresh) return "";
+  const StalenessReport& s = *r.staleness;
+  return absl::StrCat(
+      r.path, ": header (offset 0: mtime ",
+      static_cast<int64_t>(s.header.mtime_ns), ", size ", s.header.size_bytes,
+      "): ", StalenessName(s.staleness), "; source ", r.source,
+      s.staleness == Staleness::kSourceMissing
+          ? " does not exist"
+          : absl::StrCat(" now has mtime ",
+                         static_cast<int64_t>(s.source.mtime_ns), ", size ",
+                         s.source.size_bytes));
+}
+
 // What makes a cache fail, one line each: ids >= V of `config` (the first
-// offending token, its byte offset and id, and the count), then a header
-// that cannot be a source's.
+// offending token, its byte offset and id, and the count), a header that
+// cannot be a source's, ids that do not decode to the source, then
+// staleness against --source (StaleProblem).
 std::vector<std::string> CacheProblems(const CacheReport& r,
                                        const ModelConfig& config) {
   std::vector<std::string> problems;
@@ -317,6 +337,9 @@ std::vector<std::string> CacheProblems(const CacheReport& r,
   if (r.decode_difference && !r.decode_difference->empty()) {
     problems.push_back(absl::StrCat(
         r.path, ": fresh by its header, but ", *r.decode_difference));
+  }
+  if (std::string stale = StaleProblem(r); !stale.empty()) {
+    problems.push_back(std::move(stale));
   }
   return problems;
 }
@@ -1338,17 +1361,6 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
                         "; fresh by its header's mtime and size only: "
                         "--vocab=V also decodes its ids against the source");
       }
-      if (cache->staleness &&
-          cache->staleness->staleness != Staleness::kFresh) {
-        const StalenessReport& s = *cache->staleness;
-        v.failures.push_back(absl::StrCat(
-            path, ": header (offset 0: mtime ",
-            static_cast<int64_t>(s.header.mtime_ns), ", size ",
-            s.header.size_bytes, "): ", StalenessName(s.staleness),
-            "; source ", o.source, " now has mtime ",
-            static_cast<int64_t>(s.source.mtime_ns),
-            ", size ", s.source.size_bytes));
-      }
       // --vocab asked for a decode that an earlier failure made pointless.
       if (!cache->decode_skipped.empty() && !v.failures.empty()) {
         absl::StrAppend(&v.failures[0],
@@ -1856,11 +1868,17 @@ static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
       ASSIGN_OR_RETURN(CacheReport r,
                        AnalyzeCache(o.path, o.source, decode_inputs, d.config));
       PrintCache(r, d.config, d.config_source, o.json, out);
-      // Ids the config's vocabulary does not have, a header no source has:
-      // reported above, then DataLoss (verify fails the same cache).
+      // Ids the config's vocabulary does not have, a header no source has,
+      // ids that do not decode to --source: reported above, then DataLoss;
+      // stale against --source and nothing else: FailedPrecondition (verify
+      // fails the same cache).
       const std::vector<std::string> problems = CacheProblems(r, d.config);
       if (problems.empty()) return absl::OkStatus();
-      return absl::DataLossError(
+      const bool only_stale =
+          problems.size() == 1 && problems[0] == StaleProblem(r);
+      return absl::Status(
+          only_stale ? absl::StatusCode::kFailedPrecondition
+                     : absl::StatusCode::kDataLoss,
           problems.size() == 1
               ? problems[0]
               : absl::StrCat(problems[0], " (and ", problems.size() - 1,

@@ -136,6 +136,10 @@ struct InspectOptions {
 // identities, payload size, chunk size and run steps) is reported, then
 // FailedPrecondition naming every differing field; with the config inferred,
 // a refusal is only reported (the status is the checkpoint's integrity).
+// With `source`, a cache stale against it (its header's mtime or size is
+// not the source's now, or the source is missing) is reported, then
+// FailedPrecondition naming the cache and the source (verify's failure
+// line; DataLoss, naming the first problem, when the cache has others too).
 // With `source` and `vocab`, a cache fresh by its header must also decode
 // to exactly the source's bytes (tokencache/decode_check.h), else DataLoss
 // after the report. `--source` for a non-cache or `--vocab` for anything

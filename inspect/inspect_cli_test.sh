@@ -249,6 +249,20 @@ printf 'hello there\n' > "$d/old.txt"; touch -d '1960-01-02 00:00:00 UTC' "$d/ol
 [[ $? == 1 ]] || fail "verify of a stale 1960 cache passed"
 grep -q "header (offset 0: mtime -315619200000000000, size 12): stale: source modification time differs; source $d/old.txt now has mtime -315532800000000000, size 12" "$d/old.out" \
   || fail "1960 verify: $(cat "$d/old.out")"
+# The report with --source on that stale cache, and with a source that is
+# missing: the whole report, then exit 1 with one line naming both files (it
+# exited 0 while its report said "stale"); with --json, the JSON and exit 1.
+"$inspect" --config=tiny --source="$d/old.txt" "$d/old.tok" > "$d/old.out" 2> "$d/old.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/old.err") == 1 ]] && grep -q "  tokens: 3$" "$d/old.out" \
+  && grep -q "^inspect: FAILED_PRECONDITION: $d/old.tok: header .*: stale: source modification time differs; source $d/old.txt now has mtime" "$d/old.err" \
+  || fail "report of a stale cache: rc $rc, $(cat "$d/old.out" "$d/old.err")"
+"$inspect" --config=tiny --json --source="$d/old.txt" "$d/old.tok" > "$d/old.json" 2> "$d/old.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/old.err") == 1 ]] && py json "$d/old.json" && grep -q '"state":"stale: source modification time differs"' "$d/old.json" \
+  || fail "--json report of a stale cache: rc $rc, $(cat "$d/old.json" "$d/old.err")"
+"$inspect" --config=tiny --source="$d/none.txt" "$d/old.tok" > "$d/old.out" 2> "$d/old.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/old.err") == 1 ]] && grep -q "  staleness: stale: source missing" "$d/old.out" \
+  && grep -q "stale: source missing; source $d/none.txt does not exist$" "$d/old.err" \
+  || fail "report against a missing source: rc $rc, $(cat "$d/old.out" "$d/old.err")"
 # A checkpoint from stdin: the spool file's mtime is not reported.
 "$inspect" --config=tiny - < "$d/model.ckpt" > "$d/ck.out" || fail "inspect - < checkpoint"
 grep -q "^checkpoint - ([0-9]* bytes, from standard input)$" "$d/ck.out" || fail "stdin checkpoint: $(head -1 "$d/ck.out")"

@@ -11,8 +11,9 @@
 // once per command). Without --config the config is inferred from each file;
 // without --kind the kind is detected (inspect/inspect.h, DetectFile). A
 // report of a corrupt or incomplete file (a cache: ids >= V of the config),
-// or of a checkpoint whose identity the --config named refuses, is printed,
-// then exits 1. A checkpoint's identity is checked only against a named
+// of a cache that fails a --source check (stale, or its ids do not decode
+// to the source), or of a checkpoint whose identity the --config named
+// refuses, is printed, then exits 1. A checkpoint's identity is checked only against a named
 // --config: without one, verify checks its integrity (digests) and the
 // report shows the identity and any refusal.
 //

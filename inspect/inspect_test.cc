@@ -1518,12 +1518,70 @@ TEST_F(InspectDecodeTest, VerifySkipsTheDecodeOfACacheThatAlreadyFailed) {
   io.source = Path("abab.txt");
   io.vocab = vocab;
   std::ostringstream text;
-  EXPECT_TRUE(RunInspect(io, text).ok());
+  EXPECT_EQ(RunInspect(io, text).code(),
+            absl::StatusCode::kFailedPrecondition);  // stale
   EXPECT_THAT(text.str(), HasSubstr("  ids decoded against the source: not "
                                     "checked (the header is stale)\n"));
   // The fresh caches beside them are still decoded.
   EXPECT_TRUE(VerifyDecoding({"abab.tok"}, vocab, &report).ok()) << report;
   EXPECT_EQ(report, Ok("abab.tok"));
+}
+
+// A report with --source on a cache that is stale against it (another
+// mtime, or the source missing) is printed in full, then fails, as verify
+// fails the same cache (it exited 0 while its report said "stale").
+TEST_F(InspectDecodeTest, ReportOfAStaleCacheFails) {
+  SourceStat old = source_;
+  old.mtime_ns -= 1000000000;
+  Cache("stale.tok", old, {257, 257, 256});
+  for (const bool json : {false, true}) {
+    for (const std::string& vocab : {std::string(), Path("ab.tiktoken")}) {
+      InspectOptions o;
+      o.path = Path("stale.tok");
+      o.config = "tiny";
+      o.source = Path("abab.txt");
+      o.vocab = vocab;
+      o.json = json;
+      std::ostringstream out;
+      const absl::Status s = RunInspect(o, out);
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      EXPECT_EQ(std::string(s.message()),
+                absl::StrCat(Path("stale.tok"), ": header (offset 0: mtime ",
+                             old.mtime_ns,
+                             ", size 10): stale: source modification time "
+                             "differs; source ",
+                             Path("abab.txt"), " now has mtime ",
+                             source_.mtime_ns, ", size 10"));
+      // The whole report still.
+      EXPECT_THAT(out.str(),
+                  HasSubstr(json ? "\"state\":\"stale: source modification "
+                                   "time differs\""
+                                 : "  staleness: stale: source modification "
+                                   "time differs"));
+      EXPECT_THAT(out.str(), HasSubstr(json ? "\"ids_out_of_range\":0"
+                                            : "  id range: min 256"));
+    }
+  }
+  // The source missing.
+  InspectOptions o;
+  o.path = Path("abab.tok");
+  o.config = "tiny";
+  o.source = Path("gone.txt");
+  std::ostringstream out;
+  const absl::Status s = RunInspect(o, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(std::string(s.message()),
+            absl::StrCat(Path("abab.tok"), ": header (offset 0: mtime ",
+                         source_.mtime_ns, ", size 10): stale: source "
+                         "missing; source ", Path("gone.txt"),
+                         " does not exist"));
+  EXPECT_THAT(out.str(), HasSubstr("  staleness: stale: source missing"));
+  // Fresh: still OK; without --source nothing is checked.
+  o.source = Path("abab.txt");
+  EXPECT_TRUE(RunInspect(o, out).ok());
+  o.path = Path("stale.tok");
+  o.source = "";
+  EXPECT_TRUE(RunInspect(o, out).ok());
 }
 
 }  // namespace
