@@ -1,5 +1,6 @@
 #include "inspect/cache_reader.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,6 +67,11 @@ absl::StatusOr<CacheFileInfo> ReadCacheChunked(
   info.file_bytes = file.size_bytes;
   const uint64_t size = info.file_bytes;
   info.num_tokens = file.num_tokens;
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) {
+    return ErrnoStatus(errno, "stat", path);
+  }
+  info.file_mtime = st.st_mtim;
   unsigned char header[kTokenCacheHeaderBytes];
   absl::Status s = ReadAt(fd.get(), header, sizeof(header), 0, size, path);
   if (!s.ok()) return s;

@@ -12,6 +12,8 @@
 #ifndef COPPELIUS_INSPECT_CACHE_READER_H_
 #define COPPELIUS_INSPECT_CACHE_READER_H_
 
+#include <time.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -30,6 +32,7 @@ struct CacheFileInfo {
   uint64_t file_bytes = 0;  // 16 + 4 num_tokens
   SourceStat header;        // bytes 0-15
   uint64_t num_tokens = 0;
+  struct timespec file_mtime = {};  // the cache file's st_mtim, at open
 };
 
 // Called for consecutive runs of ids in file order; `first` is the index of

@@ -184,6 +184,10 @@ struct CacheReport {
   std::string decode_skipped;
   // Why the header cannot be a source's (make-cache's rule), or "".
   std::string header_problem;
+  // With --source and --vocab, for a cache fresh by its header: make-cache's
+  // rule that a vocabulary file modified after the cache makes it stale
+  // (tokencache/decode_check.h VocabularyNewerThanCache), or "".
+  std::string vocabulary_newer;
 };
 
 // The vocabulary and the source text of the decode check (--vocab with
@@ -208,6 +212,7 @@ class DecodeInputs {
   }
   // After Load() succeeded.
   const Vocabulary& vocabulary() const { return *vocabulary_; }
+  const std::string& vocab_path() const { return vocab_; }
   absl::string_view source_text() const { return source_text_; }
 
  private:
@@ -257,6 +262,10 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
       r.decode_skipped = "the header cannot be a source's";
     } else if (r.staleness && r.staleness->staleness != Staleness::kFresh) {
       r.decode_skipped = "the header is stale";
+    } else if (r.vocabulary_newer = VocabularyNewerThanCache(
+                   decode_inputs.vocab_path(), info.file_mtime);
+               !r.vocabulary_newer.empty()) {
+      r.decode_skipped = "the vocabulary is newer than the cache";
     } else {
       RETURN_IF_ERROR(decode_inputs.Load());
       decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
@@ -305,6 +314,10 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
 // source (the header's mtime and size, and the source's now), or "" when it
 // is fresh or no source was given.
 std::string StaleProblem(const CacheReport& r) {
+  if (!r.vocabulary_newer.empty()) {
+    return absl::StrCat(r.path, ": stale against ", r.source, ": ",
+                        r.vocabulary_newer, " (make-cache rebuilds it)");
+  }
   if (!r.staleness || r.staleness->staleness == Staleness::kFresh) return "";
   const StalenessReport& s = *r.staleness;
   return absl::StrCat(
@@ -372,7 +385,9 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
       j.Key("staleness");
       j.BeginObject();
       j.Field("state", StalenessName(r.staleness->staleness));
-      j.FieldBool("fresh", r.staleness->staleness == Staleness::kFresh);
+      j.FieldBool("fresh", r.staleness->staleness == Staleness::kFresh &&
+                               r.vocabulary_newer.empty());
+      j.FieldBool("vocabulary_newer", !r.vocabulary_newer.empty());
       j.FieldInt("source_mtime_ns",
                  static_cast<int64_t>(r.staleness->source.mtime_ns));
       j.FieldUint("source_size_bytes", r.staleness->source.size_bytes);
@@ -401,6 +416,10 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
         << r.staleness->source.size_bytes << ")\n";
   } else {
     out << "  staleness: not checked (no --source)\n";
+  }
+  if (!r.vocabulary_newer.empty()) {
+    out << "  vocabulary: stale: " << r.vocabulary_newer
+        << " (make-cache rebuilds it)\n";
   }
   if (r.decode_difference) {
     out << "  ids decoded against the source: "
@@ -1356,7 +1375,8 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
       if (cache->decode_difference) {
         absl::StrAppend(&v.checked, "; fresh: its ids decode to the source");
       } else if (cache->staleness &&
-                 cache->staleness->staleness == Staleness::kFresh) {
+                 cache->staleness->staleness == Staleness::kFresh &&
+                 cache->vocabulary_newer.empty()) {
         absl::StrAppend(&v.checked,
                         "; fresh by its header's mtime and size only: "
                         "--vocab=V also decodes its ids against the source");

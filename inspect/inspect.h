@@ -174,8 +174,10 @@ struct VerifyOptions {
 // every id < V, a header a source can have (make-cache's rule: source mtime
 // not after tomorrow, at least one source byte per id) and is fresh against
 // `source` when given (by its header's mtime and size; with `vocab` too,
-// its ids must decode to exactly the source's bytes: what a cache cut to
-// 16 + 4k bytes or made with another vocabulary fails; the vocabulary and
+// make-cache's rule, tokencache/decode_check.h: the vocabulary file not
+// modified after the cache, and its ids decoding to exactly the source's
+// bytes: what a cache cut to 16 + 4k bytes or made with another vocabulary
+// fails; the vocabulary and
 // the source are read once, for all the caches, and a cache that failed
 // an earlier check, stale, a header no source has, ids >= V, is not
 // decoded, its first failure line saying so). Writes "OK <path>

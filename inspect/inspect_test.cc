@@ -1,5 +1,6 @@
 #include "inspect/inspect.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inspect/testdata.h"
+#include "tokencache/make_cache.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
 
@@ -1582,6 +1584,79 @@ TEST_F(InspectDecodeTest, ReportOfAStaleCacheFails) {
   o.path = Path("stale.tok");
   o.source = "";
   EXPECT_TRUE(RunInspect(o, out).ok());
+}
+
+// make-cache's rule: a vocabulary file modified after the cache makes a
+// cache stale (as make(1) treats a prerequisite). verify --source --vocab
+// and the report apply the same rule (the same function), so inspect and
+// make-cache agree: a copy of the vocabulary newer than the cache is stale
+// for both (verify said "OK ...; fresh: its ids decode to the source" where
+// make-cache rebuilt), the vocabulary older than it fresh for both.
+TEST_F(InspectDecodeTest, AVocabularyNewerThanTheCacheIsStaleAsInMakeCache) {
+  struct stat st;
+  ASSERT_EQ(stat(Path("abab.tok").c_str(), &st), 0);
+  const auto set_mtime = [](const std::string& path, struct timespec t) {
+    const struct timespec times[2] = {t, t};
+    EXPECT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+  };
+  struct timespec before = st.st_mtim, after = st.st_mtim;
+  before.tv_sec -= 10;
+  after.tv_sec += 10;
+  ASSERT_TRUE(WriteFileAtomically(Path("newer.tiktoken"),
+                                  *ReadFile(Path("ab.tiktoken")))
+                  .ok());
+  set_mtime(Path("ab.tiktoken"), before);
+  set_mtime(Path("newer.tiktoken"), after);
+  // make-cache on a copy of the cache with its mtime: fresh (kept) or not.
+  const auto make_cache_keeps = [&](const std::string& vocab) {
+    EXPECT_TRUE(WriteFileAtomically(Path("mc.tok"),
+                                    *ReadFile(Path("abab.tok")))
+                    .ok());
+    set_mtime(Path("mc.tok"), st.st_mtim);
+    MakeCacheOptions m;
+    m.vocab_path = vocab;
+    m.source_path = Path("abab.txt");
+    m.output_path = Path("mc.tok");
+    m.threads = 1;
+    m.summary = false;
+    MakeCacheReport r;
+    const absl::Status s = RunMakeCache(m, &r);
+    EXPECT_TRUE(s.ok()) << s;
+    return r.was_fresh;
+  };
+  std::string report;
+  // Older than the cache: fresh for both.
+  EXPECT_TRUE(VerifyDecoding({"abab.tok"}, Path("ab.tiktoken"), &report).ok())
+      << report;
+  EXPECT_EQ(report, Ok("abab.tok"));
+  EXPECT_TRUE(make_cache_keeps(Path("ab.tiktoken")));
+  // Newer: stale for both.
+  const std::string stale_line = absl::StrCat(
+      Path("abab.tok"), ": stale against ", Path("abab.txt"),
+      ": the vocabulary ", Path("newer.tiktoken"),
+      " is newer than the cache (make-cache rebuilds it)");
+  EXPECT_EQ(
+      VerifyDecoding({"abab.tok"}, Path("newer.tiktoken"), &report).code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report,
+            absl::StrCat("FAIL ", Path("abab.tok"), ": ", stale_line,
+                         "; ids not decoded against the source (the "
+                         "vocabulary is newer than the cache)\n"));
+  InspectOptions o;
+  o.path = Path("abab.tok");
+  o.config = "tiny";
+  o.source = Path("abab.txt");
+  o.vocab = Path("newer.tiktoken");
+  std::ostringstream out;
+  const absl::Status s = RunInspect(o, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.message(), stale_line);
+  EXPECT_THAT(out.str(),
+              HasSubstr(absl::StrCat("  vocabulary: stale: the vocabulary ",
+                                     Path("newer.tiktoken"),
+                                     " is newer than the cache (make-cache "
+                                     "rebuilds it)\n")));
+  EXPECT_FALSE(make_cache_keeps(Path("newer.tiktoken")));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "tokencache/decode_check.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -17,7 +19,20 @@ std::string Shown(absl::string_view bytes) {
                       "\"", bytes.size() > kShownBytes ? "..." : "");
 }
 
+int64_t Nanoseconds(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
 }  // namespace
+
+std::string VocabularyNewerThanCache(const std::string& vocab_path,
+                                     const struct timespec& cache_mtime) {
+  struct stat vocab_st;
+  if (stat(vocab_path.c_str(), &vocab_st) != 0) return "";
+  if (Nanoseconds(vocab_st.st_mtim) <= Nanoseconds(cache_mtime)) return "";
+  return absl::StrCat("the vocabulary ", vocab_path,
+                      " is newer than the cache");
+}
 
 CacheDecodeCheck::CacheDecodeCheck(const Vocabulary& vocabulary,
                                    absl::string_view source,

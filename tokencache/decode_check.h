@@ -18,6 +18,8 @@
 #ifndef COPPELIUS_TOKENCACHE_DECODE_CHECK_H_
 #define COPPELIUS_TOKENCACHE_DECODE_CHECK_H_
 
+#include <time.h>
+
 #include <cstdint>
 #include <string>
 
@@ -26,6 +28,19 @@
 #include "tokenizer/vocabulary.h"
 
 namespace coppelius {
+
+// make-cache's freshness rule for a cache whose header matches its source,
+// beyond the header (make-cache and inspect --source --vocab both apply
+// it, by these two): VocabularyNewerThanCache, then the ids decoded with
+// CacheDecodeCheck. A cache passes only when both say "".
+//
+// "the vocabulary PATH is newer than the cache" when the file at
+// `vocab_path` was modified after the cache (`cache_mtime`, its st_mtim):
+// make(1)'s rule for a prerequisite, since the header does not name its
+// vocabulary. "" when it was not, or when `vocab_path` cannot be stat'ed
+// (standard input, "-").
+std::string VocabularyNewerThanCache(const std::string& vocab_path,
+                                     const struct timespec& cache_mtime);
 
 // Compares a cache's ids, fed in file order, decoded with `vocabulary`,
 // against `source` (the whole source text; both must outlive this object).

@@ -71,16 +71,9 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         const std::string& source_path,
                         const SourceStat& source,
                         std::optional<std::string>* text) {
-  struct stat vocab_st;
-  if (stat(vocab_path.c_str(), &vocab_st) == 0) {
-    const auto ns = [](const struct timespec& t) {
-      return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-    };
-    if (ns(vocab_st.st_mtim) > ns(cache_st.st_mtim)) {
-      return absl::StrCat("the vocabulary ", vocab_path,
-                          " is newer than the cache");
-    }
-  }
+  // The rule inspect --source --vocab applies too (decode_check.h).
+  std::string newer = VocabularyNewerThanCache(vocab_path, cache_st.st_mtim);
+  if (!newer.empty()) return newer;
   if (source.size_bytes > 0 && cache.num_tokens() == 0) {
     return absl::StrCat("it holds no tokens for ", source.size_bytes,
                         " source bytes");
