@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "absl/flags/commandlineflag.h"
 // Internal, for the usage output without Abseil's exit(1): the pinned
@@ -15,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -142,8 +144,22 @@ std::string UsageText(const char* argv0, const UsageRequest& request) {
   return out.str();
 }
 
+std::string VersionText(absl::string_view program) {
+#ifdef NDEBUG
+  constexpr absl::string_view kBuild = "optimized build";
+#else
+  constexpr absl::string_view kBuild = "debug build";
+#endif
+  return absl::StrCat(program, " (Coppelius) \u2014 ", kBuild, "\n");
+}
+
 absl::StatusOr<std::vector<char*>> ParseFlags(
-    absl::string_view program, NormalizedCommandLine& command_line) {
+    absl::string_view program, NormalizedCommandLine& command_line,
+    absl::FlagsUsageConfig usage) {
+  usage.version_string = [name = std::string(program)] {
+    return VersionText(name);
+  };
+  absl::SetFlagsUsageConfig(std::move(usage));
   const int argc = command_line.argc();
   char** argv = command_line.argv();
   if (const std::optional<UsageRequest> request =

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -54,9 +55,19 @@ std::optional<UsageRequest> FindUsageRequest(int argc, char** argv);
 // `argv0` naming the program.
 std::string UsageText(const char* argv0, const UsageRequest& request);
 
+// What --version prints: "<program> (Coppelius) — optimized build\n", or
+// "debug build" when common/command_line.cc was compiled without NDEBUG
+// (the tools and this file are built together; Abseil's own line, "Debug
+// build (NDEBUG not #defined)", described Debian's prebuilt libabsl).
+// No version number: the tools are not stamped with one.
+std::string VersionText(absl::string_view program);
+
 class NormalizedCommandLine;
 
-// What every binary's main does with its flags: a usage request
+// What every binary's main does with its flags: first the usage config,
+// `usage` (a main's help filters; unset callbacks are Abseil's defaults)
+// with version_string VersionText(program), set here for every tool. Then a
+// usage request
 // (FindUsageRequest) wins over everything else on the command line: its
 // text goes to standard output and the process exits 0 (Abseil's parser
 // exits 1 for --help and knows no -h), or, when standard output cannot take
@@ -65,7 +76,8 @@ class NormalizedCommandLine;
 // absl::ParseCommandLine (which sets the flags). The positional arguments,
 // argv[0] first, or the usage error (exit 2) for the caller to print.
 absl::StatusOr<std::vector<char*>> ParseFlags(
-    absl::string_view program, NormalizedCommandLine& command_line);
+    absl::string_view program, NormalizedCommandLine& command_line,
+    absl::FlagsUsageConfig usage = {});
 
 // Holds the rewritten arguments; argv() points into them.
 class NormalizedCommandLine {

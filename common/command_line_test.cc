@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -155,6 +156,36 @@ TEST(ParseFlagsDeathTest, UsageRequestExitsZero) {
         testing::ExitedWithCode(0), "^$")
         << h;
   }
+}
+
+// --version: one line naming the tool, Coppelius and how command_line.cc
+// (so the tool) was compiled, with NDEBUG or without (it printed "tool" and
+// "Debug build (NDEBUG not #defined)", which describes Debian's prebuilt
+// Abseil, not the -c opt tools).
+TEST(ParseFlagsDeathTest, VersionNamesTheToolAndItsBuild) {
+  SetUsageOnce();
+  const std::string path = testing::TempDir() + "/version.out";
+  std::vector<std::string> in = {"x", "--version"};
+  std::vector<char*> argv;
+  for (auto& s : in) argv.push_back(&s[0]);
+  NormalizedCommandLine cl(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EXIT(
+      {
+        const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, STDOUT_FILENO);
+        (void)ParseFlags("tool", cl);
+      },
+      testing::ExitedWithCode(0), "^$");
+  std::string text(4096, '\0');
+  const int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  text.resize(static_cast<size_t>(std::max<ssize_t>(0, read(fd, &text[0], text.size()))));
+  close(fd);
+#ifdef NDEBUG
+  EXPECT_EQ(text, "tool (Coppelius) \u2014 optimized build\n");
+#else
+  EXPECT_EQ(text, "tool (Coppelius) \u2014 debug build\n");
+#endif
 }
 
 // Usage that standard output cannot take: exit 1, one line with errno's

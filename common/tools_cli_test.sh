@@ -38,6 +38,13 @@ for k in "${!tools[@]}"; do
     check "$name $h: exit 0" test $rc -eq 0
     check "$name $h: output on stdout, nothing on stderr" test -s "$tmp/out" -a ! -s "$tmp/err"
   done
+  # --version: one line, the tool, Coppelius and its build (it printed the
+  # name and Abseil's "Debug build (NDEBUG not #defined)", which describes
+  # Debian's prebuilt Abseil, not the tools, built -c opt).
+  "$bin" --version > "$tmp/out" 2> "$tmp/err"
+  check "$name --version: one line naming the tool and its build" \
+    grep -qxE -- "$name \(Coppelius\) — (optimized|debug) build" "$tmp/out"
+  check "$name --version: one line" test "$(wc -l < "$tmp/out")" -eq 1
   # After "--", -h is an argument (a file named -h), not a request for help.
   "$bin" -- -h > "$tmp/out" 2> "$tmp/err"; rc=$?
   check "$name -- -h: not help (exit $rc)" test $rc -ne 0 -a ! -s "$tmp/out"

@@ -6,6 +6,7 @@
 
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -56,11 +57,11 @@ int main(int argc, char** argv) {
     return absl::StrContains(file, "make_cache_main");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
+  // ParseFlags sets `usage` (and --version's line).
   absl::StatusOr<std::vector<char*>> parsed =
-      coppelius::ParseFlags("make-cache", command_line);
+      coppelius::ParseFlags("make-cache", command_line, std::move(usage));
   if (!parsed.ok()) {
     std::cerr << coppelius::StatusLine("make-cache", parsed.status())
               << std::endl;
