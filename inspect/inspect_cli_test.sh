@@ -306,6 +306,12 @@ if [[ -c /dev/full ]]; then
   grep -q "DATA_LOSS: $d/bad_ids.tok: token .*; the report was not written: writing <stdout>: No space left on device$" "$d/full.err" \
     || fail "bad_ids.tok > /dev/full: $(cat "$d/full.err")"
 fi
+# A pipe closed early ends the tool by SIGPIPE, as any Unix tool (README),
+# where SIGPIPE is not ignored when it starts (bit 12 of SigIgn: signal 13).
+if (( (0x$(awk '/^SigIgn/ {print $2}' /proc/self/status 2>/dev/null || echo 0) >> 12) % 2 == 0 )); then
+  "$inspect" export --config=tiny --safetensors "$d/model.ckpt" -o - | head -c 10 > /dev/null
+  rc=${PIPESTATUS[0]}; [[ $rc == 141 ]] || fail "export -o - | head -c 10: exit $rc, expected 141 (SIGPIPE)"
+fi
 # --safetensors - (stdin) without Abseil's warning about a flag value "-".
 "$inspect" export --config=tiny --safetensors - -o "$d/stdin.safetensors" < "$d/model.ckpt" 2> "$d/s.err" \
   || fail "export --safetensors -"
