@@ -144,7 +144,7 @@ TEST(CopyStream, CopiesPipesAndRefusesDevicesAndOversizedStreams) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
             "/dev/zero: is a character device (such as /dev/zero or a "
-            "terminal), expected a file or a pipe");
+            "terminal), expected a regular file or a pipe");
   s = copy(src, data.size() - 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), src + ": more than 199999 bytes from a stream; "
@@ -152,6 +152,51 @@ TEST(CopyStream, CopiesPipesAndRefusesDevicesAndOversizedStreams) {
                                "as a path)");
   s = copy(TestDir() + "/no-such-stream", 10);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+}
+
+// ReadFile: a named character device other than /dev/null is refused
+// before it is read (it was read until memory ran out); /dev/null is empty;
+// a stream (here a FIFO) is read up to the limit and refused by name past
+// it; a regular file has no such limit.
+TEST(ReadFile, RefusesCharacterDevicesAndOversizedStreams) {
+  absl::StatusOr<std::string> r = ReadFile("/dev/zero");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "/dev/zero: is a character device (such as /dev/zero or a "
+            "terminal), expected a regular file or a pipe");
+  r = ReadFile("/dev/null");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "");
+
+  const std::string fifo = TestDir() + "/read-fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto feed = [&](size_t n) {
+    return std::thread([fifo, n] {
+      const int fd = open(fifo.c_str(), O_WRONLY);
+      if (fd < 0) return;
+      const std::string bytes(n, 'x');
+      (void)!write(fd, bytes.data(), bytes.size());
+      close(fd);
+    });
+  };
+  std::thread writer = feed(1000);
+  r = ReadFile(fifo, 1000);
+  writer.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size(), 1000u);
+  writer = feed(1001);
+  r = ReadFile(fifo, 1000);
+  writer.join();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            fifo + ": more than 1000 bytes from a stream; expected at most "
+                   "that (give a larger file as a path)");
+  const std::string file = TestDir() + "/read-file";
+  ASSERT_TRUE(WriteFileAtomically(file, std::string(2000, 'y')).ok());
+  r = ReadFile(file, 1000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size(), 2000u);
 }
 
 // nohup(1) ignores SIGHUP before exec: the cleanup must not turn an

@@ -1400,11 +1400,6 @@ std::string FormatTick(double v) {
   return absl::StrFormat("%.4g", v);
 }
 
-// The most a stream may hold: more than any checkpoint or result file of
-// the configs here (692 MB for coppelius's checkpoint) and a token cache of
-// a billion tokens. A larger file is given as a path.
-constexpr uint64_t kMaxStreamBytes = uint64_t{8} << 30;
-
 // Whether `path` is read as a stream: "-" (stdin), or a pipe or character
 // device (a named pipe, the shell's `<(...)`, /dev/stdin), which cannot be
 // read by offset or mapped.
@@ -1450,7 +1445,8 @@ absl::Status WithStreamsSpooled(
     if (fd < 0) return ErrnoStatus(errno, "creating", spool);
     RemoveOnInterrupt(spool);  // Ctrl-C while a large input is read
     names.emplace_back(spool, path);
-    // Copied piece by piece: memory stays small whatever the stream holds.
+    // Copied piece by piece: memory stays small whatever the stream holds
+    // (up to kMaxStreamBytes, common/file_io.h, as every tool reads one).
     absl::Status w = CopyStream(path, fd, spool, kMaxStreamBytes);
     close(fd);
     if (!w.ok()) return w;
