@@ -209,6 +209,34 @@ absl::Status ReadInPieces(
 
 }  // namespace
 
+bool ReadsStandardInput(const std::string& path) {
+  if (path == "-") return true;
+  if (path.empty() || g_stdin_closed) return false;
+  struct stat in, named;
+  if (fstat(STDIN_FILENO, &in) != 0 || stat(path.c_str(), &named) != 0) {
+    return false;
+  }
+  const bool read_once = S_ISFIFO(in.st_mode) || S_ISSOCK(in.st_mode) ||
+                         (S_ISCHR(in.st_mode) && !IsDevNull(in));
+  return read_once && in.st_dev == named.st_dev && in.st_ino == named.st_ino;
+}
+
+absl::Status CheckStandardInputReadOnce(const std::vector<NamedInput>& inputs) {
+  const NamedInput* first = nullptr;
+  for (const NamedInput& input : inputs) {
+    if (input.path.empty() || !ReadsStandardInput(input.path)) continue;
+    if (first == nullptr) {
+      first = &input;
+      continue;
+    }
+    return UsageError(absl::StrCat(
+        first->label, first->path, " and ", input.label, input.path,
+        ": both read standard input, which can be read once; give one of "
+        "them as a file"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckNamedInputKind(absl::string_view path,
                                  const struct stat& st) {
   if (!S_ISCHR(st.st_mode) || IsDevNull(st)) return absl::OkStatus();

@@ -132,6 +132,33 @@ absl::Status CheckNamedInputKind(absl::string_view path,
 absl::StatusOr<std::string> ReadFile(
     const std::string& path, uint64_t max_stream_bytes = kMaxStreamBytes);
 
+// Whether reading `path` reads standard input's bytes: "-" always (read
+// twice, the second read starts where the first ended: at the end); any
+// other name (/dev/stdin, /dev/fd/0, /proc/self/fd/0, a FIFO's own path)
+// when it resolves to the file standard input is (stat(path) and fstat(0):
+// the same st_dev and st_ino) and that file can be read once: a pipe, a
+// FIFO, a socket, a character device other than /dev/null (a terminal).
+// A regular file on standard input (`< file`) is not: any name of it other
+// than "-" opens it afresh and reads it from its start, so `- /dev/stdin <
+// file` reads the file twice, whole, as `- file < file` does. /dev/null is
+// empty however often it is read. False for "" and for a closed standard
+// input (ProtectStandardStreams: reading "-" fails then).
+bool ReadsStandardInput(const std::string& path);
+
+// An input on a command line: `label` as its line names it ("--vocab=",
+// "input "), then its path.
+struct NamedInput {
+  std::string label;
+  std::string path;
+};
+
+// The one check, for every tool that takes several inputs, that standard
+// input is read at most once (ReadsStandardInput): a usage error "LABEL
+// PATH and LABEL PATH: both read standard input, which can be read once;
+// give one of them as a file" for the first two that read it (the second
+// read would see nothing). Inputs with an empty path are skipped.
+absl::Status CheckStandardInputReadOnce(const std::vector<NamedInput>& inputs);
+
 // Copies the stream `path` ("-" for stdin, a pipe, /dev/null) into the open
 // file `fd` (named `fd_path` in errors) in 64 KiB pieces, so that memory
 // stays constant whatever the size. InvalidArgument, naming `path`, for a

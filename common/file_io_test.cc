@@ -12,6 +12,7 @@
 #include <thread>
 #include <string>
 
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -197,6 +198,44 @@ TEST(ReadFile, RefusesCharacterDevicesAndOversizedStreams) {
   r = ReadFile(file, 1000);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->size(), 2000u);
+}
+
+// Standard input by any name: with a pipe on fd 0, "-", /dev/stdin,
+// /dev/fd/0 and /proc/self/fd/0 all read it, and two of them are a usage
+// error; with a regular file on fd 0, only "-" does (its other names open
+// it afresh).
+TEST(CheckStandardInputReadOnce, EveryNameOfAPipeOnStandardInput) {
+  const int saved = dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
+  for (const char* name : {"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"}) {
+    EXPECT_TRUE(ReadsStandardInput(name)) << name;
+  }
+  EXPECT_FALSE(ReadsStandardInput("/dev/null"));
+  EXPECT_FALSE(ReadsStandardInput(""));
+  absl::Status s = CheckStandardInputReadOnce(
+      {{"--vocab=", "-"}, {"--source=", ""}, {"input ", "/dev/stdin"}});
+  EXPECT_TRUE(IsUsageError(s)) << s;
+  EXPECT_EQ(s.message(),
+            "--vocab=- and input /dev/stdin: both read standard input, which "
+            "can be read once; give one of them as a file");
+  EXPECT_TRUE(CheckStandardInputReadOnce({{"", "/dev/fd/0"}, {"", "/dev/null"}})
+                  .ok());
+
+  const std::string file = TestDir() + "/stdin-file";
+  ASSERT_TRUE(WriteFileAtomically(file, "bytes").ok());
+  const int file_fd = open(file.c_str(), O_RDONLY);
+  ASSERT_GE(file_fd, 0);
+  ASSERT_EQ(dup2(file_fd, STDIN_FILENO), STDIN_FILENO);
+  EXPECT_TRUE(ReadsStandardInput("-"));
+  EXPECT_FALSE(ReadsStandardInput("/dev/stdin"));
+  EXPECT_TRUE(CheckStandardInputReadOnce({{"", "-"}, {"", "/dev/stdin"}}).ok());
+  EXPECT_TRUE(IsUsageError(CheckStandardInputReadOnce({{"", "-"}, {"", "-"}})));
+
+  dup2(saved, STDIN_FILENO);
+  for (int fd : {saved, fds[0], fds[1], file_fd}) close(fd);
 }
 
 // nohup(1) ignores SIGHUP before exec: the cleanup must not turn an

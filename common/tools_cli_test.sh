@@ -117,6 +117,34 @@ check "tokenize encode /dev/stdin on a pipe: read" cmp -s "$tmp/file.u32" "$tmp/
 "$tokenize" encode --vocab=<(cat "$tmp/v.tiktoken") "$tmp/src.txt" -o "$tmp/fd.u32" 2> "$tmp/err"
 check "tokenize encode --vocab=/dev/fd/N (a pipe): read" cmp -s "$tmp/file.u32" "$tmp/fd.u32"
 
+# Standard input named twice, by any of its names (/dev/stdin, /dev/fd/0,
+# /proc/self/fd/0 on a pipe are standard input): a usage error, exit 2, one
+# line, in every tool that takes several inputs (file_io.h
+# CheckStandardInputReadOnce; `- /dev/stdin` was read twice, the second
+# read finding nothing). A regular file on standard input is read afresh
+# by its other names: not standard input twice.
+twice() {  # twice NAME STDIN_FILE COMMAND...
+  local name="$1" in="$2"; shift 2
+  cat "$in" | "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  check "$name: usage error, exit 2 (rc $rc)" test $rc -eq 2
+  check "$name: one line" one_line_error "$tmp/err" "INVALID_ARGUMENT: .*both read standard input, which can be read once"
+}
+twice "inspect verify - /dev/stdin" "$tmp/good.tok" "$inspect" verify - /dev/stdin
+twice "inspect verify /dev/fd/0 -" "$tmp/good.tok" "$inspect" verify /dev/fd/0 -
+twice "inspect verify /proc/self/fd/0 /dev/stdin" "$tmp/good.tok" "$inspect" verify /proc/self/fd/0 /dev/stdin
+twice "inspect verify --vocab=- /dev/stdin" "$tmp/good.tok" "$inspect" verify --source="$tmp/src.txt" --vocab=- /dev/stdin
+twice "inspect plot - /dev/stdin" "$tmp/good.tok" "$inspect" plot - /dev/stdin -o "$tmp/never.svg"
+twice "tokenize encode --vocab=- /dev/stdin" "$tmp/v.tiktoken" "$tokenize" encode --vocab=- /dev/stdin -o "$tmp/never"
+twice "tokenize encode --vocab=/dev/stdin -" "$tmp/v.tiktoken" "$tokenize" encode --vocab=/dev/stdin - -o "$tmp/never"
+twice "tokenize decode --vocab=/dev/fd/0 /proc/self/fd/0" "$tmp/v.tiktoken" "$tokenize" decode --vocab=/dev/fd/0 /proc/self/fd/0 -o "$tmp/never"
+twice "make-cache --vocab=- /dev/stdin" "$tmp/v.tiktoken" "$make_cache" --vocab=- /dev/stdin -o "$tmp/never"
+twice "make-cache --vocab=/dev/stdin -" "$tmp/v.tiktoken" "$make_cache" --vocab=/dev/stdin - -o "$tmp/never"
+check "stdin twice: nothing written" test ! -e "$tmp/never" -a ! -e "$tmp/never.svg"
+"$inspect" verify - /dev/stdin < "$tmp/good.tok" > "$tmp/out" 2> "$tmp/err"; rc=$?
+check "inspect verify - /dev/stdin < FILE: both read (exit $rc)" test $rc -eq 0 -a "$(grep -c '^OK ' "$tmp/out")" -eq 2
+cat "$tmp/v.tiktoken" | "$tokenize" encode --vocab=/dev/stdin "$tmp/src.txt" -o "$tmp/vpipe.u32" 2> "$tmp/err"
+check "tokenize encode --vocab=/dev/stdin (once, a pipe): read" cmp -s "$tmp/file.u32" "$tmp/vpipe.u32"
+
 # The value of a flag that takes one is not a request for help.
 "$tokenize" encode --vocab -h in.txt -o "$tmp/o" > "$tmp/out" 2> "$tmp/err"; rc=$?
 check "tokenize --vocab -h: the vocabulary -h (exit 1)" test $rc -eq 1

@@ -1420,6 +1420,9 @@ absl::Status WithStreamsSpooled(
     std::ostream& out,
     const std::function<absl::Status(const std::vector<std::string>&,
                                      std::ostream&)>& run) {
+  std::vector<NamedInput> inputs;
+  for (const std::string& path : paths) inputs.push_back({"", path});
+  RETURN_IF_ERROR(CheckStandardInputReadOnce(inputs));
   std::vector<std::string> spooled = paths;
   std::vector<std::pair<std::string, std::string>> names;  // spool, stream
   absl::Cleanup remove_spools = [&names] {
@@ -1779,12 +1782,9 @@ static absl::Status CheckSourceAndStdin(const std::vector<std::string>& paths,
         "modification time, which standard input does not have; give the "
         "source as a file path");
   }
-  if (vocab == "-" && std::count(paths.begin(), paths.end(), "-") > 0) {
-    return UsageError(
-        "--vocab=- and FILE - both name standard input, which can be read "
-        "once; give one of them as a file");
-  }
-  return absl::OkStatus();
+  std::vector<NamedInput> inputs = {{"--vocab=", vocab}, {"--source=", source}};
+  for (const std::string& path : paths) inputs.push_back({"FILE ", path});
+  return CheckStandardInputReadOnce(inputs);
 }
 
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
