@@ -148,10 +148,25 @@ bool ProcessMayBeRunning(int64_t pid) {
 
 namespace {
 
+bool IsDevNull(const struct stat& st) {
+  return S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
+}
+
+// "PATH: more than N bytes from a stream; ...": ReadFile's and CopyStream's
+// limit.
+absl::Status StreamTooLarge(absl::string_view path, uint64_t max_bytes) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": more than ", max_bytes,
+      " bytes from a stream; expected at most that (give a larger file as "
+      "a path)"));
+}
+
 // Opens `path` ("-": standard input, refused when closed), refuses a
-// directory, calls `opened` with its stat (an error ends the read), then
-// passes its bytes to `piece` in reads of up to 64 KiB until the end (an
-// error ends the read). The one read loop of ReadFile and CopyStream.
+// directory and a named character device (CheckNamedInputKind, by stat
+// before it is opened: opening a device can do more than reading it), calls
+// `opened` with its stat (an error ends the read), then passes its bytes to
+// `piece` in reads of up to 64 KiB until the end (an error ends the read).
+// The one read loop of ReadFile and CopyStream.
 absl::Status ReadInPieces(
     const std::string& path,
     const std::function<absl::Status(const struct stat&)>& opened,
@@ -159,6 +174,12 @@ absl::Status ReadInPieces(
   if (path == "-" && g_stdin_closed) {
     return absl::FailedPreconditionError(
         "-: standard input is closed; expected data on it or a file path");
+  }
+  if (path != "-") {
+    struct stat before;
+    if (stat(path.c_str(), &before) == 0) {
+      RETURN_IF_ERROR(CheckNamedInputKind(path, before));
+    }
   }
   const int fd =
       path == "-" ? STDIN_FILENO : open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -172,6 +193,7 @@ absl::Status ReadInPieces(
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": is a directory, expected a file"));
   }
+  if (path != "-") RETURN_IF_ERROR(CheckNamedInputKind(path, st));
   RETURN_IF_ERROR(opened(st));
   char buffer[1 << 16];
   for (;;) {
@@ -187,15 +209,58 @@ absl::Status ReadInPieces(
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
+bool ReadsStandardInput(const std::string& path) {
+  if (path == "-") return true;
+  if (path.empty() || g_stdin_closed) return false;
+  struct stat in, named;
+  if (fstat(STDIN_FILENO, &in) != 0 || stat(path.c_str(), &named) != 0) {
+    return false;
+  }
+  const bool read_once = S_ISFIFO(in.st_mode) || S_ISSOCK(in.st_mode) ||
+                         (S_ISCHR(in.st_mode) && !IsDevNull(in));
+  return read_once && in.st_dev == named.st_dev && in.st_ino == named.st_ino;
+}
+
+absl::Status CheckStandardInputReadOnce(const std::vector<NamedInput>& inputs) {
+  const NamedInput* first = nullptr;
+  for (const NamedInput& input : inputs) {
+    if (input.path.empty() || !ReadsStandardInput(input.path)) continue;
+    if (first == nullptr) {
+      first = &input;
+      continue;
+    }
+    return UsageError(absl::StrCat(
+        first->label, first->path, " and ", input.label, input.path,
+        ": both read standard input, which can be read once; give one of "
+        "them as a file"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNamedInputKind(absl::string_view path,
+                                 const struct stat& st) {
+  if (!S_ISCHR(st.st_mode) || IsDevNull(st)) return absl::OkStatus();
+  // Not /dev/null: no end (/dev/zero), or not data (a terminal).
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": is a character device (such as /dev/zero or a terminal), "
+            "expected a regular file or a pipe"));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     uint64_t max_stream_bytes) {
   std::string out;
+  bool stream = false;
   RETURN_IF_ERROR(ReadInPieces(
       path,
       [&](const struct stat& st) {
-        if (path != "-" && S_ISREG(st.st_mode)) out.reserve(st.st_size);
+        stream = !S_ISREG(st.st_mode);
+        if (!stream) out.reserve(st.st_size);
         return absl::OkStatus();
       },
       [&](absl::string_view bytes) {
+        if (stream && bytes.size() > max_stream_bytes - out.size()) {
+          return StreamTooLarge(path, max_stream_bytes);
+        }
         out.append(bytes.data(), bytes.size());
         return absl::OkStatus();
       }));
@@ -208,22 +273,13 @@ absl::Status CopyStream(const std::string& path, int fd,
   return ReadInPieces(
       path,
       [&](const struct stat& st) {
-        if (S_ISCHR(st.st_mode) && st.st_rdev != makedev(1, 3)) {
-          // Not /dev/null: no end (/dev/zero), or not data (a terminal).
-          return absl::InvalidArgumentError(absl::StrCat(
-              path, ": is a character device (such as /dev/zero or a "
-                    "terminal), expected a file or a pipe"));
-        }
-        return absl::OkStatus();
+        // A named input was checked already; standard input is checked here
+        // too (a stream that is a device has no end or is not data).
+        return CheckNamedInputKind(path, st);
       },
       [&](absl::string_view bytes) {
         total += bytes.size();
-        if (total > max_bytes) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              path, ": more than ", max_bytes,
-              " bytes from a stream; expected at most that (give a larger "
-              "file as a path)"));
-        }
+        if (total > max_bytes) return StreamTooLarge(path, max_bytes);
         return WriteAll(fd, bytes.data(), bytes.size(), fd_path);
       });
 }

@@ -10,6 +10,8 @@
 #ifndef COPPELIUS_COMMON_FILE_IO_H_
 #define COPPELIUS_COMMON_FILE_IO_H_
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
@@ -102,15 +104,67 @@ std::string NewTemporaryPath(const std::string& path);
 // temporary name of any writer here, which ProbeTemporaryInDirectory tries.
 std::string PublicationTemporaryPath(const std::string& path);
 
-// Reads the whole file (or stdin for "-") into a string.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+// The most a stream (standard input, a pipe, a FIFO, the shell's `<(...)`)
+// is read from: more than any checkpoint or result file of the configs here
+// (692 MB for coppelius's checkpoint), a token cache of a billion tokens or
+// any corpus the tools are given on a pipe. A larger input is given as a
+// regular file's path. ReadFile's default and inspect's spool limit.
+inline constexpr uint64_t kMaxStreamBytes = uint64_t{8} << 30;
+
+// The one rule for what a named input may be, for every tool's readers
+// (ReadFile and CopyStream apply it before reading; readers that need a
+// regular file refuse more): InvalidArgument "PATH: is a character device
+// (such as /dev/zero or a terminal), expected a regular file or a pipe" when
+// `st` (the input's stat) is a character device other than /dev/null, which
+// reads as empty. /dev/zero has no end (it was read until memory ran out), a
+// terminal holds no file. Standard input ("-") is not a named input: it is
+// whatever the user gives it (a terminal included); CopyStream refuses a
+// device there too.
+absl::Status CheckNamedInputKind(absl::string_view path,
+                                 const struct stat& st);
+
+// Reads the whole file (or stdin for "-") into a string. A named character
+// device is refused before it is opened (CheckNamedInputKind). An input
+// that is not a regular file (a pipe, a FIFO, "-" on either or on a
+// terminal) is read up to `max_stream_bytes`: InvalidArgument "PATH: more
+// than N bytes from a stream; ..." beyond that, rather than reading until
+// memory runs out.
+absl::StatusOr<std::string> ReadFile(
+    const std::string& path, uint64_t max_stream_bytes = kMaxStreamBytes);
+
+// Whether reading `path` reads standard input's bytes: "-" always (read
+// twice, the second read starts where the first ended: at the end); any
+// other name (/dev/stdin, /dev/fd/0, /proc/self/fd/0, a FIFO's own path)
+// when it resolves to the file standard input is (stat(path) and fstat(0):
+// the same st_dev and st_ino) and that file can be read once: a pipe, a
+// FIFO, a socket, a character device other than /dev/null (a terminal).
+// A regular file on standard input (`< file`) is not: any name of it other
+// than "-" opens it afresh and reads it from its start, so `- /dev/stdin <
+// file` reads the file twice, whole, as `- file < file` does. /dev/null is
+// empty however often it is read. False for "" and for a closed standard
+// input (ProtectStandardStreams: reading "-" fails then).
+bool ReadsStandardInput(const std::string& path);
+
+// An input on a command line: `label` as its line names it ("--vocab=",
+// "input "), then its path.
+struct NamedInput {
+  std::string label;
+  std::string path;
+};
+
+// The one check, for every tool that takes several inputs, that standard
+// input is read at most once (ReadsStandardInput): a usage error "LABEL
+// PATH and LABEL PATH: both read standard input, which can be read once;
+// give one of them as a file" for the first two that read it (the second
+// read would see nothing). Inputs with an empty path are skipped.
+absl::Status CheckStandardInputReadOnce(const std::vector<NamedInput>& inputs);
 
 // Copies the stream `path` ("-" for stdin, a pipe, /dev/null) into the open
 // file `fd` (named `fd_path` in errors) in 64 KiB pieces, so that memory
 // stays constant whatever the size. InvalidArgument, naming `path`, for a
-// character device other than /dev/null (/dev/zero, a terminal: no end, or
-// not data) and for a stream of more than `max_bytes` (it stops reading
-// there); FailedPrecondition for a closed stdin; errno's for I/O errors.
+// character device other than /dev/null (CheckNamedInputKind, for "-" too)
+// and for a stream of more than `max_bytes` (it stops reading there);
+// FailedPrecondition for a closed stdin; errno's for I/O errors.
 absl::Status CopyStream(const std::string& path, int fd,
                         absl::string_view fd_path, uint64_t max_bytes);
 

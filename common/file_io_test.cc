@@ -12,6 +12,7 @@
 #include <thread>
 #include <string>
 
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -144,7 +145,7 @@ TEST(CopyStream, CopiesPipesAndRefusesDevicesAndOversizedStreams) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
             "/dev/zero: is a character device (such as /dev/zero or a "
-            "terminal), expected a file or a pipe");
+            "terminal), expected a regular file or a pipe");
   s = copy(src, data.size() - 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), src + ": more than 199999 bytes from a stream; "
@@ -152,6 +153,89 @@ TEST(CopyStream, CopiesPipesAndRefusesDevicesAndOversizedStreams) {
                                "as a path)");
   s = copy(TestDir() + "/no-such-stream", 10);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+}
+
+// ReadFile: a named character device other than /dev/null is refused
+// before it is read (it was read until memory ran out); /dev/null is empty;
+// a stream (here a FIFO) is read up to the limit and refused by name past
+// it; a regular file has no such limit.
+TEST(ReadFile, RefusesCharacterDevicesAndOversizedStreams) {
+  absl::StatusOr<std::string> r = ReadFile("/dev/zero");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "/dev/zero: is a character device (such as /dev/zero or a "
+            "terminal), expected a regular file or a pipe");
+  r = ReadFile("/dev/null");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "");
+
+  const std::string fifo = TestDir() + "/read-fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto feed = [&](size_t n) {
+    return std::thread([fifo, n] {
+      const int fd = open(fifo.c_str(), O_WRONLY);
+      if (fd < 0) return;
+      const std::string bytes(n, 'x');
+      (void)!write(fd, bytes.data(), bytes.size());
+      close(fd);
+    });
+  };
+  std::thread writer = feed(1000);
+  r = ReadFile(fifo, 1000);
+  writer.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size(), 1000u);
+  writer = feed(1001);
+  r = ReadFile(fifo, 1000);
+  writer.join();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            fifo + ": more than 1000 bytes from a stream; expected at most "
+                   "that (give a larger file as a path)");
+  const std::string file = TestDir() + "/read-file";
+  ASSERT_TRUE(WriteFileAtomically(file, std::string(2000, 'y')).ok());
+  r = ReadFile(file, 1000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size(), 2000u);
+}
+
+// Standard input by any name: with a pipe on fd 0, "-", /dev/stdin,
+// /dev/fd/0 and /proc/self/fd/0 all read it, and two of them are a usage
+// error; with a regular file on fd 0, only "-" does (its other names open
+// it afresh).
+TEST(CheckStandardInputReadOnce, EveryNameOfAPipeOnStandardInput) {
+  const int saved = dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
+  for (const char* name : {"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"}) {
+    EXPECT_TRUE(ReadsStandardInput(name)) << name;
+  }
+  EXPECT_FALSE(ReadsStandardInput("/dev/null"));
+  EXPECT_FALSE(ReadsStandardInput(""));
+  absl::Status s = CheckStandardInputReadOnce(
+      {{"--vocab=", "-"}, {"--source=", ""}, {"input ", "/dev/stdin"}});
+  EXPECT_TRUE(IsUsageError(s)) << s;
+  EXPECT_EQ(s.message(),
+            "--vocab=- and input /dev/stdin: both read standard input, which "
+            "can be read once; give one of them as a file");
+  EXPECT_TRUE(CheckStandardInputReadOnce({{"", "/dev/fd/0"}, {"", "/dev/null"}})
+                  .ok());
+
+  const std::string file = TestDir() + "/stdin-file";
+  ASSERT_TRUE(WriteFileAtomically(file, "bytes").ok());
+  const int file_fd = open(file.c_str(), O_RDONLY);
+  ASSERT_GE(file_fd, 0);
+  ASSERT_EQ(dup2(file_fd, STDIN_FILENO), STDIN_FILENO);
+  EXPECT_TRUE(ReadsStandardInput("-"));
+  EXPECT_FALSE(ReadsStandardInput("/dev/stdin"));
+  EXPECT_TRUE(CheckStandardInputReadOnce({{"", "-"}, {"", "/dev/stdin"}}).ok());
+  EXPECT_TRUE(IsUsageError(CheckStandardInputReadOnce({{"", "-"}, {"", "-"}})));
+
+  dup2(saved, STDIN_FILENO);
+  for (int fd : {saved, fds[0], fds[1], file_fd}) close(fd);
 }
 
 // nohup(1) ignores SIGHUP before exec: the cleanup must not turn an

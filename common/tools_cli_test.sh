@@ -80,6 +80,78 @@ for k in "${!tools[@]}"; do
     one_line_error "$tmp/err" "INVALID_ARGUMENT: --flagfile is not supported"
 done
 
+# Named inputs (file_io.h ReadFile, CheckNamedInput): a character device
+# other than /dev/null is refused at once by every tool, one line naming
+# it, exit 1 (they were read into memory until memory ran out, and the
+# error named no file); /dev/null reads as empty; /dev/stdin and /dev/fd/N
+# on a pipe are read. Memory is limited so that a reader that does not
+# refuse fails fast instead of taking the machine's.
+for i in $(seq 1 200); do
+  printf 'The quick brown fox %d jumps over the lazy dog.\n' "$i"
+done > "$tmp/src.txt"
+"$tokenize" train "$tmp/src.txt" -o "$tmp/v.tiktoken" --vocab-size=300 --progress=false 2> "$tmp/err"
+check "inputs: tokenize train (exit 0)" test $? -eq 0
+"$make_cache" --vocab="$tmp/v.tiktoken" "$tmp/src.txt" -o "$tmp/good.tok" 2> "$tmp/err"
+check "inputs: make-cache (exit 0)" test $? -eq 0
+: > "$tmp/fresh.ckpt"
+refused() {  # refused NAME COMMAND...: exit 1 at once, one line naming /dev/zero
+  local name="$1"; shift
+  (ulimit -v 4194304; timeout 60 "$@") > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  check "$name: exit 1 (rc $rc)" test $rc -eq 1
+  check "$name: one line naming /dev/zero" one_line_error "$tmp/err" "/dev/zero: .*character device\|/dev/zero: not a regular file"
+  check "$name: says what is expected" grep -q "expected" "$tmp/err"
+}
+refused "tokenize encode --vocab=/dev/zero" "$tokenize" encode --vocab=/dev/zero "$tmp/src.txt" -o "$tmp/z.u32"
+refused "tokenize encode /dev/zero" "$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/zero -o "$tmp/z.u32"
+refused "tokenize decode /dev/zero" "$tokenize" decode --vocab="$tmp/v.tiktoken" /dev/zero -o "$tmp/z.txt"
+refused "tokenize train /dev/zero" "$tokenize" train /dev/zero -o "$tmp/z.tiktoken" --progress=false
+refused "make-cache --vocab=/dev/zero" "$make_cache" --vocab=/dev/zero "$tmp/src.txt" -o "$tmp/z.tok"
+refused "make-cache SOURCE /dev/zero" "$make_cache" --vocab="$tmp/v.tiktoken" /dev/zero -o "$tmp/z.tok"
+# verify reports a file that fails on stdout (its vocabulary with it).
+(ulimit -v 4194304; timeout 60 "$inspect" verify --vocab=/dev/zero --source="$tmp/src.txt" "$tmp/good.tok") > "$tmp/out" 2> "$tmp/err"; rc=$?
+check "inspect verify --vocab=/dev/zero: exit 1 (rc $rc)" test $rc -eq 1
+check "inspect verify --vocab=/dev/zero: the FAIL line names it" \
+  one_line_error "$tmp/out" "^FAIL $tmp/good.tok: --vocab: /dev/zero: is a character device (such as /dev/zero or a terminal), expected a regular file or a pipe$"
+refused "inspect verify /dev/zero" "$inspect" verify /dev/zero
+refused "train --tokens=/dev/zero" "$train" --config=tiny --backend=reference --tokens=/dev/zero \
+  --checkpoint-in="$tmp/fresh.ckpt" --checkpoint-out="$tmp/z.ckpt" --result="$tmp/z.res"
+check "inputs: nothing written for /dev/zero" test ! -e "$tmp/z.u32" -a ! -e "$tmp/z.txt" -a ! -e "$tmp/z.tok" -a ! -e "$tmp/z.tiktoken"
+"$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/null -o "$tmp/null.u32" 2> "$tmp/err"
+check "tokenize encode /dev/null: exit 0, no ids" test $? -eq 0 -a -e "$tmp/null.u32" -a ! -s "$tmp/null.u32"
+"$tokenize" encode --vocab="$tmp/v.tiktoken" "$tmp/src.txt" -o "$tmp/file.u32"
+cat "$tmp/src.txt" | "$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/stdin -o "$tmp/pipe.u32" 2> "$tmp/err"
+check "tokenize encode /dev/stdin on a pipe: read" cmp -s "$tmp/file.u32" "$tmp/pipe.u32"
+"$tokenize" encode --vocab=<(cat "$tmp/v.tiktoken") "$tmp/src.txt" -o "$tmp/fd.u32" 2> "$tmp/err"
+check "tokenize encode --vocab=/dev/fd/N (a pipe): read" cmp -s "$tmp/file.u32" "$tmp/fd.u32"
+
+# Standard input named twice, by any of its names (/dev/stdin, /dev/fd/0,
+# /proc/self/fd/0 on a pipe are standard input): a usage error, exit 2, one
+# line, in every tool that takes several inputs (file_io.h
+# CheckStandardInputReadOnce; `- /dev/stdin` was read twice, the second
+# read finding nothing). A regular file on standard input is read afresh
+# by its other names: not standard input twice.
+twice() {  # twice NAME STDIN_FILE COMMAND...
+  local name="$1" in="$2"; shift 2
+  cat "$in" | "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  check "$name: usage error, exit 2 (rc $rc)" test $rc -eq 2
+  check "$name: one line" one_line_error "$tmp/err" "INVALID_ARGUMENT: .*both read standard input, which can be read once"
+}
+twice "inspect verify - /dev/stdin" "$tmp/good.tok" "$inspect" verify - /dev/stdin
+twice "inspect verify /dev/fd/0 -" "$tmp/good.tok" "$inspect" verify /dev/fd/0 -
+twice "inspect verify /proc/self/fd/0 /dev/stdin" "$tmp/good.tok" "$inspect" verify /proc/self/fd/0 /dev/stdin
+twice "inspect verify --vocab=- /dev/stdin" "$tmp/good.tok" "$inspect" verify --source="$tmp/src.txt" --vocab=- /dev/stdin
+twice "inspect plot - /dev/stdin" "$tmp/good.tok" "$inspect" plot - /dev/stdin -o "$tmp/never.svg"
+twice "tokenize encode --vocab=- /dev/stdin" "$tmp/v.tiktoken" "$tokenize" encode --vocab=- /dev/stdin -o "$tmp/never"
+twice "tokenize encode --vocab=/dev/stdin -" "$tmp/v.tiktoken" "$tokenize" encode --vocab=/dev/stdin - -o "$tmp/never"
+twice "tokenize decode --vocab=/dev/fd/0 /proc/self/fd/0" "$tmp/v.tiktoken" "$tokenize" decode --vocab=/dev/fd/0 /proc/self/fd/0 -o "$tmp/never"
+twice "make-cache --vocab=- /dev/stdin" "$tmp/v.tiktoken" "$make_cache" --vocab=- /dev/stdin -o "$tmp/never"
+twice "make-cache --vocab=/dev/stdin -" "$tmp/v.tiktoken" "$make_cache" --vocab=/dev/stdin - -o "$tmp/never"
+check "stdin twice: nothing written" test ! -e "$tmp/never" -a ! -e "$tmp/never.svg"
+"$inspect" verify - /dev/stdin < "$tmp/good.tok" > "$tmp/out" 2> "$tmp/err"; rc=$?
+check "inspect verify - /dev/stdin < FILE: both read (exit $rc)" test $rc -eq 0 -a "$(grep -c '^OK ' "$tmp/out")" -eq 2
+cat "$tmp/v.tiktoken" | "$tokenize" encode --vocab=/dev/stdin "$tmp/src.txt" -o "$tmp/vpipe.u32" 2> "$tmp/err"
+check "tokenize encode --vocab=/dev/stdin (once, a pipe): read" cmp -s "$tmp/file.u32" "$tmp/vpipe.u32"
+
 # The value of a flag that takes one is not a request for help.
 "$tokenize" encode --vocab -h in.txt -o "$tmp/o" > "$tmp/out" 2> "$tmp/err"; rc=$?
 check "tokenize --vocab -h: the vocabulary -h (exit 1)" test $rc -eq 1

@@ -1432,11 +1432,6 @@ std::string FormatTick(double v) {
   return absl::StrFormat("%.4g", v);
 }
 
-// The most a stream may hold: more than any checkpoint or result file of
-// the configs here (692 MB for coppelius's checkpoint) and a token cache of
-// a billion tokens. A larger file is given as a path.
-constexpr uint64_t kMaxStreamBytes = uint64_t{8} << 30;
-
 // Whether `path` is read as a stream: "-" (stdin), or a pipe or character
 // device (a named pipe, the shell's `<(...)`, /dev/stdin), which cannot be
 // read by offset or mapped.
@@ -1457,6 +1452,9 @@ absl::Status WithStreamsSpooled(
     std::ostream& out,
     const std::function<absl::Status(const std::vector<std::string>&,
                                      std::ostream&)>& run) {
+  std::vector<NamedInput> inputs;
+  for (const std::string& path : paths) inputs.push_back({"", path});
+  RETURN_IF_ERROR(CheckStandardInputReadOnce(inputs));
   std::vector<std::string> spooled = paths;
   std::vector<std::pair<std::string, std::string>> names;  // spool, stream
   absl::Cleanup remove_spools = [&names] {
@@ -1482,7 +1480,8 @@ absl::Status WithStreamsSpooled(
     if (fd < 0) return ErrnoStatus(errno, "creating", spool);
     RemoveOnInterrupt(spool);  // Ctrl-C while a large input is read
     names.emplace_back(spool, path);
-    // Copied piece by piece: memory stays small whatever the stream holds.
+    // Copied piece by piece: memory stays small whatever the stream holds
+    // (up to kMaxStreamBytes, common/file_io.h, as every tool reads one).
     absl::Status w = CopyStream(path, fd, spool, kMaxStreamBytes);
     close(fd);
     if (!w.ok()) return w;
@@ -1815,12 +1814,9 @@ static absl::Status CheckSourceAndStdin(const std::vector<std::string>& paths,
         "modification time, which standard input does not have; give the "
         "source as a file path");
   }
-  if (vocab == "-" && std::count(paths.begin(), paths.end(), "-") > 0) {
-    return UsageError(
-        "--vocab=- and FILE - both name standard input, which can be read "
-        "once; give one of them as a file");
-  }
-  return absl::OkStatus();
+  std::vector<NamedInput> inputs = {{"--vocab=", vocab}, {"--source=", source}};
+  for (const std::string& path : paths) inputs.push_back({"FILE ", path});
+  return CheckStandardInputReadOnce(inputs);
 }
 
 absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {

@@ -40,7 +40,7 @@ py json "$d/cut.json" || fail "cut.json does not parse: $(cat "$d/cut.json")"
 grep -q '"ok":false' "$d/cut.json" || fail "cut.json: $(cat "$d/cut.json")"
 # Standard input named twice, or as the source (no mtime): usage errors.
 "$inspect" verify --config=tiny - --vocab=- < "$d/cache.tok" > /dev/null 2> "$d/twice.err"; rc=$?
-[[ $rc == 2 ]] && grep -q 'both name standard input' "$d/twice.err" || fail "FILE - --vocab=-: rc $rc, $(cat "$d/twice.err")"
+[[ $rc == 2 ]] && grep -q 'both read standard input' "$d/twice.err" || fail "FILE - --vocab=-: rc $rc, $(cat "$d/twice.err")"
 "$inspect" verify --config=tiny "$d/cache.tok" --source=- < /dev/null > /dev/null 2> "$d/twice.err"; rc=$?
 [[ $rc == 2 ]] && grep -q -- '--source=-' "$d/twice.err" || fail "--source=-: rc $rc, $(cat "$d/twice.err")"
 # Without --config, the tiny files are read as tiny.

@@ -113,11 +113,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   RETURN_IF_ERROR(CheckThreadsFlag(options.threads));
   const bool from_stdin = options.source_path == "-";
   const bool to_stdout = options.output_path == "-";
-  if (from_stdin && options.vocab_path == "-") {
-    return UsageError(
-        "--vocab=- and SOURCE - both name standard input, which can be read "
-        "once; give the vocabulary as a file");
-  }
+  RETURN_IF_ERROR(CheckStandardInputReadOnce(
+      {{"--vocab=", options.vocab_path}, {"SOURCE ", options.source_path}}));
   // The output may not be the source or the vocabulary, by name or, with
   // -o -, as the file standard output was redirected to (`> SOURCE` empties
   // it before make-cache reads it).

@@ -113,11 +113,8 @@ namespace {
 absl::Status CheckOutputIsNotAnInput(const std::string& output,
                                      const std::string& input,
                                      const std::string& vocab) {
-  if (vocab == "-" && input == "-") {
-    return UsageError(
-        "--vocab=- and input -: both read standard input, which can be read "
-        "once; give the vocabulary or the input as a file");
-  }
+  RETURN_IF_ERROR(
+      CheckStandardInputReadOnce({{"--vocab=", vocab}, {"input ", input}}));
   RETURN_IF_ERROR(CheckOutputIsNotInput(output, "input file", input));
   return CheckOutputIsNotInput(output, "vocabulary file", vocab);
 }

@@ -48,7 +48,8 @@ struct EncodeOptions {
 };
 
 // Encodes input_path to output_path. InvalidArgument when vocab_path and
-// input_path are both "-" (standard input can be read once) or the output
+// input_path both read standard input ("-", /dev/stdin on a pipe: it can be
+// read once; CheckStandardInputReadOnce, common/file_io.h) or the output
 // is the input or the vocabulary (output_path names it, or is "-" and
 // standard output is that file: CheckOutputIsNotInput, output_checks.h);
 // FailedPrecondition when it is a Coppelius checkpoint or result file
