@@ -1466,11 +1466,12 @@ absl::Status WithStreamsSpooled(
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string& path = paths[i];
     if (!IsStream(path)) continue;
+    // Standard input under any of its names was refused above; a named
+    // pipe given twice under one spelling is refused here.
     const int64_t given = std::count(paths.begin(), paths.end(), path);
     if (given > 1) {
-      return UsageError(absl::StrCat(
-          path, path == "-" ? " (stdin)" : " (a stream)", " is given ", given,
-          " times; it can be read once"));
+      return UsageError(absl::StrCat(path, " (a stream) is given ", given,
+                                     " times; it can be read once"));
     }
     const char* tmpdir = std::getenv("TMPDIR");
     std::string spool =
