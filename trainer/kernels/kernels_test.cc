@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -1168,6 +1169,80 @@ TEST_P(AdamWTest, BitwiseEqualToHostRule) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, AdamWTest, testing::Values(0, 1, 2, 26));
+
+// Values over every binade the fp32 update can meet without overflowing
+// (zeros, subnormals, tiny and large moments and gradients, both signs),
+// so that the division and square root meet their slow paths (ptxas's
+// range checks) as well as their fast ones: p, m and v must equal the host
+// rule's bit for bit (zeros' signs included) for both grids and for t = 1
+// and t = 1,000.
+TEST(AdamWTest, HostileValuesBitwise) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kHalf = 1 << 19;
+  constexpr int64_t n = 2 * kHalf;  // [decayed tensor][not decayed]
+  std::mt19937_64& rng = Rng();
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  // ±2^e, e uniform in [lo, hi] (subnormals where e < −126), or 0 with
+  // probability `zeros`.
+  auto draw = [&](double lo, double hi, double zeros, bool sign) {
+    if (unit(rng) < zeros) return unit(rng) < 0.5 ? 0.0f : -0.0f;
+    const float x = static_cast<float>(std::exp2(lo + (hi - lo) * unit(rng)));
+    return sign && unit(rng) < 0.5 ? -x : x;
+  };
+  std::vector<float> p(n), m(n), v(n), g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = draw(-40, 20, 0.02, true);
+    m[i] = draw(-160, 20, 0.1, true);
+    v[i] = std::fabs(draw(-160, 60, 0.1, false));
+    g[i] = draw(-100, 30, 0.1, true);
+  }
+  std::vector<AdamWChunk> chunks;
+  for (int64_t b = 0; b < n; b += kAdamWChunk) {
+    chunks.push_back({b, static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, n - b)),
+                      b < kHalf ? 1 : 0});
+  }
+  const AdamWHyperparameters h;
+  for (const uint64_t t : {uint64_t{1}, uint64_t{1000}}) {
+    for (const int max_blocks : {0, 26}) {
+      const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
+      AdamWDeviceScalars d;
+      std::memcpy(&d, &s, sizeof(s));
+      SetAdamWDivisorReciprocal(&d);
+      DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
+      DeviceBuffer<AdamWChunk> dchunks(chunks.size());
+      DeviceBuffer<AdamWDeviceScalars> dtable(1);
+      Bf16Buffer p16(n);
+      dp.Upload(p);
+      dm.Upload(m);
+      dv.Upload(v);
+      dg.Upload(g);
+      dchunks.Upload(chunks);
+      dtable.Upload({d});
+      ASSERT_EQ(AdamWUpdateChunks(dchunks.get(), static_cast<int>(chunks.size()),
+                                  dtable.get(), nullptr, 0, dp.get(), dm.get(),
+                                  dv.get(), dg.get(), AsBf16(p16), nullptr,
+                                  max_blocks),
+                cudaSuccess);
+      std::vector<float> hp = p, hm = m, hv = v;
+      AdamWUpdateRange(s, true, kHalf, hp.data(), hm.data(), hv.data(), g.data());
+      AdamWUpdateRange(s, false, kHalf, hp.data() + kHalf, hm.data() + kHalf,
+                       hv.data() + kHalf, g.data() + kHalf);
+      const auto gp = dp.Download(), gm = dm.Download(), gv = dv.Download();
+      auto bits = [](float x) {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        return u;
+      };
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(bits(gp[i]), bits(hp[i]))
+            << "p " << i << " t " << t << " grid " << max_blocks << ": p0 "
+            << p[i] << " m0 " << m[i] << " v0 " << v[i] << " g " << g[i];
+        ASSERT_EQ(bits(gm[i]), bits(hm[i])) << "m " << i;
+        ASSERT_EQ(bits(gv[i]), bits(hv[i])) << "v " << i;
+      }
+    }
+  }
+}
 
 TEST(CastTest, RoundsToNearestEven) {
   SKIP_WITHOUT_GPU();
