@@ -706,6 +706,14 @@ absl::Status CudaBackend::Init() {
       shapes[p].sm_count_target = g_tuning.side_sms;
     }
   }
+  // Two of the chain's products likewise (CudaStepTuning::logits_dx_sms,
+  // output_dx_sms): they run beside the side stream's.
+  if (g_tuning.logits_dx_sms > 0) {
+    shapes[kLogitsDx].sm_count_target = g_tuning.logits_dx_sms;
+  }
+  if (g_tuning.output_dx_sms > 0) {
+    shapes[kOutputDx].sm_count_target = g_tuning.output_dx_sms;
+  }
   for (int p = 0; p < kNumCudaProducts; ++p) {
     RETURN_IF_ERROR(Plan(&plans_[p], shapes[p]));
   }
@@ -1566,6 +1574,8 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
   }
   for (const auto& [field, value] :
        {std::pair<const char*, int>{"side_sms", tuning.side_sms},
+        {"logits_dx_sms", tuning.logits_dx_sms},
+        {"output_dx_sms", tuning.output_dx_sms},
         {"adamw_overlap_blocks", tuning.adamw_overlap_blocks}}) {
     if (value < 0) {
       return absl::InvalidArgumentError(

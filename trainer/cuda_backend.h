@@ -132,6 +132,21 @@ struct CudaStepTuning {
   // 2.735 against 2.771 ms/step for 0, 2.764 for 33, 2.750 for 56, 3.19
   // for 22 (docs/PERFORMANCE.md run 9).
   int side_sms = 44;
+  // > 0: cuBLASLt plans two products of the main stream's chain for this
+  // many SMs, as they run beside the side stream's work; 0: the whole
+  // device. Read when the backend is created. The logits dX product (the
+  // backward's first, beside the tied dE product on side_sms SMs): at 88
+  // its CTAs and dE's start together (on the whole device dE waited 18 µs
+  // for SMs); other bits (another split of K), 2.372 / 2.372 against 2.381
+  // / 2.382 ms/step, 80 2.375 / 2.373, 96 2.380 / 2.381, 110 the whole
+  // device's plan. The attention output's dX product (beside the block's
+  // dW products and the overlapped update): at 62 2.376 / 2.377, the same
+  // bits; 56 2.376 / 2.377, 72 2.377 / 2.379, 88 2.388 / 2.385. Together
+  // 2.370 / 2.371 (docs/PERFORMANCE.md run 18, H200, 2026-12-01). The
+  // same target for the gate|up or qkv dX products was slower (62: 2.418,
+  // 2.407).
+  int logits_dx_sms = 88;
+  int output_dx_sms = 62;
   // The qkv / gate|up forward product as our own TMA/wgmma kernel with
   // RoPE / SwiGLU in its epilogue (kernels/fused_matmul.h), with this tile
   // configuration (0 .. kFusedConfigs − 1), where the shapes allow; −1: a

@@ -218,6 +218,10 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   cases.back().tuning.adamw_priority = -1;
   cases.push_back({"side_sms", defaults});
   cases.back().tuning.side_sms = -1;
+  cases.push_back({"logits_dx_sms", defaults});
+  cases.back().tuning.logits_dx_sms = -1;
+  cases.push_back({"output_dx_sms", defaults});
+  cases.back().tuning.output_dx_sms = -3;
   cases.push_back({"adamw_overlap_blocks", defaults});
   cases.back().tuning.adamw_overlap_blocks = -1;
   cases.push_back({"fused_qkv_config", defaults});

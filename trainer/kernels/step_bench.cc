@@ -73,6 +73,11 @@ ABSL_FLAG(int, adamw_priority, coppelius::CudaStepTuning().adamw_priority,
           "AdamW stream priority: 0 below main, 1 least, 2 main's");
 ABSL_FLAG(int, side_sms, coppelius::CudaStepTuning().side_sms,
           "SM count target of the side stream's dW products (0: whole device)");
+ABSL_FLAG(int, logits_dx_sms, coppelius::CudaStepTuning().logits_dx_sms,
+          "SM count target of the logits dX product (0: whole device)");
+ABSL_FLAG(int, output_dx_sms, coppelius::CudaStepTuning().output_dx_sms,
+          "SM count target of the attention output's dX product (0: whole "
+          "device)");
 ABSL_FLAG(int, fused_qkv_config, coppelius::CudaStepTuning().fused_qkv_config,
           "qkv forward product with RoPE fused, in this tile configuration "
           "(fused_matmul.h); -1: cuBLASLt + RopeForward");
@@ -666,6 +671,8 @@ int Main(int argc, char** argv) {
   tuning.side_priority = absl::GetFlag(FLAGS_side_priority);
   tuning.adamw_priority = absl::GetFlag(FLAGS_adamw_priority);
   tuning.side_sms = absl::GetFlag(FLAGS_side_sms);
+  tuning.logits_dx_sms = absl::GetFlag(FLAGS_logits_dx_sms);
+  tuning.output_dx_sms = absl::GetFlag(FLAGS_output_dx_sms);
   tuning.adamw_overlap_blocks = absl::GetFlag(FLAGS_adamw_blocks);
   tuning.fused_qkv_config = absl::GetFlag(FLAGS_fused_qkv_config);
   tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
