@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
 #include "tokencache/decode_check.h"
@@ -252,6 +253,11 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
 
   ASSIGN_OR_RETURN(TokenCacheWriter writer,
                    TokenCacheWriter::Create(options.output_path, source_stat));
+  // Memory that runs out while encoding (in worker threads) ends the
+  // process naming the source; the writer's temporary is removed then
+  // (ExitOnOutOfMemory).
+  const OutOfMemoryContext out_of_memory(absl::StrFormat(
+      "encoding %s (%d bytes)", options.source_path, text.size()));
   const Clock::time_point encode_start = Clock::now();
   const absl::string_view all(text);
   std::vector<uint32_t> ids;
