@@ -65,8 +65,9 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
 // (a cache cut short at any id, or made with another vocabulary, whatever
 // the files' times: tokencache/decode_check.h). The source's bytes, when
 // the decode needs them, are read into `*text` (which the encoding then
-// reuses: the source is read once).
-std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
+// reuses: the source is read once). A source that cannot be read is an
+// error, not a reason to rebuild (the rebuild would fail to read it too).
+absl::StatusOr<std::string> StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         const Vocabulary& vocabulary,
                         const std::string& vocab_path,
                         const std::string& source_path,
@@ -81,9 +82,7 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
   }
   const absl::Status ids = cache.CheckIdRange(vocabulary.vocab_size());
   if (!ids.ok()) return std::string(ids.message());
-  absl::StatusOr<std::string> read = ReadFile(source_path);
-  if (!read.ok()) return std::string(read.status().message());
-  *text = *std::move(read);
+  ASSIGN_OR_RETURN(*text, ReadFile(source_path));
   CacheDecodeCheck check(vocabulary, **text, "");
   check.Feed(0, cache.token_span());
   return check.Difference();
@@ -193,9 +192,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           options.output_path, not_a_cache));
     }
     if (existing.ok() && !from_stdin && existing->header() == source_stat) {
-      const std::string stale =
+      ASSIGN_OR_RETURN(
+          const std::string stale,
           StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
-                      options.source_path, source_stat, &source_text);
+                      options.source_path, source_stat, &source_text));
       if (stale.empty()) {
         report->was_fresh = true;
         report->num_tokens = existing->num_tokens();
