@@ -15,7 +15,9 @@
 #include <cstring>
 #include <cstdlib>
 #include <functional>
+#include <new>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,9 +83,7 @@ std::atomic<int> g_slot_state[kInterruptSlots];
 char g_slot_path[kInterruptSlots][PATH_MAX];
 
 void OnInterrupt(int signal_number) {
-  for (int i = 0; i < kInterruptSlots; ++i) {
-    if (g_slot_state[i].load() == 2) unlink(g_slot_path[i]);
-  }
+  RemoveRegisteredTemporaries();
   // The default action now: the process ends as killed by this signal.
   struct sigaction action = {};
   action.sa_handler = SIG_DFL;
@@ -92,6 +92,12 @@ void OnInterrupt(int signal_number) {
   raise(signal_number);
 }
 }  // namespace
+
+void RemoveRegisteredTemporaries() {
+  for (int i = 0; i < kInterruptSlots; ++i) {
+    if (g_slot_state[i].load() == 2) unlink(g_slot_path[i]);
+  }
+}
 
 void InstallInterruptCleanup() {
   struct sigaction action = {};
@@ -246,24 +252,61 @@ absl::Status CheckNamedInputKind(absl::string_view path,
             "expected a regular file or a pipe"));
 }
 
+absl::Status CatchOutOfMemory(const std::function<void()>& allocate,
+                              const std::function<std::string()>& what) {
+  const std::new_handler handler = std::set_new_handler(nullptr);
+  absl::Cleanup restore = [handler] { std::set_new_handler(handler); };
+  const char* reason = nullptr;
+  try {
+    allocate();
+    return absl::OkStatus();
+  } catch (const std::bad_alloc&) {
+    reason = "allocation failed";
+  } catch (const std::length_error&) {
+    reason = "more than an allocation can hold";
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what(), " do not fit in memory (", reason,
+                   "); expected less input or more memory (ulimit -v, RAM)"));
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      uint64_t max_stream_bytes) {
   std::string out;
   bool stream = false;
-  RETURN_IF_ERROR(ReadInPieces(
-      path,
-      [&](const struct stat& st) {
-        stream = !S_ISREG(st.st_mode);
-        if (!stream) out.reserve(st.st_size);
-        return absl::OkStatus();
+  uint64_t size = 0;  // a regular file's size when opened
+  absl::Status read;
+  const absl::Status memory = CatchOutOfMemory(
+      [&] {
+        read = ReadInPieces(
+            path,
+            [&](const struct stat& st) {
+              stream = !S_ISREG(st.st_mode);
+              if (!stream) {
+                size = static_cast<uint64_t>(st.st_size);
+                out.reserve(size);
+              }
+              return absl::OkStatus();
+            },
+            [&](absl::string_view bytes) {
+              if (stream && bytes.size() > max_stream_bytes - out.size()) {
+                return StreamTooLarge(path, max_stream_bytes);
+              }
+              out.append(bytes.data(), bytes.size());
+              return absl::OkStatus();
+            });
       },
-      [&](absl::string_view bytes) {
-        if (stream && bytes.size() > max_stream_bytes - out.size()) {
-          return StreamTooLarge(path, max_stream_bytes);
-        }
-        out.append(bytes.data(), bytes.size());
-        return absl::OkStatus();
-      }));
+      [&] {
+        // What was read is let go first: the message needs memory too.
+        const uint64_t held = out.size();
+        std::string().swap(out);
+        return stream ? absl::StrCat(path, ": more than ", held,
+                                     " bytes from a stream")
+                      : absl::StrCat(path, ": ", std::max(size, held),
+                                     " bytes");
+      });
+  RETURN_IF_ERROR(memory);
+  RETURN_IF_ERROR(read);
   return out;
 }
 

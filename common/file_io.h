@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <streambuf>
 #include <string>
@@ -55,6 +56,12 @@ void ProtectStandardStreams();
 void InstallInterruptCleanup();
 void RemoveOnInterrupt(const std::string& path);
 void KeepOnInterrupt(const std::string& path);
+
+// Unlinks every registered temporary (what an interrupt does before the
+// process ends by its signal). Async-signal-safe and allocation-free: for
+// handlers that end the process, such as ExitOnOutOfMemory's
+// (common/status_line.h).
+void RemoveRegisteredTemporaries();
 
 // RemoveOnInterrupt(path) for the lifetime of the object: construct it
 // before creating the temporary, and let it go out of scope once the file
@@ -123,12 +130,27 @@ inline constexpr uint64_t kMaxStreamBytes = uint64_t{8} << 30;
 absl::Status CheckNamedInputKind(absl::string_view path,
                                  const struct stat& st);
 
+// Runs `allocate`, single-threaded code whose memory grows with an input (a
+// file's bytes, its ids), so that memory running out there is an error
+// naming that input rather than the end of the process: while it runs, the
+// new-handler (ExitOnOutOfMemory's, common/status_line.h) is set aside, so
+// that a failed allocation throws, and std::bad_alloc or std::length_error
+// becomes ResourceExhausted "WHAT do not fit in memory (REASON); expected
+// less input or more memory (ulimit -v, RAM)", WHAT what `what` returns
+// then (called only on failure: it may describe how far `allocate` got).
+// Another thread's failed allocation in that time would throw there too: no
+// other thread may be allocating much meanwhile.
+absl::Status CatchOutOfMemory(const std::function<void()>& allocate,
+                              const std::function<std::string()>& what);
+
 // Reads the whole file (or stdin for "-") into a string. A named character
 // device is refused before it is opened (CheckNamedInputKind). An input
 // that is not a regular file (a pipe, a FIFO, "-" on either or on a
 // terminal) is read up to `max_stream_bytes`: InvalidArgument "PATH: more
 // than N bytes from a stream; ..." beyond that, rather than reading until
-// memory runs out.
+// memory runs out. An input larger than the memory available is
+// ResourceExhausted "PATH: N bytes do not fit in memory (...)" (a stream:
+// "PATH: more than N bytes from a stream do not fit ..."; CatchOutOfMemory).
 absl::StatusOr<std::string> ReadFile(
     const std::string& path, uint64_t max_stream_bytes = kMaxStreamBytes);
 

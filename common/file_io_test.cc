@@ -4,10 +4,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <new>
 #include <sstream>
 #include <thread>
 #include <string>
@@ -153,6 +157,70 @@ TEST(CopyStream, CopiesPipesAndRefusesDevicesAndOversizedStreams) {
                                "as a path)");
   s = copy(TestDir() + "/no-such-stream", 10);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+}
+
+// Limits this process's address space to what it maps now plus `extra`
+// bytes (RLIMIT_AS, as `ulimit -v` does), for a death test's child.
+void LimitAddressSpace(uint64_t extra) {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  const rlim_t limit = pages * sysconf(_SC_PAGESIZE) + extra;
+  const struct rlimit r = {limit, limit};
+  setrlimit(RLIMIT_AS, &r);
+}
+
+// A file larger than the memory available (here a sparse 3 GiB file under
+// a 256 MiB address-space limit) is one error naming it and its size, even
+// under a new-handler that ends the process (the binaries' ExitOnOutOfMemory,
+// which printed "out of memory" without the path): ResourceExhausted, not
+// an abort. A stream is named with how far it got.
+TEST(ReadFileDeathTest, FileLargerThanMemoryIsResourceExhaustedNamingIt) {
+  const std::string big = TestDir() + "/read-too-big";
+  const int fd = open(big.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, off_t{3} << 30), 0);
+  close(fd);
+  EXPECT_EXIT(
+      {
+        std::set_new_handler([] { _exit(3); });
+        LimitAddressSpace(uint64_t{256} << 20);
+        const absl::StatusOr<std::string> r = ReadFile(big);
+        fprintf(stderr, "%s\n", r.status().ToString().c_str());
+        _exit(r.status().code() == absl::StatusCode::kResourceExhausted ? 0
+                                                                        : 4);
+      },
+      testing::ExitedWithCode(0),
+      "^RESOURCE_EXHAUSTED: .*/read-too-big: 3221225472 bytes do not fit in "
+      "memory \\(allocation failed\\); expected less input or more memory "
+      "\\(ulimit -v, RAM\\)\n$");
+  EXPECT_EXIT(
+      {
+        std::set_new_handler([] { _exit(3); });
+        const int in = open(big.c_str(), O_RDONLY);
+        int pipe_fds[2];
+        if (in < 0 || pipe(pipe_fds) != 0) _exit(5);
+        if (fork() == 0) {  // the writer: the file's bytes into the pipe
+          close(pipe_fds[0]);
+          char buffer[1 << 16];
+          ssize_t n;
+          while ((n = read(in, buffer, sizeof(buffer))) > 0) {
+            if (write(pipe_fds[1], buffer, n) != n) break;
+          }
+          _exit(0);
+        }
+        close(pipe_fds[1]);
+        dup2(pipe_fds[0], STDIN_FILENO);
+        LimitAddressSpace(uint64_t{256} << 20);
+        const absl::StatusOr<std::string> r = ReadFile("-");
+        fprintf(stderr, "%s\n", r.status().ToString().c_str());
+        _exit(r.status().code() == absl::StatusCode::kResourceExhausted ? 0
+                                                                        : 4);
+      },
+      testing::ExitedWithCode(0),
+      "^RESOURCE_EXHAUSTED: -: more than [0-9]+ bytes from a stream do not "
+      "fit in memory \\(allocation failed\\)");
+  unlink(big.c_str());
 }
 
 // ReadFile: a named character device other than /dev/null is refused

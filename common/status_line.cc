@@ -3,11 +3,13 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 
 namespace coppelius {
@@ -45,16 +47,28 @@ int ExitCodeOf(const absl::Status& status) {
 
 namespace {
 const char* g_program = "coppelius";
+std::atomic<const char*> g_context{nullptr};  // OutOfMemoryContext's
 
 void OutOfMemory() {
-  // No allocation here: write(2) of fixed pieces.
-  const char* parts[] = {g_program, ": RESOURCE_EXHAUSTED: out of memory\n"};
+  // No allocation here: unlink(2) of registered paths, write(2) of fixed
+  // pieces.
+  RemoveRegisteredTemporaries();
+  const char* context = g_context.load();
+  const char* parts[] = {g_program, ": RESOURCE_EXHAUSTED: out of memory",
+                         context != nullptr ? " while " : "",
+                         context != nullptr ? context : "", "\n"};
   for (const char* p : parts) {
     (void)!write(STDERR_FILENO, p, std::strlen(p));
   }
   _exit(1);
 }
 }  // namespace
+
+OutOfMemoryContext::OutOfMemoryContext(absl::string_view what)
+    : what_(EscapeControlCharacters(what)),
+      previous_(g_context.exchange(what_.c_str())) {}
+
+OutOfMemoryContext::~OutOfMemoryContext() { g_context.store(previous_); }
 
 void ExitOnOutOfMemory(const char* program) {
   g_program = program;

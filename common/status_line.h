@@ -29,10 +29,30 @@ int ExitCodeOf(const absl::Status& status);
 
 // For main() only: installs a new-handler (std::set_new_handler) under
 // which an allocation that fails ends the process with the one line
-// "<program>: RESOURCE_EXHAUSTED: out of memory" on stderr and exit code 1,
-// instead of an uncaught std::bad_alloc (abort, rc 134, two lines).
-// `program` must outlive the process (a string literal).
+// "<program>: RESOURCE_EXHAUSTED: out of memory" (then " while WHAT" inside
+// an OutOfMemoryContext) on stderr and exit code 1, instead of an uncaught
+// std::bad_alloc (abort, rc 134, two lines), after removing the temporaries
+// registered for interrupts (RemoveRegisteredTemporaries,
+// common/file_io.h): no partial output is left behind. `program` must
+// outlive the process (a string literal). Allocations whose failure should
+// be an error instead: CatchOutOfMemory (common/file_io.h).
 void ExitOnOutOfMemory(const char* program);
+
+// While it lives, the line ExitOnOutOfMemory's handler prints names the
+// work that ran out of memory: "... out of memory while `what`" ("encoding
+// corpus.txt (3221225472 bytes)"), control characters escaped. Scopes nest
+// (the innermost is named); made and ended by one thread.
+class OutOfMemoryContext {
+ public:
+  explicit OutOfMemoryContext(absl::string_view what);
+  ~OutOfMemoryContext();
+  OutOfMemoryContext(const OutOfMemoryContext&) = delete;
+  OutOfMemoryContext& operator=(const OutOfMemoryContext&) = delete;
+
+ private:
+  std::string what_;
+  const char* previous_;
+};
 
 }  // namespace coppelius
 

@@ -1,9 +1,14 @@
 // File: common/status_line_test.cc
 #include "common/status_line.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 
@@ -47,6 +52,31 @@ TEST(StatusLineDeathTest, OutOfMemoryIsOneLineAndExitCodeOne) {
         huge.reserve(static_cast<size_t>(1) << 62);  // fails
       },
       testing::ExitedWithCode(1), "^tool: RESOURCE_EXHAUSTED: out of memory\n$");
+}
+
+// Out of memory inside an OutOfMemoryContext: the line says what ran out
+// (one line, control characters escaped), and the temporaries registered
+// for interrupts are removed, as an interrupt removes them (make-cache
+// left its partial cache's temporary behind).
+TEST(StatusLineDeathTest, OutOfMemoryNamesItsContextAndRemovesTemporaries) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string tmp =
+      std::string(dir != nullptr ? dir : "/tmp") + "/out.tok.tmp-1-00000000";
+  ASSERT_TRUE(WriteFileAtomically(tmp, "partial").ok());
+  EXPECT_EXIT(
+      {
+        ExitOnOutOfMemory("tool");
+        RemoveOnInterrupt(tmp);
+        const OutOfMemoryContext outer("reading");
+        const OutOfMemoryContext inner("encoding in\nput.txt (5 bytes)");
+        std::vector<char> huge;
+        huge.reserve(static_cast<size_t>(1) << 62);  // fails
+      },
+      testing::ExitedWithCode(1),
+      "^tool: RESOURCE_EXHAUSTED: out of memory while encoding "
+      "in\\\\nput.txt \\(5 bytes\\)\n$");
+  EXPECT_NE(access(tmp.c_str(), F_OK), 0) << tmp << " was left behind";
+  unlink(tmp.c_str());
 }
 
 }  // namespace

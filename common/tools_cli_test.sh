@@ -116,6 +116,44 @@ refused "inspect verify /dev/zero" "$inspect" verify /dev/zero
 refused "train --tokens=/dev/zero" "$train" --config=tiny --backend=reference --tokens=/dev/zero \
   --checkpoint-in="$tmp/fresh.ckpt" --checkpoint-out="$tmp/z.ckpt" --result="$tmp/z.res"
 check "inputs: nothing written for /dev/zero" test ! -e "$tmp/z.u32" -a ! -e "$tmp/z.txt" -a ! -e "$tmp/z.tok" -a ! -e "$tmp/z.tiktoken"
+
+# Inputs larger than the memory available (ulimit -v; sparse files cost no
+# disk): one line naming the file and its size, exit 1, no core dump or
+# "terminate called", nothing written and no temporary left behind (the line
+# was "out of memory" without a path, and make-cache left its temporary).
+# A file that does not fit is refused as it is read (file_io.h ReadFile); one
+# that fits but whose work does not is named by what ran out
+# (status_line.h OutOfMemoryContext).
+truncate -s 3G "$tmp/big.txt"
+truncate -s 300M "$tmp/mid.txt"
+python3 -c 'import sys; sys.stdout.buffer.write((299).to_bytes(4, "little") * 50000000)' > "$tmp/eot.u32"
+out_of_memory() {  # out_of_memory NAME PATTERN COMMAND...
+  local name="$1" pattern="$2"; shift 2
+  (ulimit -v 1048576; ulimit -c 0; timeout 60 "$@") > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  check "$name: exit 1 (rc $rc)" test $rc -eq 1
+  check "$name: one line: $pattern" one_line_error "$tmp/err" "^[a-z-]*: RESOURCE_EXHAUSTED: $pattern"
+}
+big="$tmp/big.txt: 3221225472 bytes do not fit in memory (allocation failed); expected less input or more memory (ulimit -v, RAM)$"
+out_of_memory "tokenize encode BIG" "$big" "$tokenize" encode --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.u32"
+out_of_memory "tokenize encode --vocab=BIG" "$big" "$tokenize" encode --vocab="$tmp/big.txt" "$tmp/src.txt" -o "$tmp/m.u32"
+out_of_memory "tokenize decode BIG" "$big" "$tokenize" decode --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.txt"
+out_of_memory "tokenize train BIG" "$big" "$tokenize" train "$tmp/big.txt" -o "$tmp/m.tiktoken" --progress=false
+out_of_memory "make-cache BIG" "$big" "$make_cache" --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.tok"
+out_of_memory "tokenize encode - < BIG" "-: more than [0-9]* bytes from a stream do not fit in memory" \
+  bash -c 'cat "$4" | "$1" encode --vocab="$2" - -o "$3"' _ "$tokenize" "$tmp/v.tiktoken" "$tmp/m.u32" "$tmp/big.txt"
+out_of_memory "tokenize encode MID" "out of memory while encoding $tmp/mid.txt (314572800 bytes)$" \
+  "$tokenize" encode --vocab="$tmp/v.tiktoken" "$tmp/mid.txt" -o "$tmp/m.u32"
+out_of_memory "tokenize train MID" "out of memory while training on $tmp/mid.txt (314572800 bytes)$" \
+  "$tokenize" train "$tmp/mid.txt" -o "$tmp/m.tiktoken" --progress=false
+out_of_memory "make-cache MID" "out of memory while encoding $tmp/mid.txt (314572800 bytes)$" \
+  "$make_cache" --vocab="$tmp/v.tiktoken" "$tmp/mid.txt" -o "$tmp/m.tok"
+out_of_memory "tokenize decode: ids whose bytes do not fit" \
+  "$tmp/eot.u32: its 200000000 bytes of ids and their decoding ([0-9]* bytes so far) do not fit in memory" \
+  "$tokenize" decode --vocab="$tmp/v.tiktoken" "$tmp/eot.u32" -o "$tmp/m.txt"
+check "out of memory: nothing written, no temporary left" \
+  test -z "$(ls "$tmp" | grep '^m\.')"
+rm -f "$tmp/big.txt" "$tmp/mid.txt" "$tmp/eot.u32"
+
 "$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/null -o "$tmp/null.u32" 2> "$tmp/err"
 check "tokenize encode /dev/null: exit 0, no ids" test $? -eq 0 -a -e "$tmp/null.u32" -a ! -s "$tmp/null.u32"
 "$tokenize" encode --vocab="$tmp/v.tiktoken" "$tmp/src.txt" -o "$tmp/file.u32"

@@ -2150,8 +2150,8 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   std::optional<uint64_t> first_c0;  // the first file's, when complete
   bool previous_complete = false;
   for (const std::string& path : o.results) {
-    ASSIGN_OR_RETURN(FileDetection d,
-                     DetectFile(path, FileKind::kAuto, o.config));
+    // --kind as for a report: detection's "pass --kind" advice holds here.
+    ASSIGN_OR_RETURN(FileDetection d, DetectFile(path, o.kind, o.config));
     if (d.kind != FileKind::kResult) {
       return absl::InvalidArgumentError(absl::StrCat(
           "plot: ", path, ": a ", FileKindName(d.kind),
@@ -2317,7 +2317,7 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   }
   RETURN_IF_ERROR(CheckOutputPath(o.output, {o.checkpoint}, o.config));
   ASSIGN_OR_RETURN(FileDetection d,
-                   DetectFile(o.checkpoint, FileKind::kAuto, o.config));
+                   DetectFile(o.checkpoint, o.kind, o.config));
   if (d.kind != FileKind::kCheckpoint) {
     return absl::InvalidArgumentError(absl::StrCat(
         "export: ", o.checkpoint, ": a ", FileKindName(d.kind),

@@ -192,6 +192,7 @@ struct PlotOptions {
   std::vector<std::string> results;  // consecutive runs, in order; "-"
                                      // (once): stdin, spooled
   std::string output;                // SVG path; "-" writes to `out`
+  FileKind kind = FileKind::kAuto;   // kResult reads every file as a result
   std::string config;                // "" infers it from the files
   int smoothing_steps = 100;         // >= 1
   std::ostream* warnings = nullptr;  // nullptr: std::cerr
@@ -230,6 +231,7 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
 struct ExportOptions {
   std::string checkpoint;  // "-": stdin, spooled
   std::string output;  // safetensors path; "-" writes to `out`
+  FileKind kind = FileKind::kAuto;  // kCheckpoint reads it as a checkpoint
   std::string config;  // "" infers it from the checkpoint's identity
   int threads = 2;     // 1..kMaxThreadCount (common/threads.h)
 };

@@ -72,8 +72,9 @@ constexpr char kUsage[] =
     "[--config=coppelius|tiny] [--kind=cache|checkpoint|result]\n"
     "  inspect verify FILE... [--json] [--config=coppelius|tiny] "
     "[--kind=...] [--source=SRC [--vocab=VOCAB]]\n"
-    "  inspect plot RESULT... -o loss.svg [--smoothing=100]\n"
-    "  inspect export --safetensors CKPT -o model.safetensors";
+    "  inspect plot RESULT... -o loss.svg [--smoothing=100] [--kind=result]\n"
+    "  inspect export --safetensors CKPT -o model.safetensors "
+    "[--kind=checkpoint]";
 
 // A one-line warning for a flag the mode does not use.
 void WarnUnused(absl::string_view mode, bool given, absl::string_view flag) {
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
     coppelius::PlotOptions o;
     o.results.assign(rest.begin() + 1, rest.end());
     o.output = absl::GetFlag(FLAGS_o);
+    o.kind = *kind;
     o.config = absl::GetFlag(FLAGS_config);
     o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
     status = coppelius::RunPlot(o, out);
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
     coppelius::ExportOptions o;
     o.checkpoint = absl::GetFlag(FLAGS_safetensors);
     o.output = absl::GetFlag(FLAGS_o);
+    o.kind = *kind;
     o.config = absl::GetFlag(FLAGS_config);
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunExport(o, out);

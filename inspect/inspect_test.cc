@@ -836,6 +836,43 @@ TEST_F(InspectTest, PlotRequiresConsecutiveRuns) {
   EXPECT_THAT(s.message(), HasSubstr("only the last file may be incomplete"));
 }
 
+// A result that detection takes for another kind (a run cut short, saved
+// as .tok) is plotted with --kind=result, as detection's error advises
+// ("pass --kind to read it as one"); plot and export ignored --kind.
+TEST_F(InspectTest, PlotAndExportHonourKind) {
+  ASSERT_TRUE(inspect_testing::CopyPrefix(Path("complete.res"),
+                                          Path("cut-result.tok"), 20000)
+                  .ok());
+  PlotOptions o;
+  o.output = "-";
+  o.config = "tiny";
+  o.results = {Path("cut-result.tok")};
+  std::ostringstream out;
+  absl::Status s = RunPlot(o, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), absl::StrCat("plot: ", Path("cut-result.tok"),
+                                      ": a cache, expected a result file"));
+  o.kind = FileKind::kResult;
+  s = RunPlot(o, out);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(out.str(), HasSubstr("<svg"));
+  o.kind = FileKind::kCheckpoint;
+  EXPECT_EQ(RunPlot(o, out).code(), absl::StatusCode::kInvalidArgument);
+
+  ExportOptions e;
+  e.checkpoint = Path("complete.res");
+  e.output = Path("kind.safetensors");
+  e.kind = FileKind::kCheckpoint;
+  s = RunExport(e, out);  // read as a checkpoint: not one
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("COPPCKPT"));
+  e.kind = FileKind::kResult;
+  s = RunExport(e, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("export: ", Path("complete.res"),
+                                      ": a result, expected a checkpoint"));
+}
+
 TEST_F(InspectTest, BadFlagValues) {
   std::ostringstream out;
   InspectOptions i;

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
 #include "tokencache/decode_check.h"
@@ -64,8 +65,9 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
 // (a cache cut short at any id, or made with another vocabulary, whatever
 // the files' times: tokencache/decode_check.h). The source's bytes, when
 // the decode needs them, are read into `*text` (which the encoding then
-// reuses: the source is read once).
-std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
+// reuses: the source is read once). A source that cannot be read is an
+// error, not a reason to rebuild (the rebuild would fail to read it too).
+absl::StatusOr<std::string> StaleReason(const TokenCache& cache, const struct stat& cache_st,
                         const Vocabulary& vocabulary,
                         const std::string& vocab_path,
                         const std::string& source_path,
@@ -80,9 +82,7 @@ std::string StaleReason(const TokenCache& cache, const struct stat& cache_st,
   }
   const absl::Status ids = cache.CheckIdRange(vocabulary.vocab_size());
   if (!ids.ok()) return std::string(ids.message());
-  absl::StatusOr<std::string> read = ReadFile(source_path);
-  if (!read.ok()) return std::string(read.status().message());
-  *text = *std::move(read);
+  ASSIGN_OR_RETURN(*text, ReadFile(source_path));
   CacheDecodeCheck check(vocabulary, **text, "");
   check.Feed(0, cache.token_span());
   return check.Difference();
@@ -192,9 +192,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           options.output_path, not_a_cache));
     }
     if (existing.ok() && !from_stdin && existing->header() == source_stat) {
-      const std::string stale =
+      ASSIGN_OR_RETURN(
+          const std::string stale,
           StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
-                      options.source_path, source_stat, &source_text);
+                      options.source_path, source_stat, &source_text));
       if (stale.empty()) {
         report->was_fresh = true;
         report->num_tokens = existing->num_tokens();
@@ -252,6 +253,11 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
 
   ASSIGN_OR_RETURN(TokenCacheWriter writer,
                    TokenCacheWriter::Create(options.output_path, source_stat));
+  // Memory that runs out while encoding (in worker threads) ends the
+  // process naming the source; the writer's temporary is removed then
+  // (ExitOnOutOfMemory).
+  const OutOfMemoryContext out_of_memory(absl::StrFormat(
+      "encoding %s (%d bytes)", options.source_path, text.size()));
   const Clock::time_point encode_start = Clock::now();
   const absl::string_view all(text);
   std::vector<uint32_t> ids;

@@ -1,12 +1,15 @@
 #include "tokencache/make_cache.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -152,6 +155,44 @@ TEST(RunMakeCache, FreshCacheIsLeftAlone) {
   EXPECT_FALSE(report.was_fresh);
   ASSERT_EQ(stat(o.output_path.c_str(), &second), 0);
   EXPECT_NE(first.st_ino, second.st_ino) << "--force did not rebuild";
+}
+
+// A cache whose header matches its source, when the source cannot be read
+// for the freshness check (here: larger than the memory a ulimit -v
+// leaves), is that one error, once: it printed "matches the source but
+// <the error>; rebuilding", then failed on the same error.
+TEST(RunMakeCacheDeathTest, UnreadableSourceIsOneErrorNotARebuild) {
+  const std::string source = TestDir() + "/unreadable-big.txt";
+  const int fd = open(source.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, off_t{2} << 30), 0);
+  close(fd);
+  MakeCacheOptions o = Options(source, TestDir() + "/unreadable-big.tok");
+  o.summary = true;
+  struct stat st;
+  ASSERT_EQ(stat(source.c_str(), &st), 0);
+  const int64_t mtime =
+      int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  WriteFile(o.output_path, ExpectedCache("", mtime, st.st_size) +
+                               std::string(4, '\0'));  // one id, 0
+  EXPECT_EXIT(
+      {
+        std::ifstream statm("/proc/self/statm");
+        uint64_t pages = 0;
+        statm >> pages;
+        const rlim_t limit = pages * sysconf(_SC_PAGESIZE) + (256 << 20);
+        struct rlimit r;
+        r.rlim_cur = r.rlim_max = limit;
+        setrlimit(RLIMIT_AS, &r);
+        const absl::Status s = RunMakeCache(o, nullptr);
+        fprintf(stderr, "%s\n", s.ToString().c_str());
+        _exit(s.code() == absl::StatusCode::kResourceExhausted ? 0 : 4);
+      },
+      testing::ExitedWithCode(0),
+      "^RESOURCE_EXHAUSTED: [^\n]*/unreadable-big.txt: 2147483648 bytes do "
+      "not fit in memory [^\n]*\n$");
+  EXPECT_EQ(ReadBytes(o.output_path).size(), 20u) << "the cache was touched";
+  unlink(source.c_str());
 }
 
 TEST(RunMakeCache, StaleCacheIsRebuilt) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
 #include "tokenizer/output_checks.h"
@@ -408,6 +409,10 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
   // No vocabulary yet: no bound on source bytes per id.
   RETURN_IF_ERROR(CheckNotATokenCache(options.output_path, 0));
   ASSIGN_OR_RETURN(std::string corpus, ReadFile(options.corpus_path));
+  // Running out of memory while training (its pre-token counts, in worker
+  // threads) still ends the process, now naming the corpus.
+  const OutOfMemoryContext out_of_memory(absl::StrFormat(
+      "training on %s (%d bytes)", options.corpus_path, corpus.size()));
   const Clock::time_point start = Clock::now();
   absl::StatusOr<BpeTrainingResult> result = TrainBpe(
       corpus, options.vocab_size, options.threads, options.progress);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/output_checks.h"
@@ -133,8 +134,19 @@ absl::Status RunEncode(const EncodeOptions& options) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
   std::vector<uint32_t> ids;
   // Untouched capacity costs no memory; this avoids regrowth copies (text
-  // averages > 2 bytes per id).
-  ids.reserve(text.size() / 2 + 16);
+  // averages > 2 bytes per id). Where memory is limited (ulimit -v), it is
+  // an error naming the input.
+  RETURN_IF_ERROR(CatchOutOfMemory(
+      [&] { ids.reserve(text.size() / 2 + 16); },
+      [&] {
+        return absl::StrCat(options.input_path, ": the ids of its ",
+                            text.size(), " bytes (room for ",
+                            text.size() / 2 + 16, " reserved)");
+      }));
+  // The encoding's own memory (worker threads) ends the process if it runs
+  // out, naming the input.
+  const OutOfMemoryContext out_of_memory(absl::StrCat(
+      "encoding ", options.input_path, " (", text.size(), " bytes)"));
   encoder.EncodeParallel(text, options.allow_special, options.threads, &ids);
   text.clear();
   text.shrink_to_fit();
@@ -161,10 +173,29 @@ absl::Status RunDecode(const DecodeOptions& options) {
   RETURN_IF_ERROR(
       CheckNotATokenCache(options.output_path, vocabulary.longest_token_bytes()));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
-  ASSIGN_OR_RETURN(std::vector<uint32_t> ids,
-                   ParseIds(data, options.format, options.input_path));
+  // Parsing and decoding (one thread) take memory in proportion to the
+  // input: running out is an error naming it.
+  absl::StatusOr<std::vector<uint32_t>> parsed;
+  std::vector<uint32_t> ids;
   std::string bytes;
-  absl::Status decoded = vocabulary.Decode(ids, &bytes);
+  absl::Status decoded;
+  RETURN_IF_ERROR(CatchOutOfMemory(
+      [&] {
+        parsed = ParseIds(data, options.format, options.input_path);
+        if (!parsed.ok()) return;
+        ids = *std::move(parsed);
+        decoded = vocabulary.Decode(ids, &bytes);
+      },
+      [&] {
+        // What was decoded so far is let go first: the message needs
+        // memory too.
+        const size_t decoded_bytes = bytes.size();
+        std::string().swap(bytes);
+        return absl::StrCat(options.input_path, ": its ", data.size(),
+                            " bytes of ids and their decoding (",
+                            decoded_bytes, " bytes so far)");
+      }));
+  RETURN_IF_ERROR(parsed.status());
   // A token cache given where raw ids belong: its 16-byte header reads as
   // four huge ids. Say so when the header could be a source's.
   if (!decoded.ok() && options.format == IdFormat::kU32) {
