@@ -43,7 +43,10 @@ CheckpointReader::CheckpointReader(CheckpointReader&& other) noexcept {
 CheckpointReader& CheckpointReader::operator=(
     CheckpointReader&& other) noexcept {
   if (this == &other) return *this;
-  if (map_ != nullptr) munmap(map_, map_bytes_);
+  if (map_ != nullptr) {
+    UnregisterMapping(map_);
+    munmap(map_, map_bytes_);
+  }
   path_ = std::move(other.path_);
   fresh_ = other.fresh_;
   file_bytes_ = other.file_bytes_;
@@ -57,7 +60,10 @@ CheckpointReader& CheckpointReader::operator=(
 }
 
 CheckpointReader::~CheckpointReader() {
-  if (map_ != nullptr) munmap(map_, map_bytes_);
+  if (map_ != nullptr) {
+    UnregisterMapping(map_);
+    munmap(map_, map_bytes_);
+  }
 }
 
 uint64_t CheckpointReader::num_chunks() const {
@@ -136,6 +142,10 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(
     return ErrnoStatus(errno, "mapping checkpoint", path);
   }
   r.map_ = map;
+  // A SIGBUS in it (the file shrunk by another process, which the publisher
+  // never does) is then one line naming the file (common/file_io.h
+  // ReportShrunkMappings).
+  RegisterMapping(map, r.map_bytes_, path);
   r.payload_ = static_cast<const unsigned char*>(map) + p.payload_offset;
   return r;
 }

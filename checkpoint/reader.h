@@ -30,7 +30,9 @@
 // Const methods may be called from several threads at once.
 //
 // The file must not be truncated by another process while mapped (the
-// publisher only ever renames new files over a path, never rewrites one).
+// publisher only ever renames new files over a path, never rewrites one);
+// if it is (`cp` over it), a process that called ReportShrunkMappings
+// (common/file_io.h) ends with one DataLoss line naming the file, exit 1.
 #ifndef COPPELIUS_CHECKPOINT_READER_H_
 #define COPPELIUS_CHECKPOINT_READER_H_
 

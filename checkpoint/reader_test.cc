@@ -454,5 +454,27 @@ TEST(ReaderChunks, AnyChunkSizeRoundTripsAndDetectsLastChunkDamage) {
   }
 }
 
+// A checkpoint rewritten in place while it is mapped (`cp other.ckpt
+// model.ckpt` during `inspect verify` or train's start): reading the pages
+// past its new end raised SIGBUS, and the tool died with "Bus error" (exit
+// 135) and no line naming the file. With ReportShrunkMappings (train and
+// inspect call it), one line naming the file and exit 1.
+TEST_F(ReaderTest, ShrunkWhileMappedIsOneLineNamingTheFile) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ReportShrunkMappings("reader_test");
+        absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(path_);
+        if (!r.ok()) _exit(3);
+        // The payload starts at 4096: cut there, as `cp` truncates first.
+        if (truncate(path_.c_str(), 4096) != 0) _exit(4);
+        (void)r->VerifyPayload(1);
+        _exit(5);
+      },
+      ::testing::ExitedWithCode(1),
+      "^reader_test: DATA_LOSS: .*/model.ckpt: the file shrank while it was "
+      "being read \\(rewritten in place by another process\\?\\)\n$");
+}
+
 }  // namespace
 }  // namespace coppelius

@@ -143,6 +143,86 @@ void KeepOnInterrupt(const std::string& path) {
   }
 }
 
+namespace {
+// Registered mappings, as the temporaries above: state 0 free, 1 being
+// filled or cleared, 2 armed (the handler reads armed slots only).
+constexpr int kMappingSlots = 8;
+std::atomic<int> g_mapping_state[kMappingSlots];
+uintptr_t g_mapping_begin[kMappingSlots];
+size_t g_mapping_bytes[kMappingSlots];
+char g_mapping_path[kMappingSlots][PATH_MAX];
+const char* g_mapping_program = "";
+
+void WriteStderr(const char* text) {
+  size_t left = std::strlen(text);
+  while (left > 0) {
+    const ssize_t n = write(2, text, left);
+    if (n <= 0) return;
+    text += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void OnBusError(int signal_number, siginfo_t* info, void*) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (int i = 0; i < kMappingSlots; ++i) {
+    if (g_mapping_state[i].load() != 2 || at < g_mapping_begin[i] ||
+        at - g_mapping_begin[i] >= g_mapping_bytes[i]) {
+      continue;
+    }
+    RemoveRegisteredTemporaries();
+    WriteStderr(g_mapping_program);
+    WriteStderr(": DATA_LOSS: ");
+    WriteStderr(g_mapping_path[i]);
+    WriteStderr(": the file shrank while it was being read (rewritten in "
+                "place by another process?)\n");
+    _exit(1);
+  }
+  // Not a mapping of ours: the default action (the process ends by it).
+  struct sigaction action = {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal_number, &action, nullptr);
+  raise(signal_number);
+}
+}  // namespace
+
+void ReportShrunkMappings(const char* program) {
+  g_mapping_program = program;
+  struct sigaction action = {};
+  action.sa_sigaction = OnBusError;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, nullptr);
+}
+
+void RegisterMapping(const void* begin, size_t bytes, const std::string& path) {
+  if (begin == nullptr || path.size() >= PATH_MAX) return;
+  for (int i = 0; i < kMappingSlots; ++i) {
+    int expected = 0;
+    if (!g_mapping_state[i].compare_exchange_strong(expected, 1)) continue;
+    g_mapping_begin[i] = reinterpret_cast<uintptr_t>(begin);
+    g_mapping_bytes[i] = bytes;
+    std::memcpy(g_mapping_path[i], path.c_str(), path.size() + 1);
+    g_mapping_state[i].store(2);
+    return;
+  }
+}
+
+void UnregisterMapping(const void* begin) {
+  if (begin == nullptr) return;
+  for (int i = 0; i < kMappingSlots; ++i) {
+    int expected = 2;
+    if (g_mapping_begin[i] != reinterpret_cast<uintptr_t>(begin) ||
+        !g_mapping_state[i].compare_exchange_strong(expected, 1)) {
+      continue;
+    }
+    g_mapping_path[i][0] = '\0';
+    g_mapping_state[i].store(0);
+    return;
+  }
+}
+
 bool ProcessMayBeRunning(int64_t pid) {
   if (pid <= 0 || pid > INT32_MAX) return false;
   const int saved_errno = errno;

@@ -79,6 +79,24 @@ class RemoveOnInterruptScope {
   std::string path_;
 };
 
+// Mapped inputs (the checkpoint reader and the token cache mmap their
+// files). A mapped file that another process shrinks while it is mapped
+// (`cp` over it rewrites it in place) raises SIGBUS at the first read of a
+// page past its new end: the process died with "Bus error" (exit 135) and
+// no line naming the file. After ReportShrunkMappings(program) (train,
+// inspect and make-cache call it first thing), a SIGBUS inside a
+// registered mapping removes the registered temporaries (as an interrupt
+// does) and ends the process with exit 1 and the one line "<program>:
+// DATA_LOSS: PATH: the file shrank while it was being read (rewritten in
+// place by another process?)"; any other SIGBUS keeps its default action.
+// A reader registers its mapping right after mmap(2) (RegisterMapping) and
+// unregisters it before munmap(2) (UnregisterMapping). At most 8 mappings
+// at once, paths below PATH_MAX bytes; beyond that, the default action.
+// `program` must outlive the process (a string literal).
+void ReportShrunkMappings(const char* program);
+void RegisterMapping(const void* begin, size_t bytes, const std::string& path);
+void UnregisterMapping(const void* begin);
+
 // Whether ProtectStandardStreams found standard output (fd 1) closed: a
 // binary that writes a report to std::cout (not through WriteAll) checks it
 // before doing any work.

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -516,6 +518,37 @@ TEST(StreamStatus, OtherStreamsSayOnlyThatWritingFailed) {
   const absl::Status s = StreamStatus(out, "the report");
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(s.message(), "the report: writing failed");
+}
+
+// ReportShrunkMappings: a SIGBUS in a registered mapping (its file cut
+// under it) is one line naming the file and exit 1; once unregistered, or
+// in a mapping never registered, SIGBUS keeps its default action.
+TEST(ReportShrunkMappingsTest, OnlyRegisteredMappingsAreReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+      "/mapped.bin";
+  // Maps two pages of `path`, cuts the file to one, reads the second.
+  auto touch_cut_page = [&](bool registered, bool unregistered) {
+    ReportShrunkMappings("file_io_test");
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, 8192) != 0) _exit(3);
+    void* map = mmap(nullptr, 8192, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) _exit(4);
+    if (registered) RegisterMapping(map, 8192, path);
+    if (unregistered) UnregisterMapping(map);
+    if (ftruncate(fd, 4096) != 0) _exit(5);
+    volatile const char* bytes = static_cast<const char*>(map);
+    (void)bytes[4096];
+    _exit(6);
+  };
+  EXPECT_EXIT(touch_cut_page(true, false), ::testing::ExitedWithCode(1),
+              "^file_io_test: DATA_LOSS: .*/mapped.bin: the file shrank while "
+              "it was being read");
+  EXPECT_EXIT(touch_cut_page(false, false), ::testing::KilledBySignal(SIGBUS),
+              "");
+  EXPECT_EXIT(touch_cut_page(true, true), ::testing::KilledBySignal(SIGBUS),
+              "");
 }
 
 }  // namespace

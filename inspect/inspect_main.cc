@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
   coppelius::InstallInterruptCleanup();
   coppelius::ExitOnOutOfMemory("inspect");
+  coppelius::ReportShrunkMappings("inspect");
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   coppelius::ProtectStandardStreams();
   coppelius::InstallInterruptCleanup();
   coppelius::ExitOnOutOfMemory("make-cache");
+  coppelius::ReportShrunkMappings("make-cache");
   absl::SetProgramUsageMessage(kUsage);
   // --help lists the flags of files whose name matches the program's; the
   // binary is "make-cache" (also "make_cache"), its flags are in

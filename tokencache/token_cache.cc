@@ -100,6 +100,9 @@ absl::StatusOr<TokenCache> TokenCache::Open(const std::string& path) {
   }
   close(fd);  // the mapping keeps the file
   cache.mapping_ = mapping;
+  // A SIGBUS in it (the file shrunk by another process) is then one line
+  // naming the file (common/file_io.h ReportShrunkMappings).
+  RegisterMapping(mapping, size, path);
   const auto* bytes = static_cast<const unsigned char*>(mapping);
   cache.header_ = TokenCacheHeaderOf(bytes);
   if (cache.num_tokens_ > 0) {
@@ -127,7 +130,10 @@ TokenCache& TokenCache::operator=(TokenCache&& other) noexcept {
 TokenCache::~TokenCache() { Release(); }
 
 void TokenCache::Release() {
-  if (mapping_ != nullptr) munmap(mapping_, file_size_);
+  if (mapping_ != nullptr) {
+    UnregisterMapping(mapping_);
+    munmap(mapping_, file_size_);
+  }
   mapping_ = nullptr;
   tokens_ = nullptr;
 }

@@ -38,6 +38,17 @@ ls histB
 [[ -f histB/update-00000004.ckpt ]] || { echo "FAIL: no update-00000004 after 2 publications"; exit 1; }
 run --checkpoint-in=b.ckpt --checkpoint-out=b.ckpt --result=b2.res --checkpoint-history=histB
 
+# Resumed through a symbolic link to its checkpoint into a new history: the
+# input (update 12) is linked into the history as update-00000012.ckpt, and
+# that entry must be the checkpoint itself (it was a hard link of the
+# symbolic link, dangling from inside the history directory).
+cp histB/update-00000012.ckpt b12.ckpt
+ln -s b.ckpt current.ckpt
+run --checkpoint-in=current.ckpt --checkpoint-out=b.ckpt --result=b3.res --checkpoint-history=histC
+if [[ -L histC/update-00000012.ckpt ]] || ! cmp -s histC/update-00000012.ckpt b12.ckpt; then
+  echo "FAIL: histC/update-00000012.ckpt is not the input checkpoint:"; ls -l histC; exit 1
+fi
+
 python3 - <<'PY'
 import struct, sys
 def payload(path):

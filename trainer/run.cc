@@ -607,9 +607,14 @@ absl::Status RunTrain(const TrainOptions& given,
     const std::string entry =
         HistoryPath(options.checkpoint_history_dir, c0);
     if (stat(entry.c_str(), &st) != 0 && errno == ENOENT) {
+      // The output's path, not the input's: the two name one file, but
+      // --checkpoint-in may be a symbolic link to it, and link(2) would
+      // make the history entry another name of that link (dangling from
+      // the history directory, or following the path's later updates);
+      // --checkpoint-out is the link's target already (OutputTarget).
       RETURN_IF_ERROR(Annotate(
-          LinkIntoHistory(options.checkpoint_in, options.checkpoint_history_dir,
-                          c0),
+          LinkIntoHistory(options.checkpoint_out,
+                          options.checkpoint_history_dir, c0),
           "adding the input checkpoint to the history"));
       if (options.progress) {
         progress << "train: linked the input checkpoint (update " << c0

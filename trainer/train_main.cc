@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   // process ends by the signal (common/file_io.h).
   coppelius::InstallInterruptCleanup();
   coppelius::ExitOnOutOfMemory("train");
+  coppelius::ReportShrunkMappings("train");
   absl::SetProgramUsageMessage(
       "train --config=coppelius --tokens=CACHE --checkpoint-in=IN "
       "--checkpoint-out=OUT --result=RESULT [--backend=cuda|reference] "
