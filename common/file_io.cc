@@ -82,14 +82,19 @@ constexpr int kInterruptSlots = 8;
 std::atomic<int> g_slot_state[kInterruptSlots];
 char g_slot_path[kInterruptSlots][PATH_MAX];
 
-void OnInterrupt(int signal_number) {
-  RemoveRegisteredTemporaries();
-  // The default action now: the process ends as killed by this signal.
+// Restores `signal_number`'s default action and raises it: the process ends
+// as killed by that signal. Async-signal-safe.
+void RaiseWithDefaultAction(int signal_number) {
   struct sigaction action = {};
   action.sa_handler = SIG_DFL;
   sigemptyset(&action.sa_mask);
   sigaction(signal_number, &action, nullptr);
   raise(signal_number);
+}
+
+void OnInterrupt(int signal_number) {
+  RemoveRegisteredTemporaries();
+  RaiseWithDefaultAction(signal_number);
 }
 }  // namespace
 
@@ -179,11 +184,7 @@ void OnBusError(int signal_number, siginfo_t* info, void*) {
     _exit(1);
   }
   // Not a mapping of ours: the default action (the process ends by it).
-  struct sigaction action = {};
-  action.sa_handler = SIG_DFL;
-  sigemptyset(&action.sa_mask);
-  sigaction(signal_number, &action, nullptr);
-  raise(signal_number);
+  RaiseWithDefaultAction(signal_number);
 }
 }  // namespace
 
