@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <iostream>
 #include <sstream>
 #include <utility>
 
@@ -21,7 +19,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/file_io.h"
-#include "common/status_line.h"
 #include "common/status_macros.h"
 
 namespace coppelius {
@@ -153,9 +150,9 @@ std::string VersionText(absl::string_view program) {
   return absl::StrCat(program, " (Coppelius) \u2014 ", kBuild, "\n");
 }
 
-absl::StatusOr<std::vector<char*>> ParseFlags(
-    absl::string_view program, NormalizedCommandLine& command_line,
-    absl::FlagsUsageConfig usage) {
+absl::StatusOr<ParsedFlags> ParseFlags(absl::string_view program,
+                                       NormalizedCommandLine& command_line,
+                                       absl::FlagsUsageConfig usage) {
   usage.version_string = [name = std::string(program)] {
     return VersionText(name);
   };
@@ -165,18 +162,13 @@ absl::StatusOr<std::vector<char*>> ParseFlags(
   if (const std::optional<UsageRequest> request =
           FindUsageRequest(argc, argv)) {
     const std::string text = UsageText(argv[0], *request);
-    const absl::Status written =
-        WriteAll(STDOUT_FILENO, text.data(), text.size(), "<stdout>");
-    if (!written.ok()) {
-      const absl::Status status =
-          Annotate(written, absl::StrCat("--", request->name));
-      std::cerr << StatusLine(program, status) << std::endl;
-      std::exit(ExitCodeOf(status));  // 1: an I/O error
-    }
-    std::exit(0);
+    RETURN_IF_ERROR(Annotate(
+        WriteAll(STDOUT_FILENO, text.data(), text.size(), "<stdout>"),
+        absl::StrCat("--", request->name)));
+    return ParsedFlags{{}, /*usage_answered=*/true};
   }
   RETURN_IF_ERROR(CheckCommandLineFlags(argc, argv));
-  return absl::ParseCommandLine(argc, argv);
+  return ParsedFlags{absl::ParseCommandLine(argc, argv), false};
 }
 
 NormalizedCommandLine::NormalizedCommandLine(

@@ -64,20 +64,28 @@ std::string VersionText(absl::string_view program);
 
 class NormalizedCommandLine;
 
+// What ParseFlags leaves a main: the positional arguments, argv[0] first;
+// or, when the command line asked for usage (FindUsageRequest) and the text
+// was written, `usage_answered` (the main then exits 0, args empty).
+struct ParsedFlags {
+  std::vector<char*> args;
+  bool usage_answered = false;
+};
+
 // What every binary's main does with its flags: first the usage config,
 // `usage` (a main's help filters; unset callbacks are Abseil's defaults)
 // with version_string VersionText(program), set here for every tool. Then a
-// usage request
-// (FindUsageRequest) wins over everything else on the command line: its
-// text goes to standard output and the process exits 0 (Abseil's parser
-// exits 1 for --help and knows no -h), or, when standard output cannot take
-// it, exits 1 after the one line "`program`: CODE: --help: writing <stdout>:
-// REASON" on stderr. Otherwise CheckCommandLineFlags, then
-// absl::ParseCommandLine (which sets the flags). The positional arguments,
-// argv[0] first, or the usage error (exit 2) for the caller to print.
-absl::StatusOr<std::vector<char*>> ParseFlags(
-    absl::string_view program, NormalizedCommandLine& command_line,
-    absl::FlagsUsageConfig usage = {});
+// usage request (FindUsageRequest) wins over everything else on the command
+// line: its text goes to standard output (Abseil's parser exits 1 for
+// --help and knows no -h), and `usage_answered` is set; when standard
+// output cannot take it, the error "--help: writing <stdout>: REASON"
+// (exit 1 by ExitCodeOf). Otherwise CheckCommandLineFlags, then
+// absl::ParseCommandLine (which sets the flags) and the positional
+// arguments, or the usage error (exit 2) for the caller to print. Nothing
+// is printed here and the process never ends here.
+absl::StatusOr<ParsedFlags> ParseFlags(absl::string_view program,
+                                       NormalizedCommandLine& command_line,
+                                       absl::FlagsUsageConfig usage = {});
 
 // Holds the rewritten arguments; argv() points into them.
 class NormalizedCommandLine {

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -138,20 +141,31 @@ TEST(UsageText, AbseilsHelpOutput) {
   EXPECT_THAT(match, ::testing::Not(::testing::HasSubstr("--test_count")));
 }
 
-// ParseFlags answers a usage request itself: the text on stdout, exit 0
-// (Abseil's parser exits 1 for --help and calls -h an unknown flag).
+// What every tool's main does with ParseFlags' outcome (tokenize_main.cc
+// and the others): the error line and its exit code, 0 for answered usage,
+// on the command line `in`.
+int ParseAsMain(std::vector<std::string> in) {
+  std::vector<char*> argv;
+  for (auto& s : in) argv.push_back(&s[0]);
+  NormalizedCommandLine cl(static_cast<int>(argv.size()), argv.data());
+  const absl::StatusOr<ParsedFlags> parsed = ParseFlags("tool", cl);
+  if (!parsed.ok()) {
+    std::cerr << StatusLine("tool", parsed.status()) << std::endl;
+    return ExitCodeOf(parsed.status());
+  }
+  return parsed->usage_answered ? 0 : 3;
+}
+
+// A usage request is answered: the text on stdout, exit 0 (Abseil's parser
+// exits 1 for --help and calls -h an unknown flag).
 TEST(ParseFlagsDeathTest, UsageRequestExitsZero) {
   SetUsageOnce();
   for (const char* h : {"-h", "-help", "--help", "--helpfull", "--version"}) {
-    std::vector<std::string> in = {"x", "--bogus", h};
-    std::vector<char*> argv;
-    for (auto& s : in) argv.push_back(&s[0]);
-    NormalizedCommandLine cl(static_cast<int>(argv.size()), argv.data());
     EXPECT_EXIT(
         {
           const int null_fd = open("/dev/null", O_WRONLY);
           dup2(null_fd, STDOUT_FILENO);
-          (void)ParseFlags("tool", cl);
+          std::exit(ParseAsMain({"x", "--bogus", h}));
         },
         testing::ExitedWithCode(0), "^$")
         << h;
@@ -165,15 +179,11 @@ TEST(ParseFlagsDeathTest, UsageRequestExitsZero) {
 TEST(ParseFlagsDeathTest, VersionNamesTheToolAndItsBuild) {
   SetUsageOnce();
   const std::string path = testing::TempDir() + "/version.out";
-  std::vector<std::string> in = {"x", "--version"};
-  std::vector<char*> argv;
-  for (auto& s : in) argv.push_back(&s[0]);
-  NormalizedCommandLine cl(static_cast<int>(argv.size()), argv.data());
   EXPECT_EXIT(
       {
         const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, STDOUT_FILENO);
-        (void)ParseFlags("tool", cl);
+        std::exit(ParseAsMain({"x", "--version"}));
       },
       testing::ExitedWithCode(0), "^$");
   std::string text(4096, '\0');
@@ -194,15 +204,11 @@ TEST(ParseFlagsDeathTest, UsageToAFullDeviceIsOneLineExitOne) {
   struct stat st;
   if (stat("/dev/full", &st) != 0) GTEST_SKIP() << "no /dev/full";
   SetUsageOnce();
-  std::vector<std::string> in = {"x", "-h"};
-  std::vector<char*> argv;
-  for (auto& s : in) argv.push_back(&s[0]);
-  NormalizedCommandLine cl(static_cast<int>(argv.size()), argv.data());
   EXPECT_EXIT(
       {
         const int full_fd = open("/dev/full", O_WRONLY);
         dup2(full_fd, STDOUT_FILENO);
-        (void)ParseFlags("tool", cl);
+        std::exit(ParseAsMain({"x", "-h"}));
       },
       testing::ExitedWithCode(1),
       "^tool: RESOURCE_EXHAUSTED: --help: writing <stdout>: No space left on "

@@ -99,10 +99,11 @@ int main(int argc, char** argv) {
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed =
+  absl::StatusOr<coppelius::ParsedFlags> parsed =
       coppelius::ParseFlags("inspect", command_line);
   if (!parsed.ok()) return Fail(parsed.status());
-  const std::vector<char*>& args = *parsed;
+  if (parsed->usage_answered) return 0;  // usage on stdout
+  const std::vector<char*>& args = parsed->args;
   std::vector<std::string> rest(args.begin() + 1, args.end());
   auto kind = coppelius::ParseFileKind(absl::GetFlag(FLAGS_kind));
   if (!kind.ok()) return Fail(kind.status());

@@ -61,14 +61,15 @@ int main(int argc, char** argv) {
   coppelius::NormalizedCommandLine command_line(argc, argv);
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
   // ParseFlags sets `usage` (and --version's line).
-  absl::StatusOr<std::vector<char*>> parsed =
+  absl::StatusOr<coppelius::ParsedFlags> parsed =
       coppelius::ParseFlags("make-cache", command_line, std::move(usage));
   if (!parsed.ok()) {
     std::cerr << coppelius::StatusLine("make-cache", parsed.status())
               << std::endl;
     return coppelius::ExitCodeOf(parsed.status());
   }
-  const std::vector<char*>& args = *parsed;
+  if (parsed->usage_answered) return 0;  // usage on stdout
+  const std::vector<char*>& args = parsed->args;
   absl::Status status;
   if (absl::GetFlag(FLAGS_threads) < 0) {
     status = coppelius::UsageError(absl::StrCat(

@@ -179,14 +179,15 @@ int main(int argc, char** argv) {
   const std::set<std::string> given_flags =
       GivenFlagNames(command_line.argc(), command_line.argv());
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed =
+  absl::StatusOr<coppelius::ParsedFlags> parsed =
       coppelius::ParseFlags("tokenize", command_line);
   if (!parsed.ok()) {
     std::cerr << coppelius::StatusLine("tokenize", parsed.status())
               << std::endl;
     return coppelius::ExitCodeOf(parsed.status());
   }
-  const std::vector<char*>& args = *parsed;
+  if (parsed->usage_answered) return 0;  // usage on stdout
+  const std::vector<char*>& args = parsed->args;
   absl::Status status = Run(args, given_flags);
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("tokenize", status) << std::endl;

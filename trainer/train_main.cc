@@ -53,13 +53,14 @@ int main(int argc, char** argv) {
       "the checkpoint every interval.");
   coppelius::NormalizedCommandLine command_line(argc, argv);
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
-  absl::StatusOr<std::vector<char*>> parsed =
+  absl::StatusOr<coppelius::ParsedFlags> parsed =
       coppelius::ParseFlags("train", command_line);
   if (!parsed.ok()) {
     std::cerr << coppelius::StatusLine("train", parsed.status()) << std::endl;
     return coppelius::ExitCodeOf(parsed.status());
   }
-  const std::vector<char*>& rest = *parsed;
+  if (parsed->usage_answered) return 0;  // usage on stdout
+  const std::vector<char*>& rest = parsed->args;
   if (rest.size() > 1) {
     const absl::Status status = coppelius::UsageError(
         absl::StrCat("unexpected argument ", rest[1],
