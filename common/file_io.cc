@@ -158,16 +158,6 @@ size_t g_mapping_bytes[kMappingSlots];
 char g_mapping_path[kMappingSlots][PATH_MAX];
 const char* g_mapping_program = "";
 
-void WriteStderr(const char* text) {
-  size_t left = std::strlen(text);
-  while (left > 0) {
-    const ssize_t n = write(2, text, left);
-    if (n <= 0) return;
-    text += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
 void OnBusError(int signal_number, siginfo_t* info, void*) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
   for (int i = 0; i < kMappingSlots; ++i) {
@@ -176,17 +166,28 @@ void OnBusError(int signal_number, siginfo_t* info, void*) {
       continue;
     }
     RemoveRegisteredTemporaries();
-    WriteStderr(g_mapping_program);
-    WriteStderr(": DATA_LOSS: ");
-    WriteStderr(g_mapping_path[i]);
-    WriteStderr(": the file shrank while it was being read (rewritten in "
-                "place by another process?)\n");
+    WriteStderrSignalSafe(g_mapping_program);
+    WriteStderrSignalSafe(": DATA_LOSS: ");
+    WriteStderrSignalSafe(g_mapping_path[i]);
+    WriteStderrSignalSafe(
+        ": the file shrank while it was being read (rewritten in place by "
+        "another process?)\n");
     _exit(1);
   }
   // Not a mapping of ours: the default action (the process ends by it).
   RaiseWithDefaultAction(signal_number);
 }
 }  // namespace
+
+void WriteStderrSignalSafe(const char* text) {
+  size_t left = std::strlen(text);
+  while (left > 0) {
+    const ssize_t n = write(STDERR_FILENO, text, left);
+    if (n <= 0) return;
+    text += n;
+    left -= static_cast<size_t>(n);
+  }
+}
 
 void ReportShrunkMappings(const char* program) {
   g_mapping_program = program;

@@ -94,6 +94,11 @@ class RemoveOnInterruptScope {
 // at once, paths below PATH_MAX bytes; beyond that, the default action.
 // `program` must outlive the process (a string literal).
 void ReportShrunkMappings(const char* program);
+
+// Writes `text` (NUL-terminated) to standard error, retrying short writes,
+// giving up on an error. Async-signal-safe and allocation-free: for the
+// signal and out-of-memory handlers' one-line messages.
+void WriteStderrSignalSafe(const char* text);
 void RegisterMapping(const void* begin, size_t bytes, const std::string& path);
 void UnregisterMapping(const void* begin);
 

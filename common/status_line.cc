@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstring>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -57,9 +56,7 @@ void OutOfMemory() {
   const char* parts[] = {g_program, ": RESOURCE_EXHAUSTED: out of memory",
                          context != nullptr ? " while " : "",
                          context != nullptr ? context : "", "\n"};
-  for (const char* p : parts) {
-    (void)!write(STDERR_FILENO, p, std::strlen(p));
-  }
+  for (const char* p : parts) WriteStderrSignalSafe(p);
   _exit(1);
 }
 }  // namespace

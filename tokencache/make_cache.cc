@@ -67,12 +67,13 @@ void PrintProgress(uint64_t done, uint64_t total, double seconds) {
 // the decode needs them, are read into `*text` (which the encoding then
 // reuses: the source is read once). A source that cannot be read is an
 // error, not a reason to rebuild (the rebuild would fail to read it too).
-absl::StatusOr<std::string> StaleReason(const TokenCache& cache, const struct stat& cache_st,
-                        const Vocabulary& vocabulary,
-                        const std::string& vocab_path,
-                        const std::string& source_path,
-                        const SourceStat& source,
-                        std::optional<std::string>* text) {
+absl::StatusOr<std::string> StaleReason(const TokenCache& cache,
+                                        const struct stat& cache_st,
+                                        const Vocabulary& vocabulary,
+                                        const std::string& vocab_path,
+                                        const std::string& source_path,
+                                        const SourceStat& source,
+                                        std::optional<std::string>* text) {
   // The rule inspect --source --vocab applies too (decode_check.h).
   std::string newer = VocabularyNewerThanCache(vocab_path, cache_st.st_mtim);
   if (!newer.empty()) return newer;

@@ -175,15 +175,19 @@ absl::Status RunDecode(const DecodeOptions& options) {
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
   // Parsing and decoding (one thread) take memory in proportion to the
   // input: running out is an error naming it.
-  absl::StatusOr<std::vector<uint32_t>> parsed;
+  absl::Status parsed;
   std::vector<uint32_t> ids;
   std::string bytes;
   absl::Status decoded;
   RETURN_IF_ERROR(CatchOutOfMemory(
       [&] {
-        parsed = ParseIds(data, options.format, options.input_path);
-        if (!parsed.ok()) return;
-        ids = *std::move(parsed);
+        absl::StatusOr<std::vector<uint32_t>> p =
+            ParseIds(data, options.format, options.input_path);
+        if (!p.ok()) {
+          parsed = p.status();
+          return;
+        }
+        ids = *std::move(p);
         decoded = vocabulary.Decode(ids, &bytes);
       },
       [&] {
@@ -195,7 +199,7 @@ absl::Status RunDecode(const DecodeOptions& options) {
                             " bytes of ids and their decoding (",
                             decoded_bytes, " bytes so far)");
       }));
-  RETURN_IF_ERROR(parsed.status());
+  RETURN_IF_ERROR(parsed);
   // A token cache given where raw ids belong: its 16-byte header reads as
   // four huge ids. Say so when the header could be a source's.
   if (!decoded.ok() && options.format == IdFormat::kU32) {
