@@ -19,6 +19,11 @@
 #include "common/file_io.h"
 
 namespace coppelius {
+
+bool FlockUnsupported(int error_number) {
+  return error_number == ENOLCK || error_number == EOPNOTSUPP ||
+         error_number == EINVAL;
+}
 namespace {
 
 // The contents a lock file may hold: nothing (0) or a pid and a newline
@@ -102,7 +107,7 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
   if (rc != 0) {
     const int err = errno;
     close(fd);
-    if (err == ENOLCK || err == EOPNOTSUPP || err == EINVAL) {
+    if (FlockUnsupported(err)) {
       return FileLock(-1);  // no flock here: unlocked, as documented
     }
     if (err == EWOULDBLOCK) {

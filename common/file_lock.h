@@ -29,6 +29,11 @@
 
 namespace coppelius {
 
+// Whether flock(2)'s errno `error_number` says the file system does not
+// support locks (ENOLCK, EOPNOTSUPP, EINVAL, as some network file systems
+// answer), rather than that the lock is held or the call was wrong.
+bool FlockUnsupported(int error_number);
+
 // Whether `path` is, by its name and bytes, a lock file of FileLock's kind
 // that train takes: a regular file named ".lock" or ".NAME.lock" holding
 // nothing or a pid and a newline. Such a file is never a run's output.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
+#include "common/file_lock.h"
 #include "common/status_macros.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -713,7 +714,8 @@ absl::StatusOr<std::unique_ptr<ResultWriter>> ResultWriter::Create(
   if (old_fd < 0 && errno != ENOENT) {
     return ErrnoStatus(errno, "opening the existing result file", path);
   }
-  if (old_fd >= 0 && flock(old_fd, LOCK_EX | LOCK_NB) != 0) {
+  if (old_fd >= 0 && flock(old_fd, LOCK_EX | LOCK_NB) != 0 &&
+      !FlockUnsupported(errno)) {
     const int e = errno;
     close(old_fd);
     if (e == EWOULDBLOCK) {
@@ -732,7 +734,7 @@ absl::StatusOr<std::unique_ptr<ResultWriter>> ResultWriter::Create(
     fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
       status = ErrnoStatus(errno, "creating result file", path);
-    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0 && !FlockUnsupported(errno)) {
       status = ErrnoStatus(errno, "locking result file", path);
     } else {
       status = WriteAll(fd, kResultMarker, kResultMarkerBytes, tmp);

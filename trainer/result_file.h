@@ -220,7 +220,9 @@ class ResultWriter {
   // written, so its other names (hard links) keep their bytes. The new file
   // stays locked (flock(2), exclusive) while the writer lives, and an old
   // one is locked before it is replaced: the same file under another name
-  // cannot be written by two runs at once. Errors: InvalidArgument
+  // cannot be written by two runs at once. On a file system without flock
+  // (common/file_lock.h FlockUnsupported) both go unlocked, as train's lock
+  // files do there. Errors: InvalidArgument
   // (geometry); FailedPrecondition if another process holds the old file's
   // lock (nothing is changed then); NotFound / Internal / ... from open(2),
   // write(2) and rename(2), naming the path.
