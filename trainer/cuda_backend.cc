@@ -93,7 +93,7 @@ static_assert(CudaStepTuning().adamw_schedule == kAdamWAfterGateUpDx,
 // is the greatest (Init).
 enum PriorityMode { kBelowMain = 0, kLeast = 1, kSameAsMain = 2 };
 static_assert(CudaStepTuning().side_priority == kSameAsMain &&
-                  CudaStepTuning().adamw_priority == kLeast,
+                  CudaStepTuning().adamw_priority == kSameAsMain,
               "cuda_backend.h documents these defaults");
 int StreamPriority(int mode, int greatest, int least) {
   // Priorities count down: `greatest` is the smallest number.
@@ -319,6 +319,7 @@ class CudaBackend final : public Backend {
   int final_chunks_begin_ = 0;
   cudaStream_t adam_stream_ = nullptr;
   cudaEvent_t adam_fork_event_ = nullptr;
+  int sm_count_ = 0;  // the device's SMs (Init)
   cudaEvent_t adam_join_event_ = nullptr;
   cudaEvent_t side_done_event_ = nullptr;
   cudaEvent_t demb_done_event_ = nullptr;
@@ -471,8 +472,9 @@ absl::Status CudaBackend::Init() {
   // on the H200 (2.822 against 2.785 ms/step, docs/PERFORMANCE.md run 8),
   // since its products are issued at chosen points of the chain
   // (kSideSchedules) and a lower priority only lets them straggle into
-  // later, busier ones. The per-block AdamW (memory-bound, overlapped)
-  // yields SMs to both (the main stream's priority measured slower).
+  // later, busier ones. The per-block AdamW (memory-bound, overlapped) at
+  // the main stream's priority too since run 19 (docs/PERFORMANCE.md; runs
+  // 5 and 8, with other kernels, had measured the least faster).
   // Captured kernel nodes keep their stream's priority (the graph is
   // instantiated with cudaGraphInstantiateFlagUseNodePriority).
   int least_priority = 0, greatest_priority = 0;
@@ -515,6 +517,14 @@ absl::Status CudaBackend::Init() {
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&adam_fork_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(adamw fork)");
+  {
+    int device = 0;
+    CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
+    CUDA_RETURN_IF_ERROR(
+        cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount,
+                               device),
+        "cudaDeviceGetAttribute(multiprocessors)");
+  }
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&adam_join_event_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags(adamw join)");
@@ -996,6 +1006,24 @@ absl::Status CudaBackend::BackwardPass() {
     RETURN_IF_ERROR(
         Mm(kLogitsDx, dlogits16_, p16_ + offsets_.embedding, nullptr, dh32_));
   }
+  // The embedding rows no input token names: their gradient is final once
+  // the tied dE product has written it, and the logits dX product was the
+  // backward's last reader of their bf16 copy (CudaStepTuning::
+  // embedding_early_ctas).
+  if (g_tuning.embedding_early_ctas > 0 && !Skip(kPartAdamW)) {
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(adam_stream_, demb_done_event_, 0),
+        "cudaStreamWaitEvent(dE done)");
+    RETURN_IF_ERROR(StreamWait(adam_stream_, stream_, adam_fork_event_,
+                               "embedding update fork"));
+    const int64_t e = offsets_.embedding;
+    CUDA_RETURN_IF_ERROR(
+        AdamWEmbeddingRows(inputs_, T, V_, C, /*touched=*/false, adam_table_,
+                           step_counter_, 0, pmv_ + e, pmv_ + N_ + e,
+                           pmv_ + 2 * N_ + e, G + e, p16_ + e,
+                           g_tuning.embedding_early_ctas, adam_stream_),
+        "AdamWEmbeddingRows(early)");
+  }
   int dresid16_index = 0;
   bf16* dresid16 = nullptr;
   RETURN_IF_ERROR(norm_backward(dh32_, x_[L_], offsets_.final_norm_weight,
@@ -1148,7 +1176,17 @@ absl::Status CudaBackend::EnqueueStepBody() {
   // Embedding and final norm (read at the start of the backward) last; the
   // final norm's gradients come from the side stream, joined here (its last
   // products overlap the embedding backward and update).
-  if (!Skip(kPartAdamW)) {
+  if (Skip(kPartAdamW)) {
+  } else if (g_tuning.embedding_early_ctas > 0) {
+    // The input rows (the others were updated during the backward).
+    const int64_t e = offsets_.embedding;
+    CUDA_RETURN_IF_ERROR(
+        AdamWEmbeddingRows(inputs_, T_, V_, C_, /*touched=*/true, adam_table_,
+                           step_counter_, 0, pmv_ + e, pmv_ + N_ + e,
+                           pmv_ + 2 * N_ + e, grad_ + e, p16_ + e,
+                           2 * sm_count_, stream_),
+        "AdamWEmbeddingRows(input rows)");
+  } else {
     RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
   }
   RETURN_IF_ERROR(Join());
@@ -1576,7 +1614,8 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
        {std::pair<const char*, int>{"side_sms", tuning.side_sms},
         {"logits_dx_sms", tuning.logits_dx_sms},
         {"output_dx_sms", tuning.output_dx_sms},
-        {"adamw_overlap_blocks", tuning.adamw_overlap_blocks}}) {
+        {"adamw_overlap_blocks", tuning.adamw_overlap_blocks},
+        {"embedding_early_ctas", tuning.embedding_early_ctas}}) {
     if (value < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("CudaStepTuning.", field, " = ", value, ": negative"));

@@ -28,9 +28,13 @@
 // before the embedding backward adds into dE, and at the end of the step.
 // The attention's dk/dv kernel runs beside its dq kernel on an attention
 // stream (the two write disjoint columns of dqkv); each block's AdamW runs
-// on a fourth, low-priority stream as soon as the block's gradients are
-// complete, on a few 1,024-thread CTAs (CudaStepTuning::
-// adamw_overlap_blocks) so that it holds few SMs beside the chain. These are fork/join edges of the capture; no buffer is written
+// on a fourth stream (at the main stream's priority) as soon as the
+// block's gradients are complete, on a few 1,024-thread CTAs
+// (CudaStepTuning::adamw_overlap_blocks) so that it holds few SMs beside
+// the chain, and so does the tied embedding's update of the rows no input
+// token names, once the tied dE product has written their gradient
+// (CudaStepTuning::embedding_early_ctas; the input rows, which the
+// embedding backward adds into at the end, are updated in the tail). These are fork/join edges of the capture; no buffer is written
 // while another stream may still read it, so the overlap cannot change a
 // bit.
 // BeginSnapshot enqueues a device-side copy of P/M/V, then an asynchronous
@@ -113,9 +117,13 @@ struct CudaStepTuning {
   // SwiGLU backward / gate|up dX.
   int adamw_schedule = 3;
   // The side / AdamW stream's priority: 0 one level below the main
-  // stream's, 1 the least, 2 the main stream's.
+  // stream's, 1 the least, 2 the main stream's. The AdamW stream at the
+  // main stream's priority: 2.377 / 2.377 / 2.376 against 2.382–2.386
+  // ms/step for the least, and 2.372 (three rounds) with
+  // embedding_early_ctas (docs/PERFORMANCE.md run 19, H200, 2026-12-01;
+  // runs 5 and 8 had measured the least faster, with other kernels).
   int side_priority = 2;
-  int adamw_priority = 1;
+  int adamw_priority = 2;
   // > 0: each overlapped block update (blocks L−1 .. 1; the tail's updates
   // always take the whole device) runs as this many 1,024-thread CTAs
   // (kernels/adamw.h), so it holds at most this many SMs beside the
@@ -124,6 +132,17 @@ struct CudaStepTuning {
   // 13, H200, 200 steps): 26 2.517 ms/step against 2.612 for 0; 22 2.526,
   // 33 2.544, 40 2.539; 16 falls behind (2.724: the tail waits for it).
   int adamw_overlap_blocks = 26;
+  // > 0: the tied embedding's rows that no input token of the context
+  // names (their gradient is final once the logits dW product has written
+  // it) are updated early, on the AdamW stream beside the backward as this
+  // many 1,024-thread CTAs, and only the input rows in the step's tail
+  // (kernels/adamw.h AdamWEmbeddingRows); 0: the whole table in the tail.
+  // The same bits either way. Measured (docs/PERFORMANCE.md run 19, H200,
+  // 2026-12-01, the AdamW stream at the least priority): tail 0.049 against
+  // 0.080 ms, backward +0.03; 8 / 16 / 26 / 40 / 56 / 80 / 132 CTAs
+  // 2.480 / 2.423 / 2.412 / 2.384 / 2.377–2.380 / 2.384 / 2.392–2.395
+  // against 2.382–2.386 ms/step; 56 with adamw_priority 2: 2.372.
+  int embedding_early_ctas = 56;
   // > 0: cuBLASLt plans the side stream's dW products (and the tied dE
   // product) for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), as
   // they run beside the main stream's chain; 0: for the whole device. Read

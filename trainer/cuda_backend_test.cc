@@ -224,6 +224,8 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   cases.back().tuning.output_dx_sms = -3;
   cases.push_back({"adamw_overlap_blocks", defaults});
   cases.back().tuning.adamw_overlap_blocks = -1;
+  cases.push_back({"embedding_early_ctas", defaults});
+  cases.back().tuning.embedding_early_ctas = -1;
   cases.push_back({"fused_qkv_config", defaults});
   cases.back().tuning.fused_qkv_config = -2;
   cases.push_back({"fused_down_dx_config", defaults});
@@ -239,6 +241,7 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   }
   CudaStepTuning fine = defaults;
   fine.side_sms = 0;  // the whole device: allowed
+  fine.embedding_early_ctas = 0;  // the whole table in the tail: allowed
   fine.fused_gate_up_config = 5;  // BN 176: gate|up takes it
   EXPECT_TRUE(SetCudaStepTuning(fine).ok());
   // Shapes the fused products do not take fall back to cuBLASLt + kernel:
@@ -424,9 +427,10 @@ TEST(CudaBackendTest, CoppeliusFusedProductsGiveTheUnfusedBits) {
 }
 
 // How many CTAs the overlapped block updates run on (a few of 1,024
-// threads, or one of 256 threads per 4,096-element chunk) must not change a
-// bit: every element is updated once, by the same rule, from the same
-// gradient.
+// threads, or one of 256 threads per 4,096-element chunk), and whether the
+// embedding rows no input names are updated early (on how many CTAs) or
+// in the tail with the rest, must not change a bit: every element is
+// updated once, by the same rule, from the same gradient.
 TEST(CudaBackendTest, UpdateGridsGiveTheSameBits) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
   for (const char* name : {"tiny", "coppelius"}) {
@@ -436,9 +440,19 @@ TEST(CudaBackendTest, UpdateGridsGiveTheSameBits) {
     const Inputs in = MakeInputs(config, steps + 1, std::random_device{}());
     const CudaStepTuning defaults;
     std::vector<RunResult> runs;
-    for (int blocks : {defaults.adamw_overlap_blocks, 0, 1}) {
+    // (blocks, embedding CTAs): the defaults; the block updates on one CTA
+    // per chunk or on one CTA; the whole embedding in the tail; its rows
+    // without an input on one CTA.
+    for (const auto& [blocks, embedding] :
+         {std::pair<int, int>{defaults.adamw_overlap_blocks,
+                              defaults.embedding_early_ctas},
+          {0, defaults.embedding_early_ctas},
+          {1, defaults.embedding_early_ctas},
+          {defaults.adamw_overlap_blocks, 0},
+          {defaults.adamw_overlap_blocks, 1}}) {
       CudaStepTuning tuning = defaults;
       tuning.adamw_overlap_blocks = blocks;
+      tuning.embedding_early_ctas = embedding;
       ASSERT_TRUE(SetCudaStepTuning(tuning).ok());
       auto backend = CreateCudaBackend(config);
       ASSERT_TRUE(backend.ok()) << backend.status();
@@ -447,6 +461,8 @@ TEST(CudaBackendTest, UpdateGridsGiveTheSameBits) {
     ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
     ExpectSameBits(runs[0], runs[1], "one CTA per chunk");
     ExpectSameBits(runs[0], runs[2], "one CTA");
+    ExpectSameBits(runs[0], runs[3], "the whole embedding in the tail");
+    ExpectSameBits(runs[0], runs[4], "the embedding's early rows on one CTA");
   }
 }
 

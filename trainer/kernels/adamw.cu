@@ -120,6 +120,56 @@ __global__ void __launch_bounds__(kWideThreads)
   }
 }
 
+// AdamWEmbeddingRows: the wide kernel's passes over the whole table, each
+// element updated only when its row's mark (an input row or not) is the one
+// asked for.
+__global__ void __launch_bounds__(kWideThreads)
+    AdamWEmbeddingRowsKernel(const uint32_t* __restrict__ inputs, int T,
+                             int V, int C, bool touched,
+                             const AdamWDeviceScalars* __restrict__ table,
+                             const int64_t* __restrict__ step,
+                             int64_t fixed_step, float* __restrict__ p,
+                             float* __restrict__ m, float* __restrict__ v,
+                             const float* __restrict__ g,
+                             __nv_bfloat16* __restrict__ p_bf16) {
+  GridDependencyWait();
+  extern __shared__ uint32_t marks[];  // [⌈V / 32⌉] bits: input rows
+  const int words = (V + 31) / 32;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) marks[i] = 0;
+  __syncthreads();
+  for (int t = threadIdx.x; t < T; t += blockDim.x) {
+    const uint32_t id = inputs[t];
+    atomicOr(&marks[id / 32], 1u << (id % 32));  // integer OR: any order
+  }
+  __syncthreads();
+  const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
+  const int64_t n = static_cast<int64_t>(V) * C;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kAdamWChunk;
+       base < n; base += static_cast<int64_t>(gridDim.x) * kAdamWChunk) {
+    bool mine[kUnroll];
+    float pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = base + u * kWideThreads + threadIdx.x;
+      const int64_t row = k / C;
+      mine[u] = k < n && ((marks[row / 32] >> (row % 32)) & 1u) ==
+                             static_cast<uint32_t>(touched);
+      if (mine[u]) {
+        pv[u] = p[k];
+        mv[u] = m[k];
+        vv[u] = v[k];
+        gv[u] = g[k];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (!mine[u]) continue;
+      UpdateElement(s, true, base + u * kWideThreads + threadIdx.x, pv[u],
+                    mv[u], vv[u], gv[u], p, m, v, p_bf16);
+    }
+  }
+}
+
 __global__ void CastKernel(const float* __restrict__ in, int64_t n,
                            __nv_bfloat16* __restrict__ out) {
   GridDependencyWait();
@@ -136,9 +186,8 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               __nv_bfloat16* p_bf16, cudaStream_t stream,
                               int max_blocks) {
   // An ordinary launch, not a programmatic one (launch.cuh): the update runs
-  // on its own low-priority stream beside the backward, and its CTAs
-  // launched early would sit on SMs waiting while the backward's kernels
-  // need them.
+  // on its own stream beside the backward, and its CTAs launched early
+  // would sit on SMs waiting while the backward's kernels need them.
   if (num_chunks <= 0) return cudaSuccess;
   if (max_blocks > 0) {
     AdamWWideKernel<<<std::min(num_chunks, max_blocks), kWideThreads, 0,
@@ -149,6 +198,23 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
         chunks, num_chunks, scalars_table, step, fixed_step, p, m, v, g,
         p_bf16);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t AdamWEmbeddingRows(const uint32_t* inputs, int T, int V, int C,
+                               bool touched,
+                               const AdamWDeviceScalars* scalars_table,
+                               const int64_t* step, int64_t fixed_step,
+                               float* p, float* m, float* v, const float* g,
+                               __nv_bfloat16* p_bf16, int blocks,
+                               cudaStream_t stream) {
+  if (V < 1 || C < 1 || T < 1 || blocks < 1) return cudaErrorInvalidValue;
+  const size_t shared = static_cast<size_t>((V + 31) / 32) * sizeof(uint32_t);
+  if (shared > 48 * 1024) return cudaErrorInvalidValue;  // V ≤ 393,216
+  // An ordinary launch, as AdamWUpdateChunks' (see there).
+  AdamWEmbeddingRowsKernel<<<blocks, kWideThreads, shared, stream>>>(
+      inputs, T, V, C, touched, scalars_table, step, fixed_step, p, m, v, g,
+      p_bf16);
   return cudaGetLastError();
 }
 

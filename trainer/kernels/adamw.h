@@ -73,6 +73,27 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
                               __nv_bfloat16* p_bf16, cudaStream_t stream,
                               int max_blocks = 0);
 
+// The update of the tied embedding [V, C] (decayed, at the plane's
+// offsets p, m, v, g, p_bf16 point to) split by rows: `touched` = false
+// updates the rows no input token of the context names (no id among
+// inputs[0 .. T) equals the row), whose gradient is final once the logits
+// dW product has written it (SPEC §4's tying: only the input rows receive
+// the embedding backward's scatter); `touched` = true updates the others,
+// after that scatter. The two calls together give the bits
+// AdamWUpdateChunks gives for the whole table. Grid: `blocks` CTAs of
+// 1,024 threads, each taking 4,096-element pieces (8 rows at C = 512)
+// b, b + blocks, …; each CTA first marks the input rows in a shared-memory
+// bitmap (V / 8 bytes). Requirements: V, C, T ≥ 1, blocks ≥ 1, every id
+// in inputs < V (StageContext's guarantee), else cudaErrorInvalidValue or
+// undefined rows. Returns the launch's error.
+cudaError_t AdamWEmbeddingRows(const uint32_t* inputs, int T, int V, int C,
+                               bool touched,
+                               const AdamWDeviceScalars* scalars_table,
+                               const int64_t* step, int64_t fixed_step,
+                               float* p, float* m, float* v, const float* g,
+                               __nv_bfloat16* p_bf16, int blocks,
+                               cudaStream_t stream);
+
 // out[i] = bf16(in[i]) for i < n.
 cudaError_t CastToBf16(const float* in, int64_t n, __nv_bfloat16* out,
                        cudaStream_t stream);

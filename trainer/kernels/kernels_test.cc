@@ -1244,6 +1244,84 @@ TEST(AdamWTest, HostileValuesBitwise) {
   }
 }
 
+// The tied embedding's update split by rows: the rows no input names
+// first, then the input rows (ids repeated, the first and last rows among
+// them), must give the host rule's bits for the whole table, and the first
+// call alone must leave the input rows' p, m, v untouched; for several
+// grids and for C not a multiple of the 4,096-element piece.
+TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int V, C, T, blocks;
+  };
+  for (const Case& c : {Case{300, 72, 100, 1}, Case{300, 72, 100, 26},
+                        Case{12288, 512, 1024, 26}, Case{12288, 512, 1024, 264},
+                        Case{5, 8, 3, 2}}) {
+    SCOPED_TRACE(testing::Message() << "V=" << c.V << " C=" << c.C
+                                    << " T=" << c.T << " blocks=" << c.blocks);
+    const int64_t n = static_cast<int64_t>(c.V) * c.C;
+    std::uniform_int_distribution<uint32_t> id(0, c.V - 1);
+    std::vector<uint32_t> inputs(c.T);
+    for (uint32_t& x : inputs) x = id(Rng()) % (c.V / 2 + 1);  // repeats
+    inputs[0] = 0;
+    inputs[c.T - 1] = c.V - 1;
+    std::vector<char> is_input(c.V, 0);
+    for (uint32_t x : inputs) is_input[x] = 1;
+    const auto p = RandomNormal(n, 0.02f, &Rng());
+    const auto m = RandomNormal(n, 0.001f, &Rng());
+    auto v = RandomNormal(n, 0.001f, &Rng());
+    for (float& x : v) x = x * x;
+    const auto g = RandomNormal(n, 0.01f, &Rng());
+    const AdamWHyperparameters h;
+    const AdamWStepScalars hs = ComputeAdamWStepScalars(h, 3);
+    AdamWDeviceScalars d;
+    std::memcpy(&d, &hs, sizeof(hs));
+    SetAdamWDivisorReciprocal(&d);
+    DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
+    DeviceBuffer<uint32_t> din(c.T);
+    DeviceBuffer<AdamWDeviceScalars> dtable(1);
+    Bf16Buffer p16(n);
+    dp.Upload(p);
+    dm.Upload(m);
+    dv.Upload(v);
+    dg.Upload(g);
+    din.Upload(inputs);
+    dtable.Upload({d});
+    ASSERT_EQ(AdamWEmbeddingRows(din.get(), c.T, c.V, c.C, false, dtable.get(),
+                                 nullptr, 0, dp.get(), dm.get(), dv.get(),
+                                 dg.get(), AsBf16(p16), c.blocks, nullptr),
+              cudaSuccess);
+    std::vector<float> hp = p, hm = m, hv = v;
+    AdamWUpdateRange(hs, true, n, hp.data(), hm.data(), hv.data(), g.data());
+    {
+      const auto gp = dp.Download(), gm = dm.Download(), gv = dv.Download();
+      for (int64_t i = 0; i < n; ++i) {
+        const bool input = is_input[i / c.C] != 0;
+        ASSERT_EQ(gp[i], input ? p[i] : hp[i]) << "p " << i;
+        ASSERT_EQ(gm[i], input ? m[i] : hm[i]) << "m " << i;
+        ASSERT_EQ(gv[i], input ? v[i] : hv[i]) << "v " << i;
+      }
+    }
+    ASSERT_EQ(AdamWEmbeddingRows(din.get(), c.T, c.V, c.C, true, dtable.get(),
+                                 nullptr, 0, dp.get(), dm.get(), dv.get(),
+                                 dg.get(), AsBf16(p16), c.blocks, nullptr),
+              cudaSuccess);
+    const auto gp = dp.Download(), gm = dm.Download(), gv = dv.Download();
+    const auto g16 = p16.Download();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(gp[i], hp[i]) << "p " << i;
+      ASSERT_EQ(gm[i], hm[i]) << "m " << i;
+      ASSERT_EQ(gv[i], hv[i]) << "v " << i;
+      ASSERT_EQ(g16[i], test::Bf16Bits(hp[i])) << "p16 " << i;
+    }
+  }
+  DeviceBuffer<uint32_t> din(1);
+  EXPECT_EQ(AdamWEmbeddingRows(din.get(), 1, 4, 4, true, nullptr, nullptr, 0,
+                               nullptr, nullptr, nullptr, nullptr, nullptr, 0,
+                               nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(CastTest, RoundsToNearestEven) {
   SKIP_WITHOUT_GPU();
   auto x = RandomNormal(1001, 10.0f, &Rng());
