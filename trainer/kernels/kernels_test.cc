@@ -1098,6 +1098,17 @@ TEST(EmbeddingTest, GatherAndDeterministicScatter) {
 
 // ----------------------------------------------------------------- adamw
 
+// The device scalars of update t (trainer/adamw.h's, then the divisor's
+// reciprocal), as the backend uploads them.
+AdamWDeviceScalars DeviceScalars(const AdamWHyperparameters& h, uint64_t t) {
+  const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
+  static_assert(sizeof(s) <= sizeof(AdamWDeviceScalars), "the same leading fields");
+  AdamWDeviceScalars d;
+  std::memcpy(&d, &s, sizeof(s));
+  SetAdamWDivisorReciprocal(&d);
+  return d;
+}
+
 // Every grid: one 256-thread CTA per chunk (max_blocks 0) and capped grids
 // of 1,024-thread CTAs, fewer CTAs than chunks (a CTA takes several, the
 // last chunk of a tensor partial) and more.
@@ -1128,10 +1139,7 @@ TEST_P(AdamWTest, BitwiseEqualToHostRule) {
   const AdamWHyperparameters h;
   std::vector<AdamWDeviceScalars> table;
   for (uint64_t t : {1, 2, 1000}) {
-    const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
-    AdamWDeviceScalars d;
-    std::memcpy(&d, &s, sizeof(s));
-    SetAdamWDivisorReciprocal(&d);
+    const AdamWDeviceScalars d = DeviceScalars(h, t);
     table.push_back(d);
   }
   DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
@@ -1205,9 +1213,7 @@ TEST(AdamWTest, HostileValuesBitwise) {
   for (const uint64_t t : {uint64_t{1}, uint64_t{1000}}) {
     for (const int max_blocks : {0, 26}) {
       const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
-      AdamWDeviceScalars d;
-      std::memcpy(&d, &s, sizeof(s));
-      SetAdamWDivisorReciprocal(&d);
+      const AdamWDeviceScalars d = DeviceScalars(h, t);
       DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
       DeviceBuffer<AdamWChunk> dchunks(chunks.size());
       DeviceBuffer<AdamWDeviceScalars> dtable(1);
@@ -1274,9 +1280,7 @@ TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
     const auto g = RandomNormal(n, 0.01f, &Rng());
     const AdamWHyperparameters h;
     const AdamWStepScalars hs = ComputeAdamWStepScalars(h, 3);
-    AdamWDeviceScalars d;
-    std::memcpy(&d, &hs, sizeof(hs));
-    SetAdamWDivisorReciprocal(&d);
+    const AdamWDeviceScalars d = DeviceScalars(h, 3);
     DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
     DeviceBuffer<uint32_t> din(c.T);
     DeviceBuffer<AdamWDeviceScalars> dtable(1);
