@@ -1176,8 +1176,7 @@ absl::Status CudaBackend::EnqueueStepBody() {
   // Embedding and final norm (read at the start of the backward) last; the
   // final norm's gradients come from the side stream, joined here (its last
   // products overlap the embedding backward and update).
-  if (Skip(kPartAdamW)) {
-  } else if (g_tuning.embedding_early_ctas > 0) {
+  if (!Skip(kPartAdamW) && g_tuning.embedding_early_ctas > 0) {
     // The input rows (the others were updated during the backward).
     const int64_t e = offsets_.embedding;
     CUDA_RETURN_IF_ERROR(
@@ -1186,7 +1185,7 @@ absl::Status CudaBackend::EnqueueStepBody() {
                            pmv_ + 2 * N_ + e, grad_ + e, p16_ + e,
                            2 * sm_count_, stream_),
         "AdamWEmbeddingRows(input rows)");
-  } else {
+  } else if (!Skip(kPartAdamW)) {
     RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
   }
   RETURN_IF_ERROR(Join());
