@@ -1010,7 +1010,10 @@ absl::Status CudaBackend::BackwardPass() {
   // the tied dE product has written it, and the logits dX product was the
   // backward's last reader of their bf16 copy (CudaStepTuning::
   // embedding_early_ctas).
-  if (g_tuning.embedding_early_ctas > 0 && !Skip(kPartAdamW)) {
+  auto early_embedding_update = [&]() -> absl::Status {
+    if (g_tuning.embedding_early_ctas <= 0 || Skip(kPartAdamW)) {
+      return absl::OkStatus();
+    }
     CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(adam_stream_, demb_done_event_, 0),
         "cudaStreamWaitEvent(dE done)");
@@ -1023,7 +1026,11 @@ absl::Status CudaBackend::BackwardPass() {
                            pmv_ + 2 * N_ + e, G + e, p16_ + e,
                            g_tuning.embedding_early_ctas, adam_stream_),
         "AdamWEmbeddingRows(early)");
-  }
+    return absl::OkStatus();
+  };
+  const int early_block =
+      std::min(g_tuning.embedding_early_block, L_ - 1);  // −1: here
+  if (early_block < 0) RETURN_IF_ERROR(early_embedding_update());
   int dresid16_index = 0;
   bf16* dresid16 = nullptr;
   RETURN_IF_ERROR(norm_backward(dh32_, x_[L_], offsets_.final_norm_weight,
@@ -1032,6 +1039,9 @@ absl::Status CudaBackend::BackwardPass() {
                                 &dresid16));
   for (int l = L_ - 1; l >= 0; --l) {
     const BlockOffsets& o = offsets_.blocks[l];
+    if (early_block >= 0 && l == L_ - 1 - early_block) {
+      RETURN_IF_ERROR(early_embedding_update());
+    }
     // MLP: x_next = xmid + down(a).
     RETURN_IF_ERROR(weight_gradient(kDownDwSlot, kDownDw, dresid16, a16_[l], G + o.down,
                                     &dresid16_ring_, dresid16_index));
@@ -1629,6 +1639,11 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CudaStepTuning.", field, " = ", value, ": must be at least 1"));
     }
+  }
+  if (tuning.embedding_early_block < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaStepTuning.embedding_early_block = ",
+                     tuning.embedding_early_block, ": below −1"));
   }
   g_tuning = tuning;
   return absl::OkStatus();
