@@ -41,6 +41,18 @@ __device__ __forceinline__ void UpdateElement(const AdamWDeviceScalars& s,
   if (decayed) p_bf16[k] = __float2bfloat16_rn(pi);
 }
 
+// Element k's p, m, v and g (the loads a pass issues before its
+// arithmetic).
+__device__ __forceinline__ void LoadElement(int64_t k, const float* p,
+                                            const float* m, const float* v,
+                                            const float* g, float* pk,
+                                            float* mk, float* vk, float* gk) {
+  *pk = p[k];
+  *mk = m[k];
+  *vk = v[k];
+  *gk = g[k];
+}
+
 __global__ void __launch_bounds__(kThreads)
     AdamWKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
                 const AdamWDeviceScalars* __restrict__ table,
@@ -61,11 +73,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kUnroll; ++u) {
         const int i = base + u * kThreads + threadIdx.x;
         if (i < chunk.count) {
-          const int64_t k = chunk.begin + i;
-          pv[u] = p[k];
-          mv[u] = m[k];
-          vv[u] = v[k];
-          gv[u] = g[k];
+          LoadElement(chunk.begin + i, p, m, v, g, &pv[u], &mv[u], &vv[u],
+                      &gv[u]);
         }
       }
 #pragma unroll
@@ -103,11 +112,8 @@ __global__ void __launch_bounds__(kWideThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int i = u * kWideThreads + threadIdx.x;
       if (i < chunk.count) {
-        const int64_t k = chunk.begin + i;
-        pv[u] = p[k];
-        mv[u] = m[k];
-        vv[u] = v[k];
-        gv[u] = g[k];
+        LoadElement(chunk.begin + i, p, m, v, g, &pv[u], &mv[u], &vv[u],
+                    &gv[u]);
       }
     }
 #pragma unroll
@@ -154,12 +160,7 @@ __global__ void __launch_bounds__(kWideThreads)
       const int64_t row = k / C;
       mine[u] = k < n && ((marks[row / 32] >> (row % 32)) & 1u) ==
                              static_cast<uint32_t>(touched);
-      if (mine[u]) {
-        pv[u] = p[k];
-        mv[u] = m[k];
-        vv[u] = v[k];
-        gv[u] = g[k];
-      }
+      if (mine[u]) LoadElement(k, p, m, v, g, &pv[u], &mv[u], &vv[u], &gv[u]);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
