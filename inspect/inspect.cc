@@ -2131,6 +2131,10 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   if (o.output.empty()) {
     return UsageError("plot: -o OUTPUT (an .svg path or -) is required");
   }
+  if (std::count(o.results.begin(), o.results.end(), "") > 0) {
+    return UsageError(
+        "plot: an empty RESULT argument (\"\"); expected a path or -");
+  }
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
   if (std::any_of(o.results.begin(), o.results.end(), IsStream)) {
     return WithStreamsSpooled(

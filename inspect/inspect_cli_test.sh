@@ -273,6 +273,12 @@ grep -q "^checkpoint - ([0-9]* bytes, from standard input)$" "$d/ck.out" || fail
 [[ $(cat "$d/u.err") == "inspect: INVALID_ARGUMENT: expected exactly one FILE, got 0 (inspect --help lists the usage and the flags)" ]] \
   || fail "no FILE: $(cat "$d/u.err")"
 "$inspect" verify "" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verify \"\": $(cat "$d/u.err")"
+# An empty RESULT argument to plot, as to verify: a usage error naming it,
+# not "opening : No such file or directory" (exit 1); nothing is written.
+"$inspect" plot "" -o "$d/empty-arg.svg" 2> "$d/u.err"; rc=$?
+[[ $rc == 2 && ! -e "$d/empty-arg.svg" ]] || fail "plot \"\": rc $rc, $(cat "$d/u.err")"
+[[ $(cat "$d/u.err") == 'inspect: INVALID_ARGUMENT: plot: an empty RESULT argument (""); expected a path or -' ]] \
+  || fail "plot \"\": $(cat "$d/u.err")"
 # A mistyped subcommand is named as one (not "expected exactly one FILE" or
 # "opening exprot").
 "$inspect" verfiy "$d/complete.res" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verfiy: exit"
