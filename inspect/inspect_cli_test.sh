@@ -273,6 +273,14 @@ grep -q "^checkpoint - ([0-9]* bytes, from standard input)$" "$d/ck.out" || fail
 [[ $(cat "$d/u.err") == "inspect: INVALID_ARGUMENT: expected exactly one FILE, got 0 (inspect --help lists the usage and the flags)" ]] \
   || fail "no FILE: $(cat "$d/u.err")"
 "$inspect" verify "" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verify \"\": $(cat "$d/u.err")"
+# plot and export -o a symbolic link to nothing: refused, the link kept.
+ln -s "$d/no-such-dir/out" "$d/dangling.out"
+for cmd in "plot --config=tiny $d/complete.res" "export --config=tiny --safetensors $d/model.ckpt"; do
+  "$inspect" $cmd -o "$d/dangling.out" 2> "$d/u.err"; rc=$?
+  [[ $rc == 1 && -L "$d/dangling.out" ]] || fail "$cmd -o dangling link: rc $rc, $(cat "$d/u.err")"
+  [[ $(wc -l < "$d/u.err") == 1 ]] && grep -q "^inspect: INVALID_ARGUMENT: -o $d/dangling.out: a symbolic link to a missing file or a loop" "$d/u.err" \
+    || fail "$cmd -o dangling link: $(cat "$d/u.err")"
+done
 # An empty RESULT argument to plot, as to verify: a usage error naming it,
 # not "opening : No such file or directory" (exit 1); nothing is written.
 "$inspect" plot "" -o "$d/empty-arg.svg" 2> "$d/u.err"; rc=$?
