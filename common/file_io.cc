@@ -546,9 +546,14 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
       "); expected a regular file path"));
 }
 
-absl::Status CheckOutputPathUsable(const std::string& path,
+absl::Status CheckOutputPathUsable(const std::string& path_or_link,
                                    absl::string_view what) {
-  if (path == "-") return absl::OkStatus();
+  if (path_or_link == "-") return absl::OkStatus();
+  // A symbolic link is published to its target (WriteFileAtomically), so
+  // the target's directory is the one that must take the temporaries; a
+  // link to nothing is refused here, before any work.
+  ASSIGN_OR_RETURN(const std::string path,
+                   OutputTarget(path_or_link, absl::StrCat(what, " ")));
   struct stat st;
   if (stat(path.c_str(), &st) == 0) {
     // A regular file is replaced through a temporary beside it; a device or
@@ -610,10 +615,11 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
                                  absl::string_view contents) {
   if (path_or_link == "-") return WriteAll(STDOUT_FILENO, contents.data(),
                                            contents.size(), "<stdout>");
-  // A symbolic link is followed: its target is replaced, not the link (a
-  // link to nothing is replaced, as before OutputTarget existed).
-  absl::StatusOr<std::string> target = OutputTarget(path_or_link, "");
-  const std::string path = target.ok() ? *target : path_or_link;
+  // A symbolic link is followed: its target is replaced, not the link. A
+  // link to nothing is refused (as make-cache and train refuse it): a
+  // rename over it would replace the link with a file where the link's
+  // owner did not mean the output to go.
+  ASSIGN_OR_RETURN(const std::string path, OutputTarget(path_or_link, ""));
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode)) {

@@ -279,6 +279,8 @@ absl::StatusOr<std::string> OutputTarget(const std::string& path,
 // (NewTemporaryPath(path)),
 // fsync, rename, fsync(directory); "-" writes to stdout. On error the
 // temporary is removed and any previous file at `path` is untouched.
+// A symbolic link is published to its target (OutputTarget); a link to
+// nothing is InvalidArgument, the link left as it is.
 // An existing `path` that is not a regular file (a character device such as
 // /dev/null, a FIFO) is written directly, never replaced; a directory is
 // InvalidArgument.
@@ -299,7 +301,9 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
 // nothing: OK for "-" and for a path that is not a directory and whose
 // directory exists and takes the path's temporaries
 // (ProbeTemporaryInDirectory; an existing device or FIFO is fine: it is
-// written, not replaced). InvalidArgument "WHAT PATH: is a directory, expected a file
+// written, not replaced). A symbolic link is checked as its target
+// (OutputTarget: a link to nothing is InvalidArgument "WHAT PATH: a
+// symbolic link to a missing file or a loop ..."). InvalidArgument "WHAT PATH: is a directory, expected a file
 // path" or "WHAT PATH: DIR is not a directory"; NotFound "WHAT PATH:
 // directory DIR does not exist".
 absl::Status CheckOutputPathUsable(const std::string& path,

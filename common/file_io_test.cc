@@ -450,6 +450,46 @@ TEST(WriteFileAtomically, FollowsASymbolicLink) {
   EXPECT_EQ(*ReadFile(target), "new");
 }
 
+// A link to nothing is refused, before any work (CheckOutputPathUsable) and
+// when written: it stays a link, and nothing is created at either name.
+TEST(WriteFileAtomically, RefusesALinkToNothing) {
+  const std::string target = TestDir() + "/dangling_target";
+  const std::string link_path = TestDir() + "/dangling_link";
+  unlink(target.c_str());
+  unlink(link_path.c_str());
+  ASSERT_EQ(symlink(target.c_str(), link_path.c_str()), 0);
+  absl::Status s = CheckOutputPathUsable(link_path, "-o");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "-o " + link_path +
+                             ": a symbolic link to a missing file or a loop "
+                             "(No such file or directory); give the target's "
+                             "path");
+  s = WriteFileAtomically(link_path, "data");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  struct stat st;
+  ASSERT_EQ(lstat(link_path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_NE(lstat(target.c_str(), &st), 0);
+}
+
+// A link's temporaries go beside its target: the target's directory is the
+// one checked (here its name is too long for a temporary beside it).
+TEST(CheckOutputPathUsable, ChecksALinksTarget) {
+  const std::string dir = TestDir() + "/link_target_dir";
+  mkdir(dir.c_str(), 0755);
+  const std::string long_target = dir + "/" + std::string(240, 'z');
+  ASSERT_TRUE(WriteFileAtomically(dir + "/short", "x").ok());
+  ASSERT_EQ(rename((dir + "/short").c_str(), long_target.c_str()), 0);
+  const std::string link_path = TestDir() + "/link_to_long";
+  unlink(link_path.c_str());
+  ASSERT_EQ(symlink(long_target.c_str(), link_path.c_str()), 0);
+  // The link's own name is short, its target's too long for a temporary.
+  absl::Status s = CheckOutputPathUsable(link_path, "-o");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), testing::HasSubstr("too long a name for its "
+                                              "temporary"));
+}
+
 }  // namespace
 }  // namespace coppelius
 

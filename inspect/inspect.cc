@@ -1718,6 +1718,20 @@ absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
 
 }  // namespace
 
+absl::Status CheckStandardOutputIsNotCoppeliusFile(absl::string_view use) {
+  struct stat st;
+  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size == 0) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<FileDetection> d = DetectFile("/dev/fd/1", FileKind::kAuto, "");
+  if (!d.ok()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      use, ": standard output is an existing Coppelius ", FileKindName(d->kind),
+      " file (", st.st_size, " bytes); writing to it would damage it (choose "
+      "another output)"));
+}
+
 absl::StatusOr<FileDetection> DetectFile(const std::string& path,
                                          FileKind kind,
                                          absl::string_view config_name) {
@@ -2130,6 +2144,10 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   }
   if (o.output.empty()) {
     return UsageError("plot: -o OUTPUT (an .svg path or -) is required");
+  }
+  if (std::count(o.results.begin(), o.results.end(), "") > 0) {
+    return UsageError(
+        "plot: an empty RESULT argument (\"\"); expected a path or -");
   }
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
   if (std::any_of(o.results.begin(), o.results.end(), IsStream)) {

@@ -82,6 +82,14 @@ absl::StatusOr<FileDetection> DetectFile(const std::string& path,
 // DetectFile(path, kAuto, "").kind.
 absl::StatusOr<FileKind> DetectFileKind(const std::string& path);
 
+// Refuses (FailedPrecondition "USE: standard output is an existing
+// Coppelius KIND file ...") to write to standard output when it is a
+// non-empty regular file that DetectFile takes for a cache, checkpoint or
+// result (`inspect run.res >> run.ckpt` would append the report to the
+// checkpoint). `use` names the output ("the report", "-o -"). OK for
+// anything else: a terminal, a pipe, an empty file, a log of reports.
+absl::Status CheckStandardOutputIsNotCoppeliusFile(absl::string_view use);
+
 // Statistics of n fp32 values: mean and population standard deviation
 // (double accumulation) and min/max over the finite values; `nonfinite`
 // counts NaN and ±Inf. All zero (min = max = 0) when no value is finite.

@@ -273,6 +273,38 @@ grep -q "^checkpoint - ([0-9]* bytes, from standard input)$" "$d/ck.out" || fail
 [[ $(cat "$d/u.err") == "inspect: INVALID_ARGUMENT: expected exactly one FILE, got 0 (inspect --help lists the usage and the flags)" ]] \
   || fail "no FILE: $(cat "$d/u.err")"
 "$inspect" verify "" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verify \"\": $(cat "$d/u.err")"
+# Standard output appending to a checkpoint, result or cache (`>> FILE`):
+# the report, verify's lines or -o - would damage it; refused, the file
+# keeps its bytes. A log of earlier reports is appended to.
+for victim in model.ckpt complete.res cache.tok; do
+  cp "$d/$victim" "$d/appended.$victim"
+  for cmd in "--config=tiny $d/complete.res" "verify --config=tiny $d/complete.res" \
+             "plot --config=tiny $d/complete.res -o -" "export --config=tiny --safetensors $d/model.ckpt -o -"; do
+    "$inspect" $cmd >> "$d/appended.$victim" 2> "$d/u.err"; rc=$?
+    [[ $rc == 1 && $(wc -l < "$d/u.err") == 1 ]] && grep -q "standard output is an existing Coppelius" "$d/u.err" \
+      || fail "$cmd >> $victim: rc $rc, $(cat "$d/u.err")"
+  done
+  cmp -s "$d/$victim" "$d/appended.$victim" || fail ">> $victim: it was written to"
+done
+: > "$d/reports.log"
+for i in 1 2; do
+  "$inspect" verify --config=tiny "$d/complete.res" >> "$d/reports.log" || fail "verify >> a log ($i)"
+  "$inspect" --config=tiny "$d/complete.res" >> "$d/reports.log" || fail "report >> a log ($i)"
+done
+# plot and export -o a symbolic link to nothing: refused, the link kept.
+ln -s "$d/no-such-dir/out" "$d/dangling.out"
+for cmd in "plot --config=tiny $d/complete.res" "export --config=tiny --safetensors $d/model.ckpt"; do
+  "$inspect" $cmd -o "$d/dangling.out" 2> "$d/u.err"; rc=$?
+  [[ $rc == 1 && -L "$d/dangling.out" ]] || fail "$cmd -o dangling link: rc $rc, $(cat "$d/u.err")"
+  [[ $(wc -l < "$d/u.err") == 1 ]] && grep -q "^inspect: INVALID_ARGUMENT: -o $d/dangling.out: a symbolic link to a missing file or a loop" "$d/u.err" \
+    || fail "$cmd -o dangling link: $(cat "$d/u.err")"
+done
+# An empty RESULT argument to plot, as to verify: a usage error naming it,
+# not "opening : No such file or directory" (exit 1); nothing is written.
+"$inspect" plot "" -o "$d/empty-arg.svg" 2> "$d/u.err"; rc=$?
+[[ $rc == 2 && ! -e "$d/empty-arg.svg" ]] || fail "plot \"\": rc $rc, $(cat "$d/u.err")"
+[[ $(cat "$d/u.err") == 'inspect: INVALID_ARGUMENT: plot: an empty RESULT argument (""); expected a path or -' ]] \
+  || fail "plot \"\": $(cat "$d/u.err")"
 # A mistyped subcommand is named as one (not "expected exactly one FILE" or
 # "opening exprot").
 "$inspect" verfiy "$d/complete.res" 2> "$d/u.err"; [[ $? == 2 ]] || fail "verfiy: exit"

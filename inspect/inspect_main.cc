@@ -132,6 +132,15 @@ int main(int argc, char** argv) {
         absl::StrCat(stdout_use, ": standard output is closed; expected "
                                  "somewhere to write")));
   }
+  // Nor an existing checkpoint, result or cache (`>> run.ckpt`): what is
+  // published is never damaged.
+  if (writes_stdout) {
+    if (absl::Status s =
+            coppelius::CheckStandardOutputIsNotCoppeliusFile(stdout_use);
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
   // Not std::cout: a write that fails (a full disk) is reported with its
   // reason (common/file_io.h).
   coppelius::FdOutputStream out(STDOUT_FILENO, "<stdout>");

@@ -132,6 +132,11 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     // rules `tokenize` refuses them by (tokenizer/output_checks.h).
     RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
     RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
+  } else {
+    // -o - into an existing file (`>> FILE`): the cache would be appended
+    // to it, so FILE may not be a checkpoint or result file either.
+    RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
+    RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
   }
 
   SourceStat source_stat;

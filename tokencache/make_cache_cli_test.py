@@ -171,6 +171,23 @@ def main():
     with open(source, "rb") as f:
         if f.read() != text.encode():
             fail("the source was modified")
+    # -o - appending to a checkpoint (`>> run.ckpt`): refused as -o
+    # run.ckpt is, --force or not; the checkpoint keeps its bytes.
+    appended = os.path.join(work, "appended.ckpt")
+    envelope = b"COPPCKPT" + bytes(120)
+    with open(appended, "wb") as f:
+        f.write(envelope)
+    for extra in ([], ["--force"]):
+        with open(appended, "ab") as sink:
+            r = subprocess.run([binary, f"--vocab={vocab}", source, "-o", "-"] + extra,
+                               stdout=sink, stderr=subprocess.PIPE)
+        err = r.stderr.decode()
+        if r.returncode != 1 or err.count("\n") != 1 or \
+                "-o - (standard output, an existing file): exists and is a Coppelius checkpoint" not in err:
+            fail(f"-o - >> checkpoint {extra}: exit {r.returncode}, {err!r}")
+    with open(appended, "rb") as f:
+        if f.read() != envelope:
+            fail("-o - >> checkpoint: the checkpoint was appended to")
     print(f"ok: {len(cases)} bad inputs refused with one-line errors")
 
     # 5. An existing output that is not a token cache is never replaced

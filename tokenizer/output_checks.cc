@@ -26,12 +26,32 @@ namespace {
 // checkpoint/ (and its protobuf). The result marker is result_file.h's.
 constexpr char kCheckpointMagic[8] = {'C', 'O', 'P', 'P', 'C', 'K', 'P', 'T'};
 
+// The file the checks read for `output`: itself, or for "-" the file
+// standard output writes to when that is a non-empty regular file
+// (`-o - >> FILE` appends to FILE, which must be refused as `-o FILE`
+// is); "" when there is nothing to examine.
+std::string ExaminedPath(const std::string& output) {
+  if (output != "-") return output;
+  struct stat st;
+  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size == 0) {
+    return "";
+  }
+  return "/dev/fd/1";
+}
+
+// `output` as messages name it.
+std::string OutputName(const std::string& output) {
+  return output == "-" ? "- (standard output, an existing file)" : output;
+}
+
 }  // namespace
 
 absl::Status CheckNotCoppeliusFile(const std::string& output) {
-  if (output == "-") return absl::OkStatus();
+  const std::string path = ExaminedPath(output);
+  if (path.empty()) return absl::OkStatus();
   unsigned char head[8];
-  if (!ReadFileHead(output, head, sizeof(head))) return absl::OkStatus();
+  if (!ReadFileHead(path, head, sizeof(head))) return absl::OkStatus();
   const char* kind = nullptr;
   if (std::memcmp(head, kCheckpointMagic, 8) == 0) {
     kind = "checkpoint (the magic \"COPPCKPT\" at offset 0)";
@@ -42,18 +62,20 @@ absl::Status CheckNotCoppeliusFile(const std::string& output) {
   }
   if (kind == nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat("-o ", output, ": exists and is a Coppelius ", kind,
+      absl::StrCat("-o ", OutputName(output), ": exists and is a Coppelius ",
+                   kind,
                    "; never replaced, whatever the flags (choose another "
                    "output path)"));
 }
 
 absl::Status CheckNotAResultFile(const std::string& output) {
-  if (output == "-") return absl::OkStatus();
+  const std::string path = ExaminedPath(output);
+  if (path.empty()) return absl::OkStatus();
   struct stat st;
-  if (stat(output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::OkStatus();
   }
-  const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::OkStatus();  // the write reports its own error
   // The first bytes, for the forward record of any config (at most 4,096).
   std::string head(4096, '\0');
@@ -85,7 +107,8 @@ absl::Status CheckNotAResultFile(const std::string& output) {
   close(fd);
   if (found.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "-o ", output, ": exists and is a Coppelius result file (config ", found,
+      "-o ", OutputName(output), ": exists and is a Coppelius result file "
+      "(config ", found,
       "); never replaced, whatever the flags (choose another output path)"));
 }
 

@@ -16,7 +16,15 @@
 namespace coppelius {
 
 // Refuses to let `tokenize` replace a Coppelius checkpoint or result file.
-// Exactly what is checked: when `output` is not "-" and names an existing
+// In this check and CheckNotAResultFile, an `output` of "-" stands for
+// the file standard output writes to when that is a non-empty regular file
+// (`-o - >> FILE` would append to FILE, damaging it as surely as `-o FILE`
+// would replace it); messages then name it "- (standard output, an
+// existing file)". Standard output that is anything else (a terminal, a
+// pipe, an empty file) is OK. (CheckNotATokenCache does not look at
+// standard output: ids appended to an id file, `-o - >> all.ids`, are a
+// use, and such a file can pass for a cache.)
+// Exactly what is checked: when `output` names an existing
 // regular file of at least 8 bytes, its first 8 bytes are compared with
 //   - the checkpoint magic "COPPCKPT" (docs/FORMATS.md "Checkpoint
 //     envelope", offset 0), and
@@ -26,7 +34,7 @@ namespace coppelius {
 // Either match: FailedPrecondition "-o OUTPUT: exists and is a Coppelius
 // checkpoint|result file (... at offset 0); never replaced, whatever the
 // flags (choose another output path)". `tokenize` and `make-cache` (even
-// with --force) call it. Anything else is OK: "-", a missing, empty or shorter file, a
+// with --force) call it. Anything else is OK: a missing, empty or shorter file, a
 // non-regular file (a device or FIFO, which is written, not replaced), a file
 // that cannot be opened for reading (the write reports its own error), and
 // any other content. Not detected: a result file whose forward record has
@@ -42,7 +50,7 @@ absl::Status CheckNotCoppeliusFile(const std::string& output);
 // detection uses: the host tag "CPLSRES1" at the host status offset, or a
 // killed run's size with a forward record of logits) for one of the configs
 // `train` runs (trainer/model_config.h ModelConfigNames; docs/FORMATS.md
-// "Result file"). OK for "-", anything that is not a regular file or cannot
+// "Result file"). OK for anything that is not a regular file or cannot
 // be opened, and any other content.
 absl::Status CheckNotAResultFile(const std::string& output);
 

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -115,6 +117,68 @@ TEST(CheckOutputIsNotInput, RefusesStandardOutputThatIsTheInput) {
   EXPECT_TRUE(CheckWithStdoutOn(in, "-", "input file", "-").ok());
   EXPECT_TRUE(
       CheckWithStdoutOn(in, "-", "input file", TmpPath("missing.txt")).ok());
+}
+
+// Runs `check("-")` with standard output appending to `stdout_path`, as a
+// shell's `>> stdout_path` leaves it.
+template <typename Check>
+absl::Status CheckWithStdoutAppendingTo(const std::string& stdout_path,
+                                        Check check) {
+  std::fflush(stdout);
+  const int saved = dup(STDOUT_FILENO);
+  const int fd = open(stdout_path.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+  EXPECT_GE(saved, 0);
+  EXPECT_GE(fd, 0);
+  dup2(fd, STDOUT_FILENO);
+  close(fd);
+  absl::Status s = check(std::string("-"));
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  return s;
+}
+
+// `tokenize ... -o - >> run.ckpt` would append to the checkpoint: refused
+// as `-o run.ckpt` is; standard output on any other file is not.
+TEST(CheckNotCoppeliusFile, RefusesStandardOutputAppendingToOne) {
+  const std::string checkpoint =
+      Write("appended.ckpt", std::string("COPPCKPT\x01\0\0\0\x80\0\0\0", 16));
+  absl::Status s = CheckWithStdoutAppendingTo(
+      checkpoint, [](const std::string& o) { return CheckNotCoppeliusFile(o); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(s.message(),
+            "-o - (standard output, an existing file): exists and is a "
+            "Coppelius checkpoint (the magic \"COPPCKPT\" at offset 0); never "
+            "replaced, whatever the flags (choose another output path)");
+  const std::string marker = Write(
+      "appended.res", std::string("\xbe\xba\xfe\xca\xbe\xba\xfe\xca", 8));
+  EXPECT_EQ(CheckWithStdoutAppendingTo(
+                marker,
+                [](const std::string& o) { return CheckNotCoppeliusFile(o); })
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A log, an empty file, ids that can pass for a cache: appended to.
+  for (const std::string& other :
+       {Write("appended.log", "OK run.res (result)\n"),
+        Write("appended.empty", "")}) {
+    EXPECT_TRUE(CheckWithStdoutAppendingTo(other, [](const std::string& o) {
+                  return CheckNotCoppeliusFile(o);
+                }).ok());
+    EXPECT_TRUE(CheckWithStdoutAppendingTo(other, [](const std::string& o) {
+                  return CheckNotAResultFile(o);
+                }).ok());
+  }
+  // 97 0 98 0 as u32: a header of mtime 97 ns and 98 source bytes, then
+  // ids: what CheckNotATokenCache takes for a cache as -o FILE. Standard
+  // output appending to it is ids appended to ids: not refused.
+  std::string ids;
+  for (uint32_t id : {97u, 0u, 98u, 0u, 97u, 98u, 99u}) {
+    ids.append(reinterpret_cast<const char*>(&id), 4);
+  }
+  const std::string id_file = Write("appended.ids", ids);
+  EXPECT_FALSE(CheckNotATokenCache(id_file, 0).ok());
+  EXPECT_TRUE(CheckWithStdoutAppendingTo(id_file, [](const std::string& o) {
+                return CheckNotATokenCache(o, 0);
+              }).ok());
 }
 
 TEST(CheckOutputIsNotInput, RefusesAnOutputPathThatIsTheInput) {

@@ -46,6 +46,23 @@ check "random bytes round trip" cmp -s "$tmp/rand.bin" "$tmp/rand.back"
 
 "$bin" 2> "$tmp/err"; rc=$?
 check "no args: usage error, exit 2, one line" test $rc -eq 2 -a "$(wc -l < "$tmp/err")" -eq 1
+# An output that is a symbolic link to nothing: refused before any work,
+# as make-cache and train refuse it; the link stays a link.
+ln -s "$tmp/no-such-dir/ids" "$tmp/dangling.ids"
+"$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/dangling.ids" 2> "$tmp/err"; rc=$?
+check "dangling -o link: exit 1" test $rc -eq 1
+check "dangling -o link: one line" one_line_error "$tmp/err" \
+  "INVALID_ARGUMENT: -o $tmp/dangling.ids: a symbolic link to a missing file or a loop"
+check "dangling -o link: still a link" test -L "$tmp/dangling.ids"
+# An empty input argument (an unset variable): a usage error naming the
+# subcommand, not "opening : No such file or directory" (exit 1); no output.
+for sub in encode decode train; do
+  "$bin" $sub --vocab="$tmp/v.tiktoken" --vocab-size=300 "" -o "$tmp/empty-arg.out" 2> "$tmp/err"; rc=$?
+  check "$sub \"\": usage error, exit 2" test $rc -eq 2
+  check "$sub \"\": one line naming it" one_line_error "$tmp/err" \
+    "INVALID_ARGUMENT: $sub: an empty input argument (\"\"); expected a path or -"
+  check "$sub \"\": no output" test ! -e "$tmp/empty-arg.out"
+done
 "$bin" frobnicate x -o y 2> "$tmp/err"; rc=$?
 check "unknown subcommand" one_line_error "$tmp/err" 'unknown subcommand "frobnicate"'
 check "unknown subcommand: exit 2" test $rc -eq 2

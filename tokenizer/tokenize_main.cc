@@ -111,6 +111,12 @@ absl::Status Run(const std::vector<char*>& args,
     return coppelius::UsageError(absl::StrCat(
         "unknown subcommand \"", command, "\"; expected encode, decode or train"));
   }
+  // An empty argument ("$UNSET") names no file: a usage error, as
+  // make-cache's and inspect verify's, not "opening : No such file".
+  if (input.empty()) {
+    return coppelius::UsageError(absl::StrCat(
+        command, ": an empty input argument (\"\"); expected a path or -"));
+  }
   WarnUnusedFlags(command, given_flags);
   // Only the flags the subcommand uses are checked (the others are ignored).
   if (command != "decode") {
