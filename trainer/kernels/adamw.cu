@@ -145,7 +145,10 @@ __global__ void __launch_bounds__(kWideThreads)
   __syncthreads();
   for (int t = threadIdx.x; t < T; t += blockDim.x) {
     const uint32_t id = inputs[t];
-    atomicOr(&marks[id / 32], 1u << (id % 32));  // integer OR: any order
+    // (An id ≥ V names no row: StageContext never stages one.)
+    if (id < static_cast<uint32_t>(V)) {
+      atomicOr(&marks[id / 32], 1u << (id % 32));  // integer OR: any order
+    }
   }
   __syncthreads();
   const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];

@@ -83,9 +83,9 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
 // AdamWUpdateChunks gives for the whole table. Grid: `blocks` CTAs of
 // 1,024 threads, each taking 4,096-element pieces (8 rows at C = 512)
 // b, b + blocks, …; each CTA first marks the input rows in a shared-memory
-// bitmap (V / 8 bytes). Requirements: V, C, T ≥ 1, blocks ≥ 1, every id
-// in inputs < V (StageContext's guarantee), else cudaErrorInvalidValue or
-// undefined rows. Returns the launch's error.
+// bitmap (V / 8 bytes; an id ≥ V names no row and is ignored).
+// Requirements: V, C, T ≥ 1, blocks ≥ 1 and V ≤ 393,216 (the bitmap within
+// 48 KB), else cudaErrorInvalidValue; otherwise the launch's error.
 cudaError_t AdamWEmbeddingRows(const uint32_t* inputs, int T, int V, int C,
                                bool touched,
                                const AdamWDeviceScalars* scalars_table,

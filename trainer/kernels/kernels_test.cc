@@ -1271,8 +1271,11 @@ TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
     for (uint32_t& x : inputs) x = id(Rng()) % (c.V / 2 + 1);  // repeats
     inputs[0] = 0;
     inputs[c.T - 1] = c.V - 1;
+    if (c.T > 2) inputs[1] = c.V + 5;  // names no row: ignored
     std::vector<char> is_input(c.V, 0);
-    for (uint32_t x : inputs) is_input[x] = 1;
+    for (uint32_t x : inputs) {
+      if (x < static_cast<uint32_t>(c.V)) is_input[x] = 1;
+    }
     const auto p = RandomNormal(n, 0.02f, &Rng());
     const auto m = RandomNormal(n, 0.001f, &Rng());
     auto v = RandomNormal(n, 0.001f, &Rng());
