@@ -159,6 +159,13 @@ std::string LockPathFor(const std::string& path) {
 // yet is judged by its parent.
 absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   if (o.checkpoint_history_dir.empty()) return absl::OkStatus();
+  // "-" is standard input/output in every Coppelius tool, never a directory
+  // (it was created as ./-).
+  if (o.checkpoint_history_dir == "-") {
+    return UsageError(
+        "--checkpoint-history=-: the history is a directory of checkpoint "
+        "files; standard output cannot hold it");
+  }
   const std::string history = WithoutTrailingSlashes(o.checkpoint_history_dir);
   struct stat history_st;
   const bool history_exists = stat(history.c_str(), &history_st) == 0;

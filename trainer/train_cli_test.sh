@@ -175,4 +175,9 @@ for u in 2 4 6 8 10 12; do
   [[ -f hist2/update-$(printf %08d $u).ckpt ]] || { echo "FAIL: hist2 lacks update $u"; fail=1; }
 done
 echo "ok: resume relinked update 4: $(ls hist2 | tr '\n' ' ')"
+# "-" as the history directory: a usage error (exit 2), no directory "./-".
+expect_refusal "history = -" "--checkpoint-history=-: the history is a directory" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=dash.ckpt --result=dash.res --checkpoint-history=-
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=dash.ckpt --result=dash.res --checkpoint-history=-
+[[ -e ./- || -e dash.ckpt || -e dash.res ]] && { echo "FAIL: --checkpoint-history=- left files"; fail=1; }
 exit $fail
