@@ -169,6 +169,19 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   const std::string history = WithoutTrailingSlashes(o.checkpoint_history_dir);
   struct stat history_st;
   const bool history_exists = stat(history.c_str(), &history_st) == 0;
+  // A symbolic link to nothing (or a loop) is no directory to publish into,
+  // and mkdir would not create its target: refused here, naming the flag,
+  // rather than later by the lock file's path.
+  if (!history_exists) {
+    const int stat_errno = errno;
+    struct stat link_st;
+    if (lstat(history.c_str(), &link_st) == 0 && S_ISLNK(link_st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--checkpoint-history=", o.checkpoint_history_dir,
+          ": a symbolic link to a missing directory or a loop (",
+          std::strerror(stat_errno), "); give the target's path"));
+    }
+  }
   if (history_exists && !S_ISDIR(history_st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint-history=", o.checkpoint_history_dir,

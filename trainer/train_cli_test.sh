@@ -180,4 +180,12 @@ expect_refusal "history = -" "--checkpoint-history=-: the history is a directory
   --checkpoint-in=fresh.ckpt --checkpoint-out=dash.ckpt --result=dash.res --checkpoint-history=-
 expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=dash.ckpt --result=dash.res --checkpoint-history=-
 [[ -e ./- || -e dash.ckpt || -e dash.res ]] && { echo "FAIL: --checkpoint-history=- left files"; fail=1; }
+# A history directory given as a link to nothing, or a loop: refused,
+# naming the flag (not the lock file inside it), nothing created.
+ln -s missing-dir hist-dangling; ln -s hist-loop2 hist-loop1; ln -s hist-loop1 hist-loop2
+for h in hist-dangling hist-loop1; do
+  expect_refusal "history $h" "--checkpoint-history=$h: a symbolic link to a missing directory or a loop" \
+    --checkpoint-in=fresh.ckpt --checkpoint-out=hl.ckpt --result=hl.res --checkpoint-history=$h
+done
+[[ -e missing-dir || -e hl.ckpt || -e hl.res ]] && { echo "FAIL: a refused history link left files"; fail=1; }
 exit $fail
