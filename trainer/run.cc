@@ -580,6 +580,15 @@ absl::Status RunTrain(const TrainOptions& given,
   // (After the token check: history names c0 + s are formed only for a
   // c0 the cache holds.)
   RETURN_IF_ERROR(CheckHistory(options, config, c0));
+  // Every publication links its checkpoint into the history through a
+  // temporary there: a directory that takes no files (read-only) is
+  // refused now, not after the first publication (the run stopped there,
+  // its checkpoint ahead of the history).
+  if (!options.checkpoint_history_dir.empty()) {
+    RETURN_IF_ERROR(ProbeTemporaryInDirectory(
+        HistoryPath(options.checkpoint_history_dir, c0 + steps),
+        "--checkpoint-history"));
+  }
 
   // --- The backend: never chosen implicitly, no host fallback.
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
