@@ -620,9 +620,16 @@ absl::Status RunTrain(const TrainOptions& given,
                            "staging the token stream"));
   std::vector<float>().swap(pmv);  // the backend holds its own copy
 
+  // This process holds the output's lock (and the history's), which every
+  // train publishing there takes: the temporaries there are a killed run's,
+  // even where their pid has since been given to another process.
+  const bool holds_locks =
+      checkpoint_lock.locked() &&
+      (!history_lock.has_value() || history_lock->locked());
   ASSIGN_OR_RETURN(auto stale_removed,
                    CleanStaleTemporaries(options.checkpoint_out,
-                                         options.checkpoint_history_dir));
+                                         options.checkpoint_history_dir,
+                                         nullptr, holds_locks));
   if (stale_removed > 0 && options.progress) {
     progress << "train: removed " << stale_removed
              << " stale temporary file(s) of a killed publisher" << std::endl;

@@ -188,4 +188,15 @@ for h in hist-dangling hist-loop1; do
     --checkpoint-in=fresh.ckpt --checkpoint-out=hl.ckpt --result=hl.res --checkpoint-history=$h
 done
 [[ -e missing-dir || -e hl.ckpt || -e hl.res ]] && { echo "FAIL: a refused history link left files"; fail=1; }
+# Temporaries of a killed run whose pid now names another live process
+# (pids are reused, after a reboot at once; here this shell's pid): train
+# holds the output's and the history's locks, so no publication of theirs
+# can be in progress, and it removes them at its start.
+mkdir -p histp
+: > pp.ckpt.tmp.$$.0123456789abcdef; : > histp/update-00000002.ckpt.tmp.$$.0123456789abcdef
+run --checkpoint-in=fresh.ckpt --checkpoint-out=pp.ckpt --result=pp.res --checkpoint-history=histp \
+  || { echo "FAIL: run over a reused pid's temporaries"; fail=1; }
+for f in pp.ckpt.tmp.$$.0123456789abcdef histp/update-00000002.ckpt.tmp.$$.0123456789abcdef; do
+  [[ -e $f ]] && { echo "FAIL: $f (a killed run's temporary, its pid reused) kept"; fail=1; }
+done
 exit $fail
