@@ -158,10 +158,11 @@ std::optional<uint64_t> TemporaryPid(absl::string_view basename,
 // Whether `name` is a temporary of `target` that no other running process
 // holds (kill(2) says "no such process" for its pid, or the pid is this
 // process's): a publication in progress elsewhere is not stale.
-bool IsStaleTemporary(absl::string_view name, absl::string_view target) {
+bool IsStaleTemporary(absl::string_view name, absl::string_view target,
+                      bool any_pid) {
   const std::optional<uint64_t> pid = TemporaryPid(name, target);
   if (!pid.has_value()) return false;
-  return *pid == 0 || *pid == static_cast<uint64_t>(getpid()) ||
+  return any_pid || *pid == 0 || *pid == static_cast<uint64_t>(getpid()) ||
          !ProcessMayBeRunning(static_cast<int64_t>(*pid));
 }
 
@@ -173,7 +174,8 @@ bool IsTemporaryName(absl::string_view basename, absl::string_view target) {
 
 absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
                                           const std::string& history_dir,
-                                          const FileOps* file_ops) {
+                                          const FileOps* file_ops,
+                                          bool caller_holds_locks) {
   const FileOps ops = file_ops != nullptr ? *file_ops : PosixFileOps();
   const std::string target = BaseName(path);
   ASSIGN_OR_RETURN(
@@ -181,7 +183,7 @@ absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
       CleanDirectory(
           DirName(path),
           [&](absl::string_view name) {
-            return IsStaleTemporary(name, target);
+            return IsStaleTemporary(name, target, caller_holds_locks);
           },
           ops));
   if (!history_dir.empty()) {
@@ -189,11 +191,12 @@ absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
         int history_removed,
         CleanDirectory(
             history_dir,
-            [](absl::string_view name) {
+            [&](absl::string_view name) {
               const size_t pos = name.find(".ckpt.tmp.");
               if (pos == absl::string_view::npos) return false;
               absl::string_view target = name.substr(0, pos + 5);
-              return IsHistoryName(target) && IsStaleTemporary(name, target);
+              return IsHistoryName(target) &&
+                     IsStaleTemporary(name, target, caller_holds_locks);
             },
             ops));
     removed += history_removed;

@@ -138,10 +138,17 @@ absl::Status PublishCheckpoint(const std::string& path,
 // that is still running (kill(pid, 0) does not fail with ESRCH) is kept,
 // since its publication may be in progress. Called by PublishCheckpoint
 // first; call it at the start of a run.
+// `caller_holds_locks`: the caller holds the lock of `path` (and of
+// `history_dir`, given one) that every writer of them takes (train's
+// .NAME.lock and DIR/.lock), so no other publication of them can be in
+// progress: every temporary of theirs is stale, whatever process now has
+// its pid (pids are reused, after a reboot within seconds, and a 692 MB
+// temporary of a killed run was kept for good).
 // A missing directory is NotFound.
 absl::StatusOr<int> CleanStaleTemporaries(const std::string& path,
                                           const std::string& history_dir = "",
-                                          const FileOps* file_ops = nullptr);
+                                          const FileOps* file_ops = nullptr,
+                                          bool caller_holds_locks = false);
 
 // "<dir>/update-NNNNNNNN.ckpt" for `update_count` (zero-padded to 8 digits).
 std::string HistoryPath(const std::string& history_dir, uint64_t update_count);

@@ -159,9 +159,29 @@ std::string LockPathFor(const std::string& path) {
 // yet is judged by its parent.
 absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   if (o.checkpoint_history_dir.empty()) return absl::OkStatus();
+  // "-" is standard input/output in every Coppelius tool, never a directory
+  // (it was created as ./-).
+  if (o.checkpoint_history_dir == "-") {
+    return UsageError(
+        "--checkpoint-history=-: the history is a directory of checkpoint "
+        "files; standard output cannot hold it");
+  }
   const std::string history = WithoutTrailingSlashes(o.checkpoint_history_dir);
   struct stat history_st;
   const bool history_exists = stat(history.c_str(), &history_st) == 0;
+  // A symbolic link to nothing (or a loop) is no directory to publish into,
+  // and mkdir would not create its target: refused here, naming the flag,
+  // rather than later by the lock file's path.
+  if (!history_exists) {
+    const int stat_errno = errno;
+    struct stat link_st;
+    if (lstat(history.c_str(), &link_st) == 0 && S_ISLNK(link_st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--checkpoint-history=", o.checkpoint_history_dir,
+          ": a symbolic link to a missing directory or a loop (",
+          std::strerror(stat_errno), "); give the target's path"));
+    }
+  }
   if (history_exists && !S_ISDIR(history_st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint-history=", o.checkpoint_history_dir,
@@ -560,6 +580,15 @@ absl::Status RunTrain(const TrainOptions& given,
   // (After the token check: history names c0 + s are formed only for a
   // c0 the cache holds.)
   RETURN_IF_ERROR(CheckHistory(options, config, c0));
+  // Every publication links its checkpoint into the history through a
+  // temporary there: a directory that takes no files (read-only) is
+  // refused now, not after the first publication (the run stopped there,
+  // its checkpoint ahead of the history).
+  if (!options.checkpoint_history_dir.empty()) {
+    RETURN_IF_ERROR(ProbeTemporaryInDirectory(
+        HistoryPath(options.checkpoint_history_dir, c0 + steps),
+        "--checkpoint-history"));
+  }
 
   // --- The backend: never chosen implicitly, no host fallback.
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
@@ -591,9 +620,16 @@ absl::Status RunTrain(const TrainOptions& given,
                            "staging the token stream"));
   std::vector<float>().swap(pmv);  // the backend holds its own copy
 
+  // This process holds the output's lock (and the history's), which every
+  // train publishing there takes: the temporaries there are a killed run's,
+  // even where their pid has since been given to another process.
+  const bool holds_locks =
+      checkpoint_lock.locked() &&
+      (!history_lock.has_value() || history_lock->locked());
   ASSIGN_OR_RETURN(auto stale_removed,
                    CleanStaleTemporaries(options.checkpoint_out,
-                                         options.checkpoint_history_dir));
+                                         options.checkpoint_history_dir,
+                                         nullptr, holds_locks));
   if (stale_removed > 0 && options.progress) {
     progress << "train: removed " << stale_removed
              << " stale temporary file(s) of a killed publisher" << std::endl;

@@ -4,9 +4,11 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -241,6 +243,82 @@ TEST_F(RunTrainTest, OutputsInUseByAnotherRunAreRefused) {
   const absl::Status s = RunTrain(options_, NoBackend, progress);
   EXPECT_EQ(s.message().find("in use"), std::string::npos) << s;
   EXPECT_NE(s.message().find("needs contexts"), std::string::npos) << s;
+}
+
+
+// A history directory that takes no files (here: read-only to the user
+// running train) is refused before any work, naming the flag, rather than
+// at the first publication's history link, after that publication. Run as
+// root, the check runs in a child that has become nobody (root writes
+// anywhere), in a directory under /tmp that nobody can reach.
+TEST_F(RunTrainTest, ReadOnlyHistoryDirectoryIsRefusedBeforeAnyWork) {
+  char base_template[] = "/tmp/run_test_ro_history.XXXXXX";
+  ASSERT_NE(mkdtemp(base_template), nullptr);
+  const std::string base = base_template;
+  const uid_t uid = geteuid() == 0 ? 65534 : geteuid();
+  const gid_t gid = geteuid() == 0 ? 65534 : getegid();
+  TrainOptions o = options_;
+  o.tokens_path = base + "/t.tok";
+  o.checkpoint_in = base + "/fresh.ckpt";
+  o.checkpoint_out = base + "/out.ckpt";
+  o.result_path = base + "/out.res";
+  o.checkpoint_history_dir = base + "/history";
+  {
+    // The run's contexts (the fixture's cache holds only three).
+    const uint64_t n = config_.run_steps * config_.T + 1;
+    auto writer = TokenCacheWriter::Create(o.tokens_path, SourceStat{1, 4 * n});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::vector<uint32_t> ids(n);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
+    ASSERT_TRUE(writer->Append(ids).ok());
+    ASSERT_TRUE(writer->Commit().ok());
+  }
+  WriteBytes(o.checkpoint_in, "");
+  // An existing history (its lock file from an earlier run included) that
+  // is read-only now.
+  ASSERT_EQ(mkdir(o.checkpoint_history_dir.c_str(), 0755), 0);
+  WriteBytes(o.checkpoint_history_dir + "/.lock", "");
+  for (const std::string& p :
+       {base, o.tokens_path, o.checkpoint_in, o.checkpoint_history_dir,
+        o.checkpoint_history_dir + "/.lock"}) {
+    ASSERT_EQ(chown(p.c_str(), uid, gid), 0) << p;
+  }
+  ASSERT_EQ(chmod(o.checkpoint_history_dir.c_str(), 0555), 0);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    if (geteuid() == 0 && (setgid(gid) != 0 || setuid(uid) != 0)) _exit(3);
+    if (access(o.checkpoint_history_dir.c_str(), W_OK) == 0) _exit(4);
+    std::ostringstream progress;
+    const absl::Status s = RunTrain(o, NoBackend, progress);
+    const std::string line = s.ToString();
+    (void)!write(fds[1], line.data(), line.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string message;
+  char buffer[512];
+  ssize_t n;
+  while ((n = read(fds[0], buffer, sizeof(buffer))) > 0) message.append(buffer, n);
+  close(fds[0]);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  if (WEXITSTATUS(wstatus) == 4) GTEST_SKIP() << "the directory stays writable";
+  ASSERT_EQ(WEXITSTATUS(wstatus), 0);
+  EXPECT_NE(message.find("PERMISSION_DENIED"), std::string::npos) << message;
+  EXPECT_NE(message.find("--checkpoint-history " + o.checkpoint_history_dir +
+                         "/update-00000008.ckpt: cannot create files in "
+                         "directory " + o.checkpoint_history_dir),
+            std::string::npos)
+      << message;
+  EXPECT_FALSE(Exists(o.checkpoint_out));
+  EXPECT_FALSE(Exists(o.result_path));
+  chmod(o.checkpoint_history_dir.c_str(), 0755);
+  std::system(("rm -rf " + base).c_str());
 }
 
 }  // namespace

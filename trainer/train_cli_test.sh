@@ -175,4 +175,28 @@ for u in 2 4 6 8 10 12; do
   [[ -f hist2/update-$(printf %08d $u).ckpt ]] || { echo "FAIL: hist2 lacks update $u"; fail=1; }
 done
 echo "ok: resume relinked update 4: $(ls hist2 | tr '\n' ' ')"
+# "-" as the history directory: a usage error (exit 2), no directory "./-".
+expect_refusal "history = -" "--checkpoint-history=-: the history is a directory" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=dash.ckpt --result=dash.res --checkpoint-history=-
+expect_rc 2 --checkpoint-in=fresh.ckpt --checkpoint-out=dash.ckpt --result=dash.res --checkpoint-history=-
+[[ -e ./- || -e dash.ckpt || -e dash.res ]] && { echo "FAIL: --checkpoint-history=- left files"; fail=1; }
+# A history directory given as a link to nothing, or a loop: refused,
+# naming the flag (not the lock file inside it), nothing created.
+ln -s missing-dir hist-dangling; ln -s hist-loop2 hist-loop1; ln -s hist-loop1 hist-loop2
+for h in hist-dangling hist-loop1; do
+  expect_refusal "history $h" "--checkpoint-history=$h: a symbolic link to a missing directory or a loop" \
+    --checkpoint-in=fresh.ckpt --checkpoint-out=hl.ckpt --result=hl.res --checkpoint-history=$h
+done
+[[ -e missing-dir || -e hl.ckpt || -e hl.res ]] && { echo "FAIL: a refused history link left files"; fail=1; }
+# Temporaries of a killed run whose pid now names another live process
+# (pids are reused, after a reboot at once; here this shell's pid): train
+# holds the output's and the history's locks, so no publication of theirs
+# can be in progress, and it removes them at its start.
+mkdir -p histp
+: > pp.ckpt.tmp.$$.0123456789abcdef; : > histp/update-00000002.ckpt.tmp.$$.0123456789abcdef
+run --checkpoint-in=fresh.ckpt --checkpoint-out=pp.ckpt --result=pp.res --checkpoint-history=histp \
+  || { echo "FAIL: run over a reused pid's temporaries"; fail=1; }
+for f in pp.ckpt.tmp.$$.0123456789abcdef histp/update-00000002.ckpt.tmp.$$.0123456789abcdef; do
+  [[ -e $f ]] && { echo "FAIL: $f (a killed run's temporary, its pid reused) kept"; fail=1; }
+done
 exit $fail
