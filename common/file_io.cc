@@ -74,6 +74,15 @@ void ProtectStandardStreams() {
 
 bool StandardOutputWasClosed() { return g_stdout_closed; }
 
+std::string StandardOutputFileToExamine() {
+  struct stat st;
+  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size == 0) {
+    return "";
+  }
+  return "/dev/fd/1";
+}
+
 namespace {
 // Registered temporaries: state 0 free, 1 being filled or cleared, 2 armed
 // (the signal handler unlinks armed paths only). Lock-free atomics and

@@ -107,6 +107,12 @@ void UnregisterMapping(const void* begin);
 // before doing any work.
 bool StandardOutputWasClosed();
 
+// A path through which the file standard output writes to can be read
+// ("/dev/fd/1") when that is a non-empty regular file (`>> FILE`: what is
+// written is appended to FILE, which a tool must examine as it examines
+// `-o FILE`); "" for anything else (a terminal, a pipe, an empty file).
+std::string StandardOutputFileToExamine();
+
 // Whether process `pid` may still be running: kill(pid, 0) succeeds or
 // fails with anything but ESRCH (e.g. EPERM: another user's process).
 // False for pid <= 0. Leaves errno as it was (callers scan directories

@@ -1719,17 +1719,18 @@ absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
 }  // namespace
 
 absl::Status CheckStandardOutputIsNotCoppeliusFile(absl::string_view use) {
-  struct stat st;
-  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_size == 0) {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<FileDetection> d = DetectFile("/dev/fd/1", FileKind::kAuto, "");
+  const std::string examined = StandardOutputFileToExamine();
+  if (examined.empty()) return absl::OkStatus();
+  absl::StatusOr<FileDetection> d = DetectFile(examined, FileKind::kAuto, "");
   if (!d.ok()) return absl::OkStatus();
+  struct stat st;
+  const std::string size =
+      stat(examined.c_str(), &st) == 0 ? absl::StrCat(" (", st.st_size, " bytes)")
+                                       : "";
   return absl::FailedPreconditionError(absl::StrCat(
       use, ": standard output is an existing Coppelius ", FileKindName(d->kind),
-      " file (", st.st_size, " bytes); writing to it would damage it (choose "
-      "another output)"));
+      " file", size, "; writing to it would damage it (choose another "
+      "output)"));
 }
 
 absl::StatusOr<FileDetection> DetectFile(const std::string& path,

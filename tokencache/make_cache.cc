@@ -128,16 +128,12 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     // The cache is published by rename: a device or FIFO would be replaced.
     RETURN_IF_ERROR(CheckRegularFileOrAbsent(options.output_path, "-o"));
     RETURN_IF_ERROR(CheckOutputPathUsable(options.output_path, "-o"));
-    // A checkpoint or result file is never replaced, --force or not: the
-    // rules `tokenize` refuses them by (tokenizer/output_checks.h).
-    RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
-    RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
-  } else {
-    // -o - into an existing file (`>> FILE`): the cache would be appended
-    // to it, so FILE may not be a checkpoint or result file either.
-    RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
-    RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
   }
+  // A checkpoint or result file is never replaced, --force or not, nor
+  // appended to (-o - into `>> FILE`): the rules `tokenize` refuses them by
+  // (tokenizer/output_checks.h; for "-" they examine standard output's file).
+  RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
+  RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
 
   SourceStat source_stat;
   if (!from_stdin) {

@@ -31,13 +31,7 @@ constexpr char kCheckpointMagic[8] = {'C', 'O', 'P', 'P', 'C', 'K', 'P', 'T'};
 // (`-o - >> FILE` appends to FILE, which must be refused as `-o FILE`
 // is); "" when there is nothing to examine.
 std::string ExaminedPath(const std::string& output) {
-  if (output != "-") return output;
-  struct stat st;
-  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_size == 0) {
-    return "";
-  }
-  return "/dev/fd/1";
+  return output == "-" ? StandardOutputFileToExamine() : output;
 }
 
 // `output` as messages name it.
