@@ -271,6 +271,21 @@ class CudaBackend final : public Backend {
         "AdamWUpdateChunks");
     return absl::OkStatus();
   }
+  // AdamWEmbeddingRows over the tied embedding: its rows that no input of
+  // the step's context names (touched false) or the others, on `blocks`
+  // CTAs on `stream`.
+  absl::Status EmbeddingRowsUpdate(bool touched, int blocks,
+                                   cudaStream_t stream) {
+    const int64_t e = offsets_.embedding;
+    CUDA_RETURN_IF_ERROR(
+        AdamWEmbeddingRows(inputs_, T_, V_, C_, touched, adam_table_,
+                           step_counter_, 0, pmv_ + e, pmv_ + N_ + e,
+                           pmv_ + 2 * N_ + e, grad_ + e, p16_ + e, blocks,
+                           stream),
+        touched ? "AdamWEmbeddingRows(input rows)"
+                : "AdamWEmbeddingRows(other rows)");
+    return absl::OkStatus();
+  }
   absl::Status BackwardPass();
   absl::Status EnqueueStepBody();
   absl::Status BuildStepGraph();
@@ -1010,27 +1025,16 @@ absl::Status CudaBackend::BackwardPass() {
   // the tied dE product has written it, and the logits dX product was the
   // backward's last reader of their bf16 copy (CudaStepTuning::
   // embedding_early_ctas).
-  auto early_embedding_update = [&]() -> absl::Status {
-    if (g_tuning.embedding_early_ctas <= 0 || Skip(kPartAdamW)) {
-      return absl::OkStatus();
-    }
+  if (g_tuning.embedding_early_ctas > 0 && !Skip(kPartAdamW)) {
     CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(adam_stream_, demb_done_event_, 0),
         "cudaStreamWaitEvent(dE done)");
     RETURN_IF_ERROR(StreamWait(adam_stream_, stream_, adam_fork_event_,
                                "embedding update fork"));
-    const int64_t e = offsets_.embedding;
-    CUDA_RETURN_IF_ERROR(
-        AdamWEmbeddingRows(inputs_, T, V_, C, /*touched=*/false, adam_table_,
-                           step_counter_, 0, pmv_ + e, pmv_ + N_ + e,
-                           pmv_ + 2 * N_ + e, G + e, p16_ + e,
-                           g_tuning.embedding_early_ctas, adam_stream_),
-        "AdamWEmbeddingRows(early)");
-    return absl::OkStatus();
-  };
-  const int early_block =
-      std::min(g_tuning.embedding_early_block, L_ - 1);  // −1: here
-  if (early_block < 0) RETURN_IF_ERROR(early_embedding_update());
+    RETURN_IF_ERROR(EmbeddingRowsUpdate(/*touched=*/false,
+                                        g_tuning.embedding_early_ctas,
+                                        adam_stream_));
+  }
   int dresid16_index = 0;
   bf16* dresid16 = nullptr;
   RETURN_IF_ERROR(norm_backward(dh32_, x_[L_], offsets_.final_norm_weight,
@@ -1039,9 +1043,6 @@ absl::Status CudaBackend::BackwardPass() {
                                 &dresid16));
   for (int l = L_ - 1; l >= 0; --l) {
     const BlockOffsets& o = offsets_.blocks[l];
-    if (early_block >= 0 && l == L_ - 1 - early_block) {
-      RETURN_IF_ERROR(early_embedding_update());
-    }
     // MLP: x_next = xmid + down(a).
     RETURN_IF_ERROR(weight_gradient(kDownDwSlot, kDownDw, dresid16, a16_[l], G + o.down,
                                     &dresid16_ring_, dresid16_index));
@@ -1186,17 +1187,12 @@ absl::Status CudaBackend::EnqueueStepBody() {
   // Embedding and final norm (read at the start of the backward) last; the
   // final norm's gradients come from the side stream, joined here (its last
   // products overlap the embedding backward and update).
-  if (!Skip(kPartAdamW) && g_tuning.embedding_early_ctas > 0) {
-    // The input rows (the others were updated during the backward).
-    const int64_t e = offsets_.embedding;
-    CUDA_RETURN_IF_ERROR(
-        AdamWEmbeddingRows(inputs_, T_, V_, C_, /*touched=*/true, adam_table_,
-                           step_counter_, 0, pmv_ + e, pmv_ + N_ + e,
-                           pmv_ + 2 * N_ + e, grad_ + e, p16_ + e,
-                           2 * sm_count_, stream_),
-        "AdamWEmbeddingRows(input rows)");
-  } else if (!Skip(kPartAdamW)) {
-    RETURN_IF_ERROR(AdamWRange(0, embedding_chunks_end_, stream_));
+  if (!Skip(kPartAdamW)) {
+    // Only the input rows when the others were updated during the backward.
+    RETURN_IF_ERROR(g_tuning.embedding_early_ctas > 0
+                        ? EmbeddingRowsUpdate(/*touched=*/true,
+                                              2 * sm_count_, stream_)
+                        : AdamWRange(0, embedding_chunks_end_, stream_));
   }
   RETURN_IF_ERROR(Join());
   if (!Skip(kPartAdamW)) {
@@ -1639,11 +1635,6 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CudaStepTuning.", field, " = ", value, ": must be at least 1"));
     }
-  }
-  if (tuning.embedding_early_block < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaStepTuning.embedding_early_block = ",
-                     tuning.embedding_early_block, ": below −1"));
   }
   g_tuning = tuning;
   return absl::OkStatus();

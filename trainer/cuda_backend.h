@@ -142,10 +142,10 @@ struct CudaStepTuning {
   // 0.080 ms, backward +0.03; 8 / 16 / 26 / 40 / 56 / 80 / 132 CTAs
   // 2.480 / 2.423 / 2.412 / 2.384 / 2.377–2.380 / 2.384 / 2.392–2.395
   // against 2.382–2.386 ms/step; 56 with adamw_priority 2: 2.372.
+  // (Issued at the start of block 14's or 11's backward instead: 2.385–2.390
+  // against 2.362–2.363, run 19's final call; branch
+  // exp/embedding-early-block.)
   int embedding_early_ctas = 56;
-  // Where that early update is issued: −1 right after the logits dX
-  // product; k ≥ 0 at the start of the backward of block L − 1 − k.
-  int embedding_early_block = -1;
   // > 0: cuBLASLt plans the side stream's dW products (and the tied dE
   // product) for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), as
   // they run beside the main stream's chain; 0: for the whole device. Read

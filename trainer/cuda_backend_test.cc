@@ -226,8 +226,6 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   cases.back().tuning.adamw_overlap_blocks = -1;
   cases.push_back({"embedding_early_ctas", defaults});
   cases.back().tuning.embedding_early_ctas = -1;
-  cases.push_back({"embedding_early_block", defaults});
-  cases.back().tuning.embedding_early_block = -2;
   cases.push_back({"fused_qkv_config", defaults});
   cases.back().tuning.fused_qkv_config = -2;
   cases.push_back({"fused_down_dx_config", defaults});

@@ -82,10 +82,6 @@ ABSL_FLAG(int, embedding_early_ctas,
           coppelius::CudaStepTuning().embedding_early_ctas,
           "CudaStepTuning::embedding_early_ctas: > 0 the embedding rows no "
           "input names are updated beside the backward on this many CTAs");
-ABSL_FLAG(int, embedding_early_block,
-          coppelius::CudaStepTuning().embedding_early_block,
-          "CudaStepTuning::embedding_early_block: -1 after the logits dX "
-          "product, k >= 0 at the start of block L-1-k's backward");
 ABSL_FLAG(int, fused_qkv_config, coppelius::CudaStepTuning().fused_qkv_config,
           "qkv forward product with RoPE fused, in this tile configuration "
           "(fused_matmul.h); -1: cuBLASLt + RopeForward");
@@ -682,7 +678,6 @@ int Main(int argc, char** argv) {
   tuning.logits_dx_sms = absl::GetFlag(FLAGS_logits_dx_sms);
   tuning.output_dx_sms = absl::GetFlag(FLAGS_output_dx_sms);
   tuning.embedding_early_ctas = absl::GetFlag(FLAGS_embedding_early_ctas);
-  tuning.embedding_early_block = absl::GetFlag(FLAGS_embedding_early_block);
   tuning.adamw_overlap_blocks = absl::GetFlag(FLAGS_adamw_blocks);
   tuning.fused_qkv_config = absl::GetFlag(FLAGS_fused_qkv_config);
   tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
