@@ -1109,6 +1109,22 @@ AdamWDeviceScalars DeviceScalars(const AdamWHyperparameters& h, uint64_t t) {
   return d;
 }
 
+// The update's fp32 planes on the device, uploaded, and the bf16 copy of p
+// (poisoned, as every DeviceBuffer).
+struct DevicePlanes {
+  DevicePlanes(const std::vector<float>& p, const std::vector<float>& m,
+               const std::vector<float>& v, const std::vector<float>& g)
+      : dp(p.size()), dm(m.size()), dv(v.size()), dg(g.size()),
+        p16(p.size()) {
+    dp.Upload(p);
+    dm.Upload(m);
+    dv.Upload(v);
+    dg.Upload(g);
+  }
+  DeviceBuffer<float> dp, dm, dv, dg;
+  Bf16Buffer p16;
+};
+
 // Every grid: one 256-thread CTA per chunk (max_blocks 0) and capped grids
 // of 1,024-thread CTAs, fewer CTAs than chunks (a CTA takes several, the
 // last chunk of a tensor partial) and more.
@@ -1142,15 +1158,11 @@ TEST_P(AdamWTest, BitwiseEqualToHostRule) {
     const AdamWDeviceScalars d = DeviceScalars(h, t);
     table.push_back(d);
   }
-  DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
+  DevicePlanes planes(p, m, v, g);
+  auto& [dp, dm, dv, dg, p16] = planes;
   DeviceBuffer<AdamWChunk> dchunks(chunks.size());
   DeviceBuffer<AdamWDeviceScalars> dtable(table.size());
   DeviceBuffer<int64_t> step(1);
-  Bf16Buffer p16(n);
-  dp.Upload(p);
-  dm.Upload(m);
-  dv.Upload(v);
-  dg.Upload(g);
   dchunks.Upload(chunks);
   dtable.Upload(table);
   step.Upload({1});  // table entry 1: t = 2
@@ -1214,14 +1226,10 @@ TEST(AdamWTest, HostileValuesBitwise) {
     for (const int max_blocks : {0, 26}) {
       const AdamWStepScalars s = ComputeAdamWStepScalars(h, t);
       const AdamWDeviceScalars d = DeviceScalars(h, t);
-      DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
+      DevicePlanes planes(p, m, v, g);
+      auto& [dp, dm, dv, dg, p16] = planes;
       DeviceBuffer<AdamWChunk> dchunks(chunks.size());
       DeviceBuffer<AdamWDeviceScalars> dtable(1);
-      Bf16Buffer p16(n);
-      dp.Upload(p);
-      dm.Upload(m);
-      dv.Upload(v);
-      dg.Upload(g);
       dchunks.Upload(chunks);
       dtable.Upload({d});
       ASSERT_EQ(AdamWUpdateChunks(dchunks.get(), static_cast<int>(chunks.size()),
@@ -1284,14 +1292,10 @@ TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
     const AdamWHyperparameters h;
     const AdamWStepScalars hs = ComputeAdamWStepScalars(h, 3);
     const AdamWDeviceScalars d = DeviceScalars(h, 3);
-    DeviceBuffer<float> dp(n), dm(n), dv(n), dg(n);
+    DevicePlanes planes(p, m, v, g);
+    auto& [dp, dm, dv, dg, p16] = planes;
     DeviceBuffer<uint32_t> din(c.T);
     DeviceBuffer<AdamWDeviceScalars> dtable(1);
-    Bf16Buffer p16(n);
-    dp.Upload(p);
-    dm.Upload(m);
-    dv.Upload(v);
-    dg.Upload(g);
     din.Upload(inputs);
     dtable.Upload({d});
     ASSERT_EQ(AdamWEmbeddingRows(din.get(), c.T, c.V, c.C, false, dtable.get(),
