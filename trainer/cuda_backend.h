@@ -140,7 +140,8 @@ struct CudaStepTuning {
   // The same bits either way. Measured (docs/PERFORMANCE.md run 19, H200,
   // 2026-12-01, the AdamW stream at the least priority): tail 0.049 against
   // 0.080 ms, backward +0.03; 8 / 16 / 26 / 40 / 56 / 80 / 132 CTAs
-  // 2.480 / 2.423 / 2.412 / 2.384 / 2.377–2.380 / 2.384 / 2.392–2.395
+  // 2.480–2.486 / 2.422–2.423 / 2.411–2.414 / 2.382–2.385 / 2.377–2.380 /
+  // 2.384–2.385 / 2.392–2.395
   // against 2.382–2.386 ms/step; 56 with adamw_priority 2: 2.372.
   // (Issued at the start of block 14's or 11's backward instead: 2.385–2.390
   // against 2.362–2.363, run 19's final call; branch
