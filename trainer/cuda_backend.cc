@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -691,6 +692,10 @@ absl::Status CudaBackend::Init() {
     attention_splits_.forward = g_tuning.attention_forward_split;
     attention_splits_.query = g_tuning.attention_query_split;
     attention_splits_.keys = g_tuning.attention_keys_split;
+    attention_splits_.forward_warpgroups =
+        g_tuning.attention_forward_warpgroups;
+    attention_splits_.query_warpgroups = g_tuning.attention_query_warpgroups;
+    attention_splits_.keys_warpgroups = g_tuning.attention_keys_warpgroups;
     const size_t bytes = AttentionScratchBytes(T_, NH_, HS_, attention_splits_);
     char* scratch = nullptr;
     RETURN_IF_ERROR(Alloc(&scratch, bytes, "attention scratch"));
@@ -1634,6 +1639,19 @@ absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {
     if (value < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CudaStepTuning.", field, " = ", value, ": must be at least 1"));
+    }
+  }
+  // Warpgroups per attention CTA: 1, 2 or 4 (the dk/dv kernel 1 or 2).
+  for (const auto& [field, value, most] :
+       {std::tuple<const char*, int, int>{"attention_forward_warpgroups",
+                                          tuning.attention_forward_warpgroups,
+                                          4},
+        {"attention_query_warpgroups", tuning.attention_query_warpgroups, 4},
+        {"attention_keys_warpgroups", tuning.attention_keys_warpgroups, 2}}) {
+    if (value != 1 && value != 2 && value != most) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaStepTuning.", field, " = ", value,
+                       most == 4 ? ": must be 1, 2 or 4" : ": must be 1 or 2"));
     }
   }
   g_tuning = tuning;

@@ -196,11 +196,25 @@ struct CudaStepTuning {
   int fused_output_dx_config = -1;
   // Key (or query) tiles per chunk of the attention kernels' items
   // (kernels/attention.h AttentionSplits; each ≥ 1): fewer give more CTAs
-  // with fewer tile steps each. Read when the backend is created (the
-  // attention scratch is sized for them).
+  // with fewer tile steps each, and partials to combine. Read when the
+  // backend is created (the attention scratch is sized for them).
+  // Measured (docs/PERFORMANCE.md run 20, H200, 2026-12-01, ms/step): all
+  // three 16 with 4 forward warpgroups 2.236–2.237 against 2.355 for 6 / 6
+  // / 6 with one; alone, forward 16 with 4 warpgroups 2.330–2.332, dq 16
+  // 2.319–2.322, dk/dv 16 2.310–2.315; dk/dv 12 / 14 with the rest at 16
+  // 2.263 / 2.267.
   int attention_forward_split = kAttentionSplit;
   int attention_query_split = kAttentionSplit;
   int attention_keys_split = kAttentionSplit;
+  // Warpgroups per CTA of the attention forward and the backward's dq and
+  // dk/dv kernels (AttentionSplits::forward_warpgroups, query_warpgroups,
+  // keys_warpgroups: 1, 2 or 4; dk/dv 1 or 2). Measured at splits of 16
+  // (run 20): forward 4 / 2 / 1 2.236 / 2.250 / 2.265 ms/step; dq 2 2.268,
+  // dk/dv 2 2.272 against 2.243 for 1 (fatter CTAs leave the concurrent
+  // dq and dk/dv kernels fewer SMs to share).
+  int attention_forward_warpgroups = kAttentionForwardWarpgroups;
+  int attention_query_warpgroups = 1;
+  int attention_keys_warpgroups = 1;
   // Diagnostics: when not null, the captured step graph is written to this
   // file in Graphviz DOT form (cudaGraphDebugDotPrint, verbose: every
   // node's kernel, its dependencies as edges). The caller keeps the string

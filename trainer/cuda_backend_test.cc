@@ -234,6 +234,14 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   cases.back().tuning.fused_qkv_config = 4;  // BN 176 splits heads
   cases.push_back({"fused_output_dx_config", defaults});
   cases.back().tuning.fused_output_dx_config = 5;
+  cases.push_back({"attention_forward_warpgroups", defaults});
+  cases.back().tuning.attention_forward_warpgroups = 3;
+  cases.push_back({"attention_forward_warpgroups", defaults});
+  cases.back().tuning.attention_forward_warpgroups = 0;
+  cases.push_back({"attention_query_warpgroups", defaults});
+  cases.back().tuning.attention_query_warpgroups = 8;
+  cases.push_back({"attention_keys_warpgroups", defaults});
+  cases.back().tuning.attention_keys_warpgroups = 4;
   for (const Case& c : cases) {
     const absl::Status s = SetCudaStepTuning(c.tuning);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
@@ -243,6 +251,8 @@ TEST(CudaBackendNoDeviceTest, TuningRejectsOutOfRangeFields) {
   fine.side_sms = 0;  // the whole device: allowed
   fine.embedding_early_ctas = 0;  // the whole table in the tail: allowed
   fine.fused_gate_up_config = 5;  // BN 176: gate|up takes it
+  fine.attention_forward_warpgroups = 2;
+  fine.attention_query_warpgroups = 4;
   EXPECT_TRUE(SetCudaStepTuning(fine).ok());
   // Shapes the fused products do not take fall back to cuBLASLt + kernel:
   // gate|up in BN 176 needs H a multiple of 88 (coppelius 1,408: yes).

@@ -17,8 +17,10 @@
 // Pᵀ·dy, dSᵀ·q) read the same tiles with ldmatrix.trans. The 8 bf16 of
 // padding put the 8 rows an ldmatrix reads in distinct banks. The next
 // tile is prefetched into registers while the current one is used; at
-// HS = 64 with chunks of at most kTmaMaxSplit = 6 tiles the kernels load
-// their tiles with the tensor memory accelerator instead (TmaTiles).
+// HS = 64 (the dk/dv kernel with chunks of at most kTmaKeysLongSplit = 16
+// tiles) the kernels load their tiles with the tensor memory accelerator
+// instead (TmaTiles), and may run 2 or 4 warpgroups per CTA
+// (ForEachGroupTile).
 //
 // HS = 64 (the coppelius head size) runs the same kernels on Hopper's
 // warpgroup products instead (wgmma.cuh; UseWgmma): a CTA's 4 warps are one
@@ -420,6 +422,9 @@ struct Params {
   bf16* dqkv;         // [T, 3C]
   int T, NH, num_tiles;
   int split;     // tiles per chunk of this launch (attention_items.h)
+  int warpgroups;  // per CTA of the forward's TMA kernel (1, 2 or 4)
+  int query_warpgroups;  // per CTA of the dq TMA kernel (1, 2 or 4)
+  int keys_warpgroups;  // per CTA of the dk/dv TMA kernel (1, 2 or 4)
   float scale;   // 1/sqrt(HS)
   float scale2;  // scale · log2(e): scores in base-2 exponent units
   // Scratch (AttentionScratchBytes): counters [3][NH][num_tiles] (zero
@@ -444,9 +449,22 @@ struct Params {
 // threads to read the partials. (Until 2026-11-30 every thread fenced:
 // ncu counted 0.33 cycles of membar stall per issued instruction in the
 // forward kernel.)
+// kBarrier > 0: the calling threads are the CTA's first 128 (one
+// warpgroup) and synchronize on that named barrier instead of the CTA's.
+template <int kBarrier = 0>
+__device__ __forceinline__ void GroupSync() {
+  if constexpr (kBarrier == 0) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;" ::"n"(kBarrier), "n"(kThreads)
+                 : "memory");
+  }
+}
+
+template <int kBarrier = 0>
 __device__ __forceinline__ bool LastArrival(int* counter, int n) {
   __shared__ int s_last;
-  __syncthreads();
+  GroupSync<kBarrier>();
   if (threadIdx.x == 0) {
     __threadfence();
     const int prev = atomicAdd(counter, 1);
@@ -457,7 +475,7 @@ __device__ __forceinline__ bool LastArrival(int* counter, int n) {
     }
     s_last = last;
   }
-  __syncthreads();
+  GroupSync<kBarrier>();
   return s_last != 0;
 }
 
@@ -545,13 +563,13 @@ __device__ __forceinline__ void SumPartials(float (&acc)[kHS / 8][4],
 
 // Writes this chunk's partial; true (acc = Σ of all n chunks) in the CTA
 // that arrives last.
-template <int kHS>
+template <int kHS, int kBarrier = 0>
 __device__ __forceinline__ bool CombineChunks(float (&acc)[kHS / 8][4],
                                               float* part, int chunk, int n,
                                               int* counter, int T, int C,
                                               int col0, int t0) {
   WritePartial<kHS>(acc, part, chunk, T, C, col0, t0);
-  if (!LastArrival(counter, n)) return false;
+  if (!LastArrival<kBarrier>(counter, n)) return false;
   SumPartials<kHS>(acc, part, chunk, n, T, C, col0, t0);
   return true;
 }
@@ -635,7 +653,7 @@ __device__ __forceinline__ void ForwardTile(const RowOperand<kHS>& qa,
 // and t0 + 8 of this thread: the row sums across the quad; with several
 // chunks the partials written and, in the CTA that arrives last, combined
 // in chunk order; then lse2 and y.
-template <int kHS>
+template <int kHS, int kBarrier = 0>
 __device__ __forceinline__ void ForwardFinish(const Params& p, int h, int qt,
                                               int chunk, int n_chunks, int t0,
                                               float m0, float m1, float l0,
@@ -662,7 +680,9 @@ __device__ __forceinline__ void ForwardFinish(const Params& p, int h, int qt,
       }
     }
     WritePartial<kHS>(o, p.part_o, chunk, T, C, col0, t0);
-    if (!LastArrival(p.counters + h * p.num_tiles + qt, n_chunks)) return;
+    if (!LastArrival<kBarrier>(p.counters + h * p.num_tiles + qt, n_chunks)) {
+      return;
+    }
     // This CTA's own chunk from registers (the same bits it wrote), the
     // others past L1; rows beyond T are never stored, so not read.
     auto chunk_m = [&](int ch, int t, float own) {
@@ -904,10 +924,11 @@ struct QuerySide {
 
   // Rows t0, t0 + 8 of query tile `tile` and their lse2 (rows beyond T:
   // lse2 = +∞ gives P = 0).
-  __device__ __forceinline__ void InitRows(const Params& p, int h, int tile) {
+  __device__ __forceinline__ void InitRows(const Params& p, int h, int tile,
+                                           int lt = threadIdx.x) {
     const int T = p.T;
     qt = tile;
-    t0 = qt * kTile + (threadIdx.x >> 5) * 16 + ((threadIdx.x & 31) >> 2);
+    t0 = qt * kTile + (lt >> 5) * 16 + ((lt & 31) >> 2);
     const int t1 = t0 + 8;
     lse0 = t0 < T ? p.stats[h * T + t0] : INFINITY;
     lse1 = t1 < T ? p.stats[h * T + t1] : INFINITY;
@@ -946,8 +967,9 @@ struct QuerySide {
 };
 
 // ------------------------------------------------------------------------
-// The kernels on the tensor memory accelerator (HS = 64, a chunk of at
-// most kTmaMaxSplit tiles; Launch picks them when it can). One thread
+// The kernels on the tensor memory accelerator (HS = 64; the dk/dv kernel
+// with chunks of at most kTmaKeysLongSplit tiles; Launch picks them when it
+// can). One thread
 // issues the CTA's loads — 64 × 64 bf16 boxes of the qkv tensor [T, 3C]
 // and of dy [T, C], written by the TMA in the 128-byte-swizzle layout the
 // products read; rows beyond T arrive as zeros (the maps' bounds), as
@@ -961,8 +983,13 @@ struct QuerySide {
 // reading it has been waited for by then). With n ≤ kStages, no barrier in
 // the loop. Same products, softmax and combines as the kernels that stage
 // through registers, so the same bits.
-constexpr int kTmaMaxSplit = 6;
 constexpr int kTmaTileBytes = kTile * 64 * 2;
+// The dk/dv kernel holds the lse2 and D of its chunk's query rows in shared
+// memory, sized for chunks of at most kTmaKeysShortSplit tiles (the
+// default until 2026-12-01) or kTmaKeysLongSplit; longer chunks run the
+// register-staged kernel.
+constexpr int kTmaKeysShortSplit = 6;
+constexpr int kTmaKeysLongSplit = 16;
 
 template <int kOwn, int kStages>
 struct TmaTiles {
@@ -1049,6 +1076,71 @@ __device__ __forceinline__ void ForEachTmaPair(
   }
 }
 
+// Several warpgroups per CTA (the *GroupsKernel kernels): warpgroup w of
+// kGroups takes tiles w, w + kGroups, … of the chunk's n, tile i in slot
+// i % kSlots (kSlots a multiple of kGroups, so a slot serves one
+// warpgroup). After its loop each warpgroup w > 0 leaves its partial state
+// in shared memory (in tiles of its own slots, which it has finished
+// reading) and arrives at kGroupMergeBarrier; warpgroup 0 waits there,
+// merges the states in warpgroup order and finishes the item alone, on its
+// own named barrier (the others have exited). Thread i of every warpgroup
+// holds the same rows and columns, so the merge is element by element.
+constexpr int kGroupMergeBarrier = 1;   // warpgroups 1.. arrive, 0 waits
+constexpr int kGroupFinishBarrier = 2;  // warpgroup 0's own barrier
+constexpr int kGroupRefillBarrier = 3;  // 3 + w: warpgroup w's refills
+
+// Named barrier kId over one warpgroup's 128 threads.
+template <int kId>
+__device__ __forceinline__ void WarpgroupBarrier() {
+  asm volatile("bar.sync %0, %1;" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
+// The loop of warpgroup wg (thread lt of it) of kGroups over its tiles of
+// the chunk's n (tile0 its first): body(i, first, second) on tile i's pair
+// as it arrives (slot i % kStages, phase i / kStages); then, when tile
+// i + kStages remains, thread 0 of the warpgroup refills the slot with it,
+// once the warpgroup's four warps are past their products (a named
+// barrier of its own).
+template <int kGroups, int kOwn, int kStages, typename Body>
+__device__ __forceinline__ void ForEachGroupTile(
+    const TmaTiles<kOwn, kStages>& t, TmaSource first, TmaSource second,
+    int tile0, int n, int wg, int lt, Body&& body) {
+  static_assert(kStages % kGroups == 0, "a slot serves one warpgroup");
+  for (int i = wg; i < n; i += kGroups) {
+    const int slot = i % kStages;
+    BarrierWait(t.Bar(1 + slot), (i / kStages) & 1);
+    body(i, t.First(slot), t.Second(slot));
+    if (i + kStages >= n) continue;
+    switch (wg) {  // named barriers with constant ids
+      case 0: WarpgroupBarrier<kGroupRefillBarrier>(); break;
+      case 1: WarpgroupBarrier<kGroupRefillBarrier + 1>(); break;
+      case 2: WarpgroupBarrier<kGroupRefillBarrier + 2>(); break;
+      default: WarpgroupBarrier<kGroupRefillBarrier + 3>(); break;
+    }
+    if (lt == 0) {
+      const int row0 = (tile0 + i + kStages) * kTile;
+      BarrierArriveExpectBytes(t.Bar(1 + slot), 2 * kTmaTileBytes);
+      TmaLoad(SharedAddress(t.First(slot)), first.map, first.col, row0,
+              t.Bar(1 + slot));
+      TmaLoad(SharedAddress(t.Second(slot)), second.map, second.col, row0,
+              t.Bar(1 + slot));
+    }
+  }
+}
+
+// The merge barrier of a CTA of kAll threads: warpgroups 1.. arrive (their
+// shared-memory stores before it), warpgroup 0 waits.
+template <int kAll>
+__device__ __forceinline__ void GroupStateArrive() {
+  asm volatile("bar.arrive %0, %1;" ::"n"(kGroupMergeBarrier), "n"(kAll)
+               : "memory");
+}
+template <int kAll>
+__device__ __forceinline__ void GroupStateWait() {
+  asm volatile("bar.sync %0, %1;" ::"n"(kGroupMergeBarrier), "n"(kAll)
+               : "memory");
+}
+
 // Slots per kernel, measured on the H200 (docs/PERFORMANCE.md run 16;
 // the step's ms with forward / dq / dk-dv slots 3 / 4 / 3: 2.455; 3/4/4
 // 2.457, 2/4/4 2.460, 4/4/4 2.463, 3/5/5 2.484, 3/3/4 2.480, 6/3/3 2.46):
@@ -1092,6 +1184,119 @@ __global__ void __launch_bounds__(kThreads)
                                     p.scale2, m0, m1, l0, l1, o);
                  });
   ForwardFinish<kHS>(p, h, qt, chunk, n_chunks, t0, m0, m1, l0, l1, o);
+}
+
+// The forward on the TMA with kGroups = 2 or 4 warpgroups per CTA
+// (AttentionSplits::forward_warpgroups; ForEachGroupTile): warpgroup w
+// takes the chunk's key tiles w, w + kGroups, … with its own running m, l
+// and o (the same ForwardTile). Then warpgroups 1.. leave their state in
+// three of their own tiles (the k and v tiles of slot w and the k tile of
+// slot w + kGroups) and warpgroup 0 merges them as the chunk combine does:
+// M = max_w m_w, l = Σ_w l_w·α_w and o = Σ_w o_w·α_w in warpgroup order,
+// α_w = 2^((m_w − M)·scale2) (a warpgroup without tiles has m = −∞, α = 0),
+// and finishes the chunk. One CTA per SM: 4 × 128 threads at 128
+// registers.
+template <int kGroups>
+struct ForwardGroups {
+  static_assert(kGroups == 2 || kGroups == 4, "2 or 4 warpgroups");
+  static constexpr int kThreadsPerCta = kGroups * kThreads;
+  static constexpr int kSlots = kGroups == 2 ? 6 : 8;
+  static constexpr int kCtasPerSm = 1;
+  using Tiles = TmaTiles<1, kSlots>;
+};
+
+template <int kGroups>
+__global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta,
+                                  ForwardGroups<kGroups>::kCtasPerSm)
+    ForwardTmaGroupsKernel(const __grid_constant__ CUtensorMap qkv_map,
+                           const Params p) {
+  constexpr int kHS = 64;
+  constexpr int kValues = 4 + kHS / 2;  // m0, m1, l0, l1, o
+  constexpr int kAll = ForwardGroups<kGroups>::kThreadsPerCta;
+  GridDependencyWait();
+  extern __shared__ unsigned char forward_shared[];
+  const typename ForwardGroups<kGroups>::Tiles t(forward_shared);
+  const int h = blockIdx.y, C = p.NH * kHS;
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
+  const int n = kt1 - kt0 + 1;
+  const int n_chunks = QueryTileChunks(qt, p.split);
+  const int wg = threadIdx.x / kThreads, lt = threadIdx.x % kThreads;
+  const int t0 = qt * kTile + (lt >> 5) * 16 + ((lt & 31) >> 2);
+  if (threadIdx.x == 0) PrefetchTensorMap(&qkv_map);
+  const TmaSource own[1] = {{&qkv_map, h * kHS}};
+  const TmaSource ks{&qkv_map, C + h * kHS}, vs{&qkv_map, 2 * C + h * kHS};
+  TmaPrologue(t, own, qt * kTile, ks, vs, kt0, n);
+  RowOperand<kHS> qa;
+  BarrierWait(t.Bar(0), 0);
+  qa.Load(t.Own(0), (lt >> 5) * 16);
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  float o[kHS / 8][4] = {};
+  ForEachGroupTile<kGroups>(
+      t, ks, vs, kt0, n, wg, lt,
+      [&](int i, const bf16* s_k, const bf16* s_v) {
+        const int kt = kt0 + i;
+        ForwardTile<kHS>(qa, s_k, s_v, kt == qt, kt * kTile, t0, p.scale2, m0,
+                         m1, l0, l1, o);
+      });
+  // Value v of warpgroup w's thread lt: word (v % 16)·128 + lt of its
+  // (v / 16)-th tile (16 values × 128 threads × 4 bytes = one 8 KB tile).
+  static_assert(kValues <= 48, "three tiles per warpgroup");
+  auto word = [&](int w, int v) {
+    bf16* const tile = v < 16   ? t.First(w)
+                       : v < 32 ? t.Second(w)
+                                : t.First(w + kGroups);
+    return reinterpret_cast<float*>(tile) + (v % 16) * kThreads + lt;
+  };
+  if (wg > 0) {
+    *word(wg, 0) = m0;
+    *word(wg, 1) = m1;
+    *word(wg, 2) = l0;
+    *word(wg, 3) = l1;
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) *word(wg, 4 + 4 * dn + e) = o[dn][e];
+    }
+    GroupStateArrive<kAll>();
+    return;
+  }
+  GroupStateWait<kAll>();
+  float x0 = m0, x1 = m1;
+#pragma unroll
+  for (int w = 1; w < kGroups; ++w) {
+    x0 = fmaxf(x0, *word(w, 0));
+    x1 = fmaxf(x1, *word(w, 1));
+  }
+  {
+    const float a0 = Exp2((m0 - x0) * p.scale2);
+    const float a1 = Exp2((m1 - x1) * p.scale2);
+    l0 *= a0;
+    l1 *= a1;
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+      o[dn][0] *= a0;
+      o[dn][1] *= a0;
+      o[dn][2] *= a1;
+      o[dn][3] *= a1;
+    }
+  }
+#pragma unroll
+  for (int w = 1; w < kGroups; ++w) {
+    const float b0 = Exp2((*word(w, 0) - x0) * p.scale2);
+    const float b1 = Exp2((*word(w, 1) - x1) * p.scale2);
+    l0 = fmaf(*word(w, 2), b0, l0);
+    l1 = fmaf(*word(w, 3), b1, l1);
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+      o[dn][0] = fmaf(*word(w, 4 + 4 * dn), b0, o[dn][0]);
+      o[dn][1] = fmaf(*word(w, 5 + 4 * dn), b0, o[dn][1]);
+      o[dn][2] = fmaf(*word(w, 6 + 4 * dn), b1, o[dn][2]);
+      o[dn][3] = fmaf(*word(w, 7 + 4 * dn), b1, o[dn][3]);
+    }
+  }
+  ForwardFinish<kHS, kGroupFinishBarrier>(p, h, qt, chunk, n_chunks, t0, x0,
+                                            x1, l0, l1, o);
 }
 
 // Backward, kernel 1: D[h][t] = Σ_d dy[t, h·HS + d] · y[t, h·HS + d]
@@ -1157,7 +1362,7 @@ __device__ __forceinline__ void QueryTileStep(const QuerySide<kHS>& qs,
 
 // The dq kernel's end: the chunks combined in the CTA that arrives last,
 // which writes Σ (scaled, ScaleInEpilogue) through the inverse RoPE.
-template <int kHS>
+template <int kHS, int kBarrier = 0>
 __device__ __forceinline__ void QueryFinish(const Params& p, int h,
                                             int chunk,
                                             const QuerySide<kHS>& qs,
@@ -1168,7 +1373,7 @@ __device__ __forceinline__ void QueryFinish(const Params& p, int h,
   RopeRows<kHS> rr;
   rr.Load(p.rope, T, qs.t0);
   if (n_chunks > 1 &&
-      !CombineChunks<kHS>(dq, p.part_dq, chunk, n_chunks,
+      !CombineChunks<kHS, kBarrier>(dq, p.part_dq, chunk, n_chunks,
                           p.counters + (p.NH + h) * p.num_tiles + qt, T, C,
                           col0, qs.t0)) {
     return;
@@ -1293,7 +1498,7 @@ __device__ __forceinline__ void KeyTileStep(
 // The dk/dv kernel's end: the chunks combined in the CTA that arrives
 // last, which writes Σ dk (scaled, ScaleInEpilogue) through the inverse
 // RoPE and Σ dv.
-template <int kHS>
+template <int kHS, int kBarrier = 0>
 __device__ __forceinline__ void KeyFinish(const Params& p, int h, int kt,
                                           int chunk, int j0,
                                           float (&dk)[kHS / 8][4],
@@ -1306,8 +1511,8 @@ __device__ __forceinline__ void KeyFinish(const Params& p, int h, int kt,
   if (n_chunks > 1) {
     WritePartial<kHS>(dk, p.part_dk, chunk, T, C, col0, j0);
     WritePartial<kHS>(dv, p.part_dv, chunk, T, C, col0, j0);
-    if (!LastArrival(p.counters + (2 * p.NH + h) * p.num_tiles + kt,
-                     n_chunks)) {
+    if (!LastArrival<kBarrier>(p.counters + (2 * p.NH + h) * p.num_tiles + kt,
+                               n_chunks)) {
       return;
     }
     SumPartials<kHS>(dk, p.part_dk, chunk, n_chunks, T, C, col0, j0);
@@ -1437,9 +1642,87 @@ __global__ void __launch_bounds__(kThreads, 3)
   QueryFinish<kHS>(p, h, chunk, qs, dq);
 }
 
+// The dq kernel on the TMA with kGroups = 2 or 4 warpgroups per CTA
+// (AttentionSplits::query_warpgroups), as ForwardTmaGroupsKernel splits
+// the forward's: warpgroup w takes the chunk's key tiles w, w + kGroups, …
+// (slot i % kSlots, refilled by its warpgroup), then warpgroups 1.. leave
+// their dq in two of their own tiles (the k and v tiles of slot w) and
+// warpgroup 0 adds them in warpgroup order and finishes the chunk alone.
+template <int kGroups>
+struct QueryGroups {
+  static_assert(kGroups == 2 || kGroups == 4, "2 or 4 warpgroups");
+  static constexpr int kThreadsPerCta = kGroups * kThreads;
+  static constexpr int kSlots = 8;
+  using Tiles = TmaTiles<2, kSlots>;
+};
+
+template <int kGroups>
+__global__ void __launch_bounds__(QueryGroups<kGroups>::kThreadsPerCta, 1)
+    BackwardQueryTmaGroupsKernel(const __grid_constant__ CUtensorMap qkv_map,
+                                 const __grid_constant__ CUtensorMap dy_map,
+                                 const Params p) {
+  constexpr int kHS = 64;
+  constexpr int kAll = QueryGroups<kGroups>::kThreadsPerCta;
+  GridDependencyWait();
+  extern __shared__ unsigned char query_shared[];
+  const typename QueryGroups<kGroups>::Tiles t(query_shared);
+  const int h = blockIdx.y, C = p.NH * kHS;
+  int qt, chunk, kt0, kt1;
+  QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
+  const int n = kt1 - kt0 + 1;
+  const int wg = threadIdx.x / kThreads, lt = threadIdx.x % kThreads;
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&qkv_map);
+    PrefetchTensorMap(&dy_map);
+  }
+  const TmaSource own[2] = {{&qkv_map, h * kHS}, {&dy_map, h * kHS}};
+  const TmaSource ks{&qkv_map, C + h * kHS}, vs{&qkv_map, 2 * C + h * kHS};
+  TmaPrologue(t, own, qt * kTile, ks, vs, kt0, n);
+  QuerySide<kHS> qs;
+  qs.InitRows(p, h, qt, lt);
+  const float d0 = RowDelta(p, h, qs.t0), d1 = RowDelta(p, h, qs.t0 + 8);
+  BarrierWait(t.Bar(0), 0);
+  qs.qa.Load(t.Own(0), (lt >> 5) * 16);
+  qs.da.Load(t.Own(1), (lt >> 5) * 16);
+  float dq[kHS / 8][4] = {};
+  ForEachGroupTile<kGroups>(t, ks, vs, kt0, n, wg, lt,
+                            [&](int i, const bf16* s_k, const bf16* s_v) {
+                              QueryTileStep<kHS>(qs, s_k, s_v, kt0 + i, d0, d1,
+                                                 p, dq);
+                            });
+  // Value v of warpgroup w's thread lt: word (v % 16)·128 + lt of the k
+  // (v < 16) or v tile of slot w.
+  auto word = [&](int w, int v) {
+    bf16* const tile = v < 16 ? t.First(w) : t.Second(w);
+    return reinterpret_cast<float*>(tile) + (v % 16) * kThreads + lt;
+  };
+  if (wg > 0) {
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) *word(wg, 4 * dn + e) = dq[dn][e];
+    }
+    GroupStateArrive<kAll>();
+    return;
+  }
+  GroupStateWait<kAll>();
+#pragma unroll
+  for (int w = 1; w < kGroups; ++w) {
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dq[dn][e] += *word(w, 4 * dn + e);
+    }
+  }
+  QueryFinish<kHS, kGroupFinishBarrier>(p, h, chunk, qs, dq);
+}
+
 // The dk/dv kernel (BackwardKeyKernel's work) on the TMA: own tiles k, v;
 // pairs q, dy; the lse2 and D of every query row of the chunk loaded into
 // shared memory by the threads while the first tiles arrive.
+// kMaxTiles: the most query tiles of a chunk (the split), which the rows'
+// lse2 and D in shared memory are sized for.
+template <int kMaxTiles>
 __global__ void __launch_bounds__(kThreads)
     BackwardKeyTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
                          const __grid_constant__ CUtensorMap dy_map,
@@ -1447,8 +1730,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kHS = 64;
   GridDependencyWait();
   extern __shared__ unsigned char key_shared[];
-  __shared__ __align__(16) float s_lse[kTmaMaxSplit * kTile];
-  __shared__ __align__(16) float s_d[kTmaMaxSplit * kTile];
+  __shared__ __align__(16) float s_lse[kMaxTiles * kTile];
+  __shared__ __align__(16) float s_d[kMaxTiles * kTile];
   const KeyTma t(key_shared);
   const int h = blockIdx.y, T = p.T, C = p.NH * kHS;
   int kt, chunk, qt0, qt1;
@@ -1466,8 +1749,8 @@ __global__ void __launch_bounds__(kThreads)
   TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);
   // While the tiles arrive: query rows beyond T get lse2 = +∞ (P = 0) and
   // D = 0; the loads are issued together, then stored.
-  constexpr int kRowsPerThread = kTmaMaxSplit * kTile / kThreads;
-  static_assert(kRowsPerThread * kThreads == kTmaMaxSplit * kTile,
+  constexpr int kRowsPerThread = kMaxTiles * kTile / kThreads;
+  static_assert(kRowsPerThread * kThreads == kMaxTiles * kTile,
                 "the chunk's rows split evenly over the threads");
   float lse[kRowsPerThread], d[kRowsPerThread];
 #pragma unroll
@@ -1495,6 +1778,113 @@ __global__ void __launch_bounds__(kThreads)
                                     dk, dv);
                  });
   KeyFinish<kHS>(p, h, kt, chunk, j0, dk, dv);
+}
+
+// The dk/dv kernel on the TMA with kGroups = 2 warpgroups per CTA (4 would
+// leave 128 registers a thread: ptxas serializes the products)
+// (AttentionSplits::keys_warpgroups; chunks of at most kTmaKeysLongSplit
+// query tiles), as the dq kernel's groups: warpgroup w takes the chunk's
+// query tiles w, w + kGroups, … (slot i % kSlots, refilled by its
+// warpgroup), then warpgroups 1.. leave their dk and dv in four of their
+// own tiles (the q and dy tiles of slots w and w + kGroups) and warpgroup
+// 0 adds them in warpgroup order and finishes the chunk alone.
+template <int kGroups>
+struct KeyGroups {
+  static_assert(kGroups == 2, "2 warpgroups");
+  static constexpr int kThreadsPerCta = kGroups * kThreads;
+  static constexpr int kSlots = 8;
+  using Tiles = TmaTiles<2, kSlots>;
+};
+
+template <int kGroups>
+__global__ void __launch_bounds__(KeyGroups<kGroups>::kThreadsPerCta, 1)
+    BackwardKeyTmaGroupsKernel(const __grid_constant__ CUtensorMap qkv_map,
+                               const __grid_constant__ CUtensorMap dy_map,
+                               const Params p) {
+  constexpr int kHS = 64;
+  constexpr int kMaxTiles = kTmaKeysLongSplit;
+  constexpr int kAll = KeyGroups<kGroups>::kThreadsPerCta;
+  GridDependencyWait();
+  extern __shared__ unsigned char key_shared[];
+  __shared__ __align__(16) float s_lse[kMaxTiles * kTile];
+  __shared__ __align__(16) float s_d[kMaxTiles * kTile];
+  const typename KeyGroups<kGroups>::Tiles t(key_shared);
+  const int h = blockIdx.y, T = p.T, C = p.NH * kHS;
+  int kt, chunk, qt0, qt1;
+  KeyItem(blockIdx.x, p.num_tiles, p.split, &kt, &chunk, &qt0, &qt1);
+  const int n = qt1 - qt0 + 1;
+  const int wg = threadIdx.x / kThreads, lt = threadIdx.x % kThreads;
+  const int r0 = (lt >> 5) * 16;
+  const int j0 = kt * kTile + r0 + ((lt & 31) >> 2), j1 = j0 + 8;
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&qkv_map);
+    PrefetchTensorMap(&dy_map);
+  }
+  const TmaSource own[2] = {{&qkv_map, C + h * kHS},
+                            {&qkv_map, 2 * C + h * kHS}};
+  const TmaSource qs{&qkv_map, h * kHS}, ds{&dy_map, h * kHS};
+  TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);
+  constexpr int kRowsPerThread = kMaxTiles * kTile / kAll;
+  static_assert(kRowsPerThread * kAll == kMaxTiles * kTile,
+                "the chunk's rows split evenly over the threads");
+  float lse[kRowsPerThread], d[kRowsPerThread];
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int r = threadIdx.x + j * kAll;
+    const int i = qt0 * kTile + r;
+    lse[j] = r < n * kTile && i < T ? p.stats[h * T + i] : INFINITY;
+    d[j] = r < n * kTile ? RowDelta(p, h, i) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    s_lse[threadIdx.x + j * kAll] = lse[j];
+    s_d[threadIdx.x + j * kAll] = d[j];
+  }
+  __syncthreads();
+  RowOperand<kHS> ka, va;
+  BarrierWait(t.Bar(0), 0);
+  ka.Load(t.Own(0), r0);
+  va.Load(t.Own(1), r0);
+  float dk[kHS / 8][4] = {}, dv[kHS / 8][4] = {};
+  ForEachGroupTile<kGroups>(t, qs, ds, qt0, n, wg, lt,
+                            [&](int i, const bf16* s_q, const bf16* s_o) {
+                              KeyTileStep<kHS>(ka, va, s_q, s_o,
+                                               s_lse + i * kTile,
+                                               s_d + i * kTile, qt0 + i, kt,
+                                               j0, j1, p, dk, dv);
+                            });
+  // Value v (dk: 0..31, dv: 32..63) of warpgroup w's thread lt: word
+  // (v % 16)·128 + lt of its (v / 16)-th tile.
+  auto word = [&](int w, int v) {
+    const int slot = v < 32 ? w : w + kGroups;
+    bf16* const tile = (v / 16) % 2 == 0 ? t.First(slot) : t.Second(slot);
+    return reinterpret_cast<float*>(tile) + (v % 16) * kThreads + lt;
+  };
+  if (wg > 0) {
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        *word(wg, 4 * dn + e) = dk[dn][e];
+        *word(wg, 32 + 4 * dn + e) = dv[dn][e];
+      }
+    }
+    GroupStateArrive<kAll>();
+    return;
+  }
+  GroupStateWait<kAll>();
+#pragma unroll
+  for (int w = 1; w < kGroups; ++w) {
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dk[dn][e] += *word(w, 4 * dn + e);
+        dv[dn][e] += *word(w, 32 + 4 * dn + e);
+      }
+    }
+  }
+  KeyFinish<kHS, kGroupFinishBarrier>(p, h, kt, chunk, j0, dk, dv);
 }
 
 // Scratch layout, in 4-byte words, each region aligned to 64 words.
@@ -1551,6 +1941,9 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   p.NH = NH;
   p.num_tiles = AttentionTiles(T);
   p.split = split;
+  p.warpgroups = splits.forward_warpgroups;
+  p.query_warpgroups = splits.query_warpgroups;
+  p.keys_warpgroups = splits.keys_warpgroups;
   p.scale = 1.0f / sqrtf(static_cast<float>(HS));
   p.scale2 = p.scale * 1.4426950408889634f;  // log2(e)
   p.counters = reinterpret_cast<int*>(w + l.counters);
@@ -1581,11 +1974,11 @@ cudaError_t MakeAttentionMaps(const Params& p, CUtensorMap* qkv_map,
 // A kernel with `bytes` of dynamic shared memory (raising its limit).
 template <typename... Params, typename... Args>
 cudaError_t LaunchDynamic(void (*kernel)(Params...), int bytes, dim3 grid,
-                          cudaStream_t stream, Args&&... args) {
+                          int threads, cudaStream_t stream, Args&&... args) {
   const cudaError_t a = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (a != cudaSuccess) return a;
-  return LaunchKernel(kernel, grid, kThreads, bytes, stream,
+  return LaunchKernel(kernel, grid, threads, bytes, stream,
                       std::forward<Args>(args)...);
 }
 
@@ -1596,12 +1989,23 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
     case kForward:
       if constexpr (kHS == 64) {
         CUtensorMap qkv_map;
-        const cudaError_t e = p.split <= kTmaMaxSplit
-                                  ? MakeAttentionMaps(p, &qkv_map, nullptr)
-                                  : cudaErrorNotSupported;
+        const cudaError_t e = MakeAttentionMaps(p, &qkv_map, nullptr);
         if (e == cudaSuccess) {
-          return LaunchDynamic(ForwardTmaKernel, ForwardTma::kBytes, grid,
-                               stream, qkv_map, p);
+          switch (p.warpgroups) {
+            case 2:
+              return LaunchDynamic(ForwardTmaGroupsKernel<2>,
+                                   ForwardGroups<2>::Tiles::kBytes, grid,
+                                   ForwardGroups<2>::kThreadsPerCta, stream,
+                                   qkv_map, p);
+            case 4:
+              return LaunchDynamic(ForwardTmaGroupsKernel<4>,
+                                   ForwardGroups<4>::Tiles::kBytes, grid,
+                                   ForwardGroups<4>::kThreadsPerCta, stream,
+                                   qkv_map, p);
+            default:
+              return LaunchDynamic(ForwardTmaKernel, ForwardTma::kBytes, grid,
+                                   kThreads, stream, qkv_map, p);
+          }
         }
         if (e != cudaErrorNotSupported) return e;
       }
@@ -1617,15 +2021,45 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
     case kKeys:
       if constexpr (kHS == 64) {
         CUtensorMap qkv_map, dy_map;
-        const cudaError_t e = p.split <= kTmaMaxSplit
-                                  ? MakeAttentionMaps(p, &qkv_map, &dy_map)
-                                  : cudaErrorNotSupported;
+        const cudaError_t e =
+            which == kQuery || p.split <= kTmaKeysLongSplit
+                ? MakeAttentionMaps(p, &qkv_map, &dy_map)
+                : cudaErrorNotSupported;
         if (e == cudaSuccess) {
-          return which == kQuery
-                     ? LaunchDynamic(BackwardQueryTmaKernel, QueryTma::kBytes,
-                                     grid, stream, qkv_map, dy_map, p)
-                     : LaunchDynamic(BackwardKeyTmaKernel, KeyTma::kBytes,
-                                     grid, stream, qkv_map, dy_map, p);
+          if (which == kQuery) {
+            switch (p.query_warpgroups) {
+              case 2:
+                return LaunchDynamic(BackwardQueryTmaGroupsKernel<2>,
+                                     QueryGroups<2>::Tiles::kBytes, grid,
+                                     QueryGroups<2>::kThreadsPerCta, stream,
+                                     qkv_map, dy_map, p);
+              case 4:
+                return LaunchDynamic(BackwardQueryTmaGroupsKernel<4>,
+                                     QueryGroups<4>::Tiles::kBytes, grid,
+                                     QueryGroups<4>::kThreadsPerCta, stream,
+                                     qkv_map, dy_map, p);
+              default:
+                return LaunchDynamic(BackwardQueryTmaKernel, QueryTma::kBytes,
+                                     grid, kThreads, stream, qkv_map, dy_map,
+                                     p);
+            }
+          }
+          switch (p.keys_warpgroups) {
+            case 2:
+              return LaunchDynamic(BackwardKeyTmaGroupsKernel<2>,
+                                   KeyGroups<2>::Tiles::kBytes, grid,
+                                   KeyGroups<2>::kThreadsPerCta, stream,
+                                   qkv_map, dy_map, p);
+            default:
+              break;
+          }
+          return p.split <= kTmaKeysShortSplit
+                     ? LaunchDynamic(BackwardKeyTmaKernel<kTmaKeysShortSplit>,
+                                     KeyTma::kBytes, grid, kThreads, stream,
+                                     qkv_map, dy_map, p)
+                     : LaunchDynamic(BackwardKeyTmaKernel<kTmaKeysLongSplit>,
+                                     KeyTma::kBytes, grid, kThreads, stream,
+                                     qkv_map, dy_map, p);
         }
         if (e != cudaErrorNotSupported) return e;
       }
@@ -1663,7 +2097,12 @@ cudaError_t LaunchBackward(Which which, const bf16* qkv, const bf16* y,
 }
 
 bool SplitsValid(const AttentionSplits& splits) {
-  return splits.forward >= 1 && splits.query >= 1 && splits.keys >= 1;
+  return splits.forward >= 1 && splits.query >= 1 && splits.keys >= 1 &&
+         (splits.forward_warpgroups == 1 || splits.forward_warpgroups == 2 ||
+          splits.forward_warpgroups == 4) &&
+         (splits.query_warpgroups == 1 || splits.query_warpgroups == 2 ||
+          splits.query_warpgroups == 4) &&
+         (splits.keys_warpgroups == 1 || splits.keys_warpgroups == 2);
 }
 
 }  // namespace

@@ -41,13 +41,18 @@
 // backward: docs/PERFORMANCE.md run 7.)
 //
 // Parallelism (deterministic: no float atomics; every sum in a fixed
-// order). A CTA is 4 warps × 16 rows of a 64-row tile. The key range of a
-// query tile is split into chunks of at most `split` key tiles (and the
-// query range of a key tile likewise; AttentionSplits, one split per
-// kernel, 6 by default), one CTA per (tile, chunk, head), so the longest
-// rows (T = 1024: 16 key tiles) take 6 tile steps instead of 16 and every
-// SM gets work. Chunk results combine in chunk order, in the CTA that
-// arrives last at an integer counter (fp32 partials in scratch).
+// order). A warpgroup is 4 warps × 16 rows of a 64-row tile. The key range
+// of a query tile is split into chunks of at most `split` key tiles (and
+// the query range of a key tile likewise; AttentionSplits, one split per
+// kernel, 16 by default: at T = 1024 one chunk per tile), one CTA per
+// (tile, chunk, head). Chunk results combine in chunk order, in the CTA
+// that arrives last at an integer counter (fp32 partials in scratch). On
+// the tensor memory accelerator a CTA may hold 2 or 4 warpgroups
+// (AttentionSplits::forward_warpgroups, query_warpgroups,
+// keys_warpgroups; by default 4 for the forward, 1 for the backward's):
+// they take the chunk's tiles in turn and merge their partial results in
+// shared memory, in warpgroup order, so the longest rows (16 key tiles)
+// take 4 tile steps in a row instead of 16.
 //   forward:   one kernel: per chunk the running maximum, sum and
 //              unnormalized y; the CTA that arrives last rescales the
 //              chunks to their common maximum, adds them in chunk order and
@@ -56,11 +61,12 @@
 //              (2) "query": dS, dq;
 //              (3) "keys": per (key tile, query chunk), keys as rows: dv, dk.
 //              (2) and (3) depend only on (1): they may run concurrently.
-// Loads: at HS = 64 with splits of at most 6, each CTA's tiles arrive by
-// the tensor memory accelerator (one thread issues 64 × 64 boxes of qkv
-// and dy; a ring of shared-memory slots per kernel: attention.cu
-// TmaTiles); otherwise every thread loads 16-byte pieces into registers
-// and stores them, the next tile's loads in flight during the current one.
+// Loads: at HS = 64 (the dk/dv kernel with splits of at most 16), each
+// CTA's tiles arrive by the tensor memory accelerator (one thread issues
+// 64 × 64 boxes of qkv and dy; a ring of shared-memory slots per kernel:
+// attention.cu TmaTiles); otherwise every thread loads 16-byte pieces into
+// registers and stores them, the next tile's loads in flight during the
+// current one.
 //
 // Layouts: qkv [T, 3C] bf16 row-major (q heads at columns 0..C−1, then k,
 // then v); y and dy [T, C] bf16; stats [NH, T] fp32 (lse2);
@@ -73,8 +79,8 @@
 // and AttentionSplits it was sized and zeroed for: the regions' offsets
 // depend on them, so a call with another shape or splits would find
 // non-zero counters and combine wrongly. Scratch grows as
-// ⌈T / (64 · s)⌉ · T · C · 16 bytes, s the smallest split (25 MB at
-// T = 1024, C = 512 and s = 6).
+// ⌈T / (64 · s)⌉ · T · C · 16 bytes, s the smallest split (8.4 MB at
+// T = 1024, C = 512 and s = 16; 25 MB at s = 6).
 // Requirements: HS ∈ {16, 32, 64} and T, NH > 0 (else every function returns
 // cudaErrorInvalidValue); qkv, y and dy 16-byte aligned, dqkv, stats, rope
 // and scratch 8-byte aligned (cudaMalloc gives 256); outputs not aliasing
@@ -99,6 +105,21 @@ struct AttentionSplits {
   int forward = kAttentionSplit;
   int query = kAttentionSplit;  // the backward's dq kernel
   int keys = kAttentionSplit;   // the backward's dk/dv kernel
+  // Warpgroups per forward CTA: 1, 2 or 4 (else every function returns
+  // cudaErrorInvalidValue). With w > 1 the CTA's warpgroups take the
+  // chunk's key tiles in turn (warpgroup g the tiles g, g + w, …), each
+  // with its own running maximum, sum and output, and the first merges
+  // them in shared memory before the chunks combine: 1/w of the tile steps
+  // in a row. Only the kernels on the tensor memory accelerator (HS = 64)
+  // have this form; elsewhere it is ignored. Each w computes other bits
+  // (other combination points), the same in every run.
+  int forward_warpgroups = kAttentionForwardWarpgroups;
+  // The same for the backward's dq kernel (1, 2 or 4; the dq partials
+  // added in warpgroup order) and its dk/dv kernel (1 or 2, 2 only with
+  // keys ≤ 16: at 4 warpgroups, 128 registers a thread, ptxas serializes
+  // its products).
+  int query_warpgroups = 1;
+  int keys_warpgroups = 1;
 };
 
 // True if the fused kernels support head size HS (16, 32 or 64).

@@ -29,12 +29,20 @@ namespace coppelius {
 
 constexpr int kAttentionTile = 64;
 
-// The default split, 6 tiles per chunk: at T = 1024 (16 tiles) and NH = 8
-// that is 240 items, one wave at the 2 CTAs per SM the register use of the
-// backward and output kernels allowed (264 on 132 SMs); with 4 tiles (320
-// items) they ran in two waves (measured on the H200, 2026-11-30,
-// docs/PERFORMANCE.md run 5).
-constexpr int kAttentionSplit = 6;
+// The default split, 16 tiles per chunk: at T = 1024 (16 tiles) every
+// query tile is one chunk and so is every key tile, so nothing is combined
+// through scratch (128 items at NH = 8), the forward's chunk shared by 4
+// warpgroups (AttentionSplits). Measured on the H200 (2026-12-01,
+// docs/PERFORMANCE.md run 20): 2.236–2.237 ms/step against 2.355 for 6
+// tiles (240 items, 3 chunks for the longest rows; runs 5–19's default).
+constexpr int kAttentionSplit = 16;
+
+// The default warpgroups per forward CTA (attention.h AttentionSplits):
+// at the default split, 4 (128 CTAs of 512 threads, one per SM; each
+// warpgroup 4 of the longest rows' 16 key tiles) measured 0.738–0.739 ms
+// of forward per step against 0.751–0.752 for 2 and 0.765–0.766 for 1
+// (H200, 2026-12-01, docs/PERFORMANCE.md run 20).
+constexpr int kAttentionForwardWarpgroups = 4;
 
 // Tiles covering T positions.
 COPPELIUS_HOST_DEVICE int AttentionTiles(int T) {

@@ -749,7 +749,10 @@ TEST(FusedMatmulTest, OutputDxDeltaAgainstDoubleAndTheDeltaKernel) {
 void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {}) {
   SCOPED_TRACE(testing::Message() << "NH=" << NH << " T=" << T << " HS=" << HS
                                   << " splits " << splits.forward << "/"
-                                  << splits.query << "/" << splits.keys);
+                                  << splits.query << "/" << splits.keys << " forward "
+                                  << splits.forward_warpgroups << " dq "
+                                  << splits.query_warpgroups << " dk/dv "
+                                  << splits.keys_warpgroups << " warpgroup(s)");
   const int C = NH * HS;
   const size_t nqkv = static_cast<size_t>(T) * 3 * C, ny = static_cast<size_t>(T) * C;
   // Scores of standard deviation ~2: peaked and flat rows both occur.
@@ -887,10 +890,10 @@ TEST(AttentionTest, FusedForwardBackwardAgainstDouble) {
   RunAttentionCase(2, 130, 32);  // three tiles, the last with 2 rows
   RunAttentionCase(2, 200, 64);  // coppelius head size, partial last tile
   RunAttentionCase(8, 256, 64);  // coppelius heads, whole tiles
-  RunAttentionCase(2, 1000, 64); // 16 tiles: 3 chunks for the last rows
-  // Several chunks (T > 384) at the other head sizes too. (Added after the
-  // last device run of 2026-11-30; first run in the next GPU session.)
-  RunAttentionCase(3, 777, 16);
+  RunAttentionCase(2, 1000, 64); // 16 tiles: one chunk each
+  RunAttentionCase(2, 1100, 64); // 18 tiles: 2 chunks for the last rows
+  // Several chunks (T > 1024) at the other head sizes too.
+  RunAttentionCase(3, 1500, 16);
   RunAttentionCase(4, 1100, 32);
 }
 
@@ -899,8 +902,8 @@ TEST(AttentionTest, OtherSplitsAgainstDouble) {
   // Chunks of 1..5 tiles per kernel (CudaStepTuning's attention splits):
   // more chunks to combine, the scratch sized for the smallest split. At
   // HS = 64 the TMA kernels refill their slots when a chunk is longer than
-  // their slots (forward 3, dq 4, dk/dv 3); chunks of more than 6 tiles
-  // run the register-staged kernels instead.
+  // their slots (forward 3, dq 4, dk/dv 3); dk/dv chunks of more than 16
+  // tiles run the register-staged kernel instead.
   RunAttentionCase(2, 1000, 64, {3, 4, 5});
   RunAttentionCase(2, 1000, 64, {7, 8, 16});
   RunAttentionCase(3, 900, 64, {8, 5, 7});
@@ -908,6 +911,59 @@ TEST(AttentionTest, OtherSplitsAgainstDouble) {
   RunAttentionCase(2, 500, 64, {2, 1, 3});
   RunAttentionCase(3, 777, 16, {1, 2, 4});
   RunAttentionCase(2, 1100, 32, {5, 3, 2});
+  // One warpgroup per forward CTA (runs 16–19's forward kernel), at the
+  // splits of then and of now.
+  RunAttentionCase(2, 1000, 64, {6, 6, 6, 1});
+  RunAttentionCase(8, 1024, 64, {16, 16, 16, 1});
+}
+
+TEST(AttentionTest, ForwardWarpgroupsAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  // Two or four warpgroups per forward CTA taking the key tiles in turn
+  // (the TMA kernel, HS = 64): chunks of 1..16 tiles, so that a warpgroup
+  // may have no tile; refilled slots; partial last tiles; and where the
+  // form does not apply (HS = 32) the field is ignored.
+  RunAttentionCase(8, 1024, 64, {6, 6, 6, 2});
+  RunAttentionCase(2, 1000, 64, {5, 6, 6, 2});
+  RunAttentionCase(3, 200, 64, {1, 6, 6, 2});
+  RunAttentionCase(2, 777, 64, {2, 4, 3, 2});
+  RunAttentionCase(2, 500, 64, {3, 6, 6, 2});
+  RunAttentionCase(2, 900, 64, {7, 6, 6, 2});
+  RunAttentionCase(8, 1024, 64, {12, 6, 6, 2});  // refilled slots
+  RunAttentionCase(2, 1000, 64, {16, 6, 6, 2});
+  RunAttentionCase(8, 1024, 64, {16, 16, 16, 4});
+  RunAttentionCase(2, 1000, 64, {6, 12, 11, 4});
+  RunAttentionCase(3, 200, 64, {1, 6, 6, 4});
+  RunAttentionCase(2, 900, 64, {5, 6, 6, 4});
+}
+
+TEST(AttentionTest, QueryWarpgroupsAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  // The dq kernel with 2 or 4 warpgroups per CTA taking the key tiles in
+  // turn: chunks of 1..16 tiles (a warpgroup with none, refilled slots),
+  // partial last tiles.
+  RunAttentionCase(8, 1024, 64, {6, 16, 6, 1, 2});
+  RunAttentionCase(8, 1024, 64, {16, 16, 16, 2, 4});
+  RunAttentionCase(2, 1000, 64, {6, 6, 6, 1, 2});
+  RunAttentionCase(3, 200, 64, {6, 1, 6, 1, 4});
+  RunAttentionCase(2, 777, 64, {6, 5, 6, 1, 4});
+  RunAttentionCase(2, 900, 64, {6, 11, 6, 1, 2});
+  RunAttentionCase(2, 130, 32, {6, 6, 6, 1, 4});
+}
+
+TEST(AttentionTest, KeysWarpgroupsAgainstDouble) {
+  SKIP_WITHOUT_GPU();
+  // The dk/dv kernel with 2 warpgroups per CTA taking the query tiles
+  // in turn: chunks of 1..16 tiles, refilled slots, partial last tiles;
+  // keys split 17 (beyond the TMA kernel's 16) ignores the field.
+  RunAttentionCase(8, 1024, 64, {6, 6, 16, 1, 1, 2});
+  RunAttentionCase(8, 1024, 64, {16, 16, 16, 4, 1, 2});
+  RunAttentionCase(2, 1000, 64, {6, 6, 6, 1, 1, 2});
+  RunAttentionCase(3, 200, 64, {6, 6, 1, 1, 1, 2});
+  RunAttentionCase(2, 777, 64, {6, 6, 5, 1, 1, 2});
+  RunAttentionCase(2, 900, 64, {6, 6, 11, 1, 1, 2});
+  RunAttentionCase(2, 1100, 64, {6, 6, 17, 1, 1, 2});
+  RunAttentionCase(2, 130, 32, {6, 6, 6, 2});
 }
 
 TEST(AttentionTest, RejectsSplitBelowOne) {
@@ -920,6 +976,10 @@ TEST(AttentionTest, RejectsSplitBelowOne) {
                                    nullptr, nullptr, {6, -1, 6}),
             cudaErrorInvalidValue);
   EXPECT_EQ(AttentionDelta(nullptr, 256, 2, 64, {6, 6, 0}), nullptr);
+  EXPECT_EQ(AttentionScratchBytes(256, 2, 64, {6, 6, 6, 3}), 0u);
+  EXPECT_EQ(AttentionForward(nullptr, 256, 2, 64, nullptr, nullptr, nullptr, nullptr,
+                             {6, 6, 6, 0}),
+            cudaErrorInvalidValue);
 }
 
 TEST(AttentionTest, RejectsUnsupportedHeadSize) {

@@ -107,6 +107,18 @@ ABSL_FLAG(int, attention_query_split,
 ABSL_FLAG(int, attention_keys_split,
           coppelius::CudaStepTuning().attention_keys_split,
           "query tiles per chunk of the attention backward's dk/dv items");
+ABSL_FLAG(int, attention_forward_warpgroups,
+          coppelius::CudaStepTuning().attention_forward_warpgroups,
+          "warpgroups per CTA of the attention forward (1, 2 or 4; "
+          "attention.h AttentionSplits); also for the kernel rows");
+ABSL_FLAG(int, attention_query_warpgroups,
+          coppelius::CudaStepTuning().attention_query_warpgroups,
+          "warpgroups per CTA of the attention backward's dq kernel (1, 2 "
+          "or 4); also for the kernel rows");
+ABSL_FLAG(int, attention_keys_warpgroups,
+          coppelius::CudaStepTuning().attention_keys_warpgroups,
+          "warpgroups per CTA of the attention backward's dk/dv kernel (1, "
+          "2 or 4); also for the kernel rows");
 ABSL_FLAG(std::string, graph_dot, "",
           "diagnostics: write the captured step graph to this file (DOT)");
 ABSL_FLAG(int, context, 0,
@@ -325,6 +337,10 @@ int KernelBench() {
     splits.forward = absl::GetFlag(FLAGS_attention_forward_split);
     splits.query = absl::GetFlag(FLAGS_attention_query_split);
     splits.keys = absl::GetFlag(FLAGS_attention_keys_split);
+    splits.forward_warpgroups =
+        absl::GetFlag(FLAGS_attention_forward_warpgroups);
+    splits.query_warpgroups = absl::GetFlag(FLAGS_attention_query_warpgroups);
+    splits.keys_warpgroups = absl::GetFlag(FLAGS_attention_keys_warpgroups);
     const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS, splits);
     scratch = static_cast<decltype(scratch)>(DevAlloc(scratch_bytes));
     CHECK_CUDA(cudaMemset(scratch, 0, scratch_bytes));
@@ -686,6 +702,12 @@ int Main(int argc, char** argv) {
   tuning.attention_forward_split = absl::GetFlag(FLAGS_attention_forward_split);
   tuning.attention_query_split = absl::GetFlag(FLAGS_attention_query_split);
   tuning.attention_keys_split = absl::GetFlag(FLAGS_attention_keys_split);
+  tuning.attention_forward_warpgroups =
+      absl::GetFlag(FLAGS_attention_forward_warpgroups);
+  tuning.attention_query_warpgroups =
+      absl::GetFlag(FLAGS_attention_query_warpgroups);
+  tuning.attention_keys_warpgroups =
+      absl::GetFlag(FLAGS_attention_keys_warpgroups);
   const std::string graph_dot = absl::GetFlag(FLAGS_graph_dot);
   if (!graph_dot.empty()) tuning.graph_dot_file = graph_dot.c_str();
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {
