@@ -1717,6 +1717,33 @@ __global__ void __launch_bounds__(QueryGroups<kGroups>::kThreadsPerCta, 1)
   QueryFinish<kHS, kGroupFinishBarrier>(p, h, chunk, qs, dq);
 }
 
+// The lse2 and D of the n query tiles' rows from tile qt0 into s_lse and
+// s_d (kMaxTiles · 64 each) by the CTA's kAll threads, while its tiles
+// arrive: rows beyond T get lse2 = +∞ (P = 0) and D = 0; the loads are
+// issued together, then stored; a CTA barrier ends it.
+template <int kMaxTiles, int kAll>
+__device__ __forceinline__ void KeyRowStats(const Params& p, int h, int qt0,
+                                            int n, float* s_lse, float* s_d) {
+  const int T = p.T;
+  constexpr int kRowsPerThread = kMaxTiles * kTile / kAll;
+  static_assert(kRowsPerThread * kAll == kMaxTiles * kTile,
+                "the chunk's rows split evenly over the threads");
+  float lse[kRowsPerThread], d[kRowsPerThread];
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int r = threadIdx.x + j * kAll;
+    const int i = qt0 * kTile + r;
+    lse[j] = r < n * kTile && i < T ? p.stats[h * T + i] : INFINITY;
+    d[j] = r < n * kTile ? RowDelta(p, h, i) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    s_lse[threadIdx.x + j * kAll] = lse[j];
+    s_d[threadIdx.x + j * kAll] = d[j];
+  }
+  __syncthreads();
+}
+
 // The dk/dv kernel (BackwardKeyKernel's work) on the TMA: own tiles k, v;
 // pairs q, dy; the lse2 and D of every query row of the chunk loaded into
 // shared memory by the threads while the first tiles arrive.
@@ -1733,7 +1760,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) float s_lse[kMaxTiles * kTile];
   __shared__ __align__(16) float s_d[kMaxTiles * kTile];
   const KeyTma t(key_shared);
-  const int h = blockIdx.y, T = p.T, C = p.NH * kHS;
+  const int h = blockIdx.y, C = p.NH * kHS;
   int kt, chunk, qt0, qt1;
   KeyItem(blockIdx.x, p.num_tiles, p.split, &kt, &chunk, &qt0, &qt1);
   const int n = qt1 - qt0 + 1;
@@ -1747,25 +1774,7 @@ __global__ void __launch_bounds__(kThreads)
                             {&qkv_map, 2 * C + h * kHS}};
   const TmaSource qs{&qkv_map, h * kHS}, ds{&dy_map, h * kHS};
   TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);
-  // While the tiles arrive: query rows beyond T get lse2 = +∞ (P = 0) and
-  // D = 0; the loads are issued together, then stored.
-  constexpr int kRowsPerThread = kMaxTiles * kTile / kThreads;
-  static_assert(kRowsPerThread * kThreads == kMaxTiles * kTile,
-                "the chunk's rows split evenly over the threads");
-  float lse[kRowsPerThread], d[kRowsPerThread];
-#pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) {
-    const int r = threadIdx.x + j * kThreads;
-    const int i = qt0 * kTile + r;
-    lse[j] = r < n * kTile && i < T ? p.stats[h * T + i] : INFINITY;
-    d[j] = r < n * kTile ? RowDelta(p, h, i) : 0.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) {
-    s_lse[threadIdx.x + j * kThreads] = lse[j];
-    s_d[threadIdx.x + j * kThreads] = d[j];
-  }
-  __syncthreads();
+  KeyRowStats<kMaxTiles, kThreads>(p, h, qt0, n, s_lse, s_d);
   RowOperand<kHS> ka, va;
   BarrierWait(t.Bar(0), 0);
   ka.Load(t.Own(0), r0);
@@ -1809,7 +1818,7 @@ __global__ void __launch_bounds__(KeyGroups<kGroups>::kThreadsPerCta, 1)
   __shared__ __align__(16) float s_lse[kMaxTiles * kTile];
   __shared__ __align__(16) float s_d[kMaxTiles * kTile];
   const typename KeyGroups<kGroups>::Tiles t(key_shared);
-  const int h = blockIdx.y, T = p.T, C = p.NH * kHS;
+  const int h = blockIdx.y, C = p.NH * kHS;
   int kt, chunk, qt0, qt1;
   KeyItem(blockIdx.x, p.num_tiles, p.split, &kt, &chunk, &qt0, &qt1);
   const int n = qt1 - qt0 + 1;
@@ -1824,23 +1833,7 @@ __global__ void __launch_bounds__(KeyGroups<kGroups>::kThreadsPerCta, 1)
                             {&qkv_map, 2 * C + h * kHS}};
   const TmaSource qs{&qkv_map, h * kHS}, ds{&dy_map, h * kHS};
   TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);
-  constexpr int kRowsPerThread = kMaxTiles * kTile / kAll;
-  static_assert(kRowsPerThread * kAll == kMaxTiles * kTile,
-                "the chunk's rows split evenly over the threads");
-  float lse[kRowsPerThread], d[kRowsPerThread];
-#pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) {
-    const int r = threadIdx.x + j * kAll;
-    const int i = qt0 * kTile + r;
-    lse[j] = r < n * kTile && i < T ? p.stats[h * T + i] : INFINITY;
-    d[j] = r < n * kTile ? RowDelta(p, h, i) : 0.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) {
-    s_lse[threadIdx.x + j * kAll] = lse[j];
-    s_d[threadIdx.x + j * kAll] = d[j];
-  }
-  __syncthreads();
+  KeyRowStats<kMaxTiles, kAll>(p, h, qt0, n, s_lse, s_d);
   RowOperand<kHS> ka, va;
   BarrierWait(t.Bar(0), 0);
   ka.Load(t.Own(0), r0);
