@@ -28,9 +28,22 @@ TEST(AttentionItemsTest, TilesOfT) {
   EXPECT_EQ(AttentionTiles(1024), 16);
 }
 
-TEST(AttentionItemsTest, CoppeliusSizeHas30ItemsPerHead) {
-  // 16 tiles: query tiles 0..5 one chunk, 6..11 two, 12..15 three (240
-  // CTAs for 8 heads).
+TEST(AttentionItemsTest, CoppeliusSizeHasOneItemPerTile) {
+  // The default split (16) at T = 1,024: one chunk per tile, 16 items per
+  // head (128 CTAs for 8 heads), nothing to combine.
+  EXPECT_EQ(NumAttentionItems(16, kAttentionSplit), 16);
+  EXPECT_EQ(QueryTileChunks(15, kAttentionSplit), 1);
+  EXPECT_EQ(KeyTileChunks(0, 16, kAttentionSplit), 1);
+  // T = 1,100 (18 tiles): the last two query tiles and the first two key
+  // tiles have two chunks.
+  EXPECT_EQ(NumAttentionItems(18, kAttentionSplit), 16 + 2 * 2);
+  EXPECT_EQ(QueryTileChunks(17, kAttentionSplit), 2);
+  EXPECT_EQ(KeyTileChunks(1, 18, kAttentionSplit), 2);
+}
+
+TEST(AttentionItemsTest, CoppeliusSizeHas30ItemsPerHeadAtSplit6) {
+  // Runs 5–19's split: query tiles 0..5 one chunk, 6..11 two, 12..15
+  // three (240 CTAs for 8 heads).
   EXPECT_EQ(NumAttentionItems(16, 6), 6 * 1 + 6 * 2 + 4 * 3);
   EXPECT_EQ(QueryTileChunks(15, 6), 3);
   EXPECT_EQ(KeyTileChunks(0, 16, 6), 3);
