@@ -4,7 +4,8 @@
 # full logs go to $OUT (or /tmp/gpu_checks) as gpu_checks.log.
 #   1. nvidia-smi -L
 #   2. every gpu test binary in stage/tests
-#   3. compute-sanitizer memcheck on small cases (if available)
+#   3. compute-sanitizer memcheck on small cases, synccheck and racecheck
+#      on the attention's warpgroup kernels (if available)
 #   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
 #      4b. backend only: this build (PDL on too with AB_PDL=1) and every
 #      build staged as stage/ab/<name>/step_bench (tools/stage_ab.sh
@@ -77,6 +78,20 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; t
     tail -n 5 "$out/memcheck_$(basename "$bin").log" | tee -a "$log"
     note "memcheck $(basename "$bin")" "$([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
   done
+  # The attention kernels with several warpgroups per CTA (named barriers,
+  # shared memory handed from warpgroup to warpgroup): synccheck and
+  # racecheck (~45 s together on the H200).
+  bin=stage/tests/trainer_kernels__kernels_test
+  if [ -x "$bin" ]; then
+    for tool in synccheck racecheck; do
+      echo "== $tool $(basename "$bin") AttentionTest.*Warpgroups*" | tee -a "$log"
+      timeout 180 compute-sanitizer --tool $tool --error-exitcode 9 \
+        "$bin" --gtest_filter='AttentionTest.*Warpgroups*' >"$out/${tool}_attention.log" 2>&1
+      rc=$?
+      tail -n 3 "$out/${tool}_attention.log" | tee -a "$log"
+      note "$tool attention warpgroups" "$([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
+    done
+  fi
 else
   note "memcheck" "skipped (no compute-sanitizer or SKIP_SANITIZER=1)"
 fi

@@ -1,7 +1,9 @@
 // File: trainer/kernels/attention.cu (see attention.h for the math).
 //
-// Tiles: kTile = 64 positions. A CTA has 4 warps; warp w owns the 16 rows
-// r0 = 16·w .. r0 + 15 of its CTA's tile. Tensor-core fragments follow the
+// Tiles: kTile = 64 positions. A warpgroup has 4 warps; its warp w owns the
+// 16 rows r0 = 16·w .. r0 + 15 of the CTA's tile (a CTA is one warpgroup,
+// or 2 or 4 of them holding the same rows: ForEachGroupTile; there w is
+// the warp's index within its warpgroup). Tensor-core fragments follow the
 // PTX ISA's mma.m16n8k16 (.bf16, .f32 accumulators) layout: with
 // g = lane / 4 and c = lane % 4,
 //   A (16 × 16, row): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..),
@@ -23,8 +25,8 @@
 // (ForEachGroupTile).
 //
 // HS = 64 (the coppelius head size) runs the same kernels on Hopper's
-// warpgroup products instead (wgmma.cuh; UseWgmma): a CTA's 4 warps are one
-// warpgroup, whose m64nNk16 accumulators and register A operands have,
+// warpgroup products instead (wgmma.cuh; UseWgmma): a warpgroup's
+// m64nNk16 accumulators and register A operands have,
 // warp by warp, exactly the mma.m16n8k16 fragment layouts above, so the
 // softmax and epilogue code is shared. Tiles are then [64][64] in the
 // 128-byte-swizzle layout (16-byte chunk j of row r at chunk j ^ (r % 8);
@@ -424,7 +426,7 @@ struct Params {
   int split;     // tiles per chunk of this launch (attention_items.h)
   int warpgroups;  // per CTA of the forward's TMA kernel (1, 2 or 4)
   int query_warpgroups;  // per CTA of the dq TMA kernel (1, 2 or 4)
-  int keys_warpgroups;  // per CTA of the dk/dv TMA kernel (1, 2 or 4)
+  int keys_warpgroups;  // per CTA of the dk/dv TMA kernel (1 or 2)
   float scale;   // 1/sqrt(HS)
   float scale2;  // scale · log2(e): scores in base-2 exponent units
   // Scratch (AttentionScratchBytes): counters [3][NH][num_tiles] (zero
@@ -449,8 +451,9 @@ struct Params {
 // threads to read the partials. (Until 2026-11-30 every thread fenced:
 // ncu counted 0.33 cycles of membar stall per issued instruction in the
 // forward kernel.)
-// kBarrier > 0: the calling threads are the CTA's first 128 (one
-// warpgroup) and synchronize on that named barrier instead of the CTA's.
+// kBarrier > 0: the calling threads are the CTA's first 128 (warpgroup 0,
+// whose thread 0 does LastArrival's atomic) and synchronize on that named
+// barrier instead of the CTA's.
 template <int kBarrier = 0>
 __device__ __forceinline__ void GroupSync() {
   if constexpr (kBarrier == 0) {
@@ -981,8 +984,9 @@ struct QuerySide {
 // loop waits for slot i % kStages and, when a later tile i + kStages
 // remains, refills the slot after a barrier (every warpgroup product
 // reading it has been waited for by then). With n ≤ kStages, no barrier in
-// the loop. Same products, softmax and combines as the kernels that stage
-// through registers, so the same bits.
+// the loop. With one warpgroup per CTA, the same products, softmax and
+// combines as the kernels that stage through registers, so the same bits
+// (the kernels of several warpgroups merge at other points: other bits).
 constexpr int kTmaTileBytes = kTile * 64 * 2;
 // The dk/dv kernel holds the lse2 and D of its chunk's query rows in shared
 // memory, sized for chunks of at most kTmaKeysShortSplit tiles (the
@@ -1106,6 +1110,7 @@ __device__ __forceinline__ void ForEachGroupTile(
     const TmaTiles<kOwn, kStages>& t, TmaSource first, TmaSource second,
     int tile0, int n, int wg, int lt, Body&& body) {
   static_assert(kStages % kGroups == 0, "a slot serves one warpgroup");
+  static_assert(kGroups <= 4, "refill barriers for 4 warpgroups");
   for (int i = wg; i < n; i += kGroups) {
     const int slot = i % kStages;
     BarrierWait(t.Bar(1 + slot), (i / kStages) & 1);
@@ -1141,11 +1146,14 @@ __device__ __forceinline__ void GroupStateWait() {
                : "memory");
 }
 
-// Slots per kernel, measured on the H200 (docs/PERFORMANCE.md run 16;
-// the step's ms with forward / dq / dk-dv slots 3 / 4 / 3: 2.455; 3/4/4
-// 2.457, 2/4/4 2.460, 4/4/4 2.463, 3/5/5 2.484, 3/3/4 2.480, 6/3/3 2.46):
-// the forward at 65 KB of shared memory (3 CTAs per SM), dq at 81 KB
-// (2 per SM), dk/dv at 65 KB (2 per SM by its registers).
+// Slots per kernel of one warpgroup, measured on the H200
+// (docs/PERFORMANCE.md run 16; the step's ms with forward / dq / dk-dv
+// slots 3 / 4 / 3: 2.455; 3/4/4 2.457, 2/4/4 2.460, 4/4/4 2.463, 3/5/5
+// 2.484, 3/3/4 2.480, 6/3/3 2.46; at run 20's splits of 16, dq / dk-dv
+// 6/4, 4/5, 8/3 were slower than 4/3 too): the forward at 58 KB of shared
+// memory (3 CTAs per SM), dq at 81 KB (2 per SM), dk/dv at 66 KB plus
+// the rows' lse2 and D (8 KB at splits up to 16; 2 per SM by its
+// registers).
 constexpr int kTmaForwardStages = 3;
 constexpr int kTmaQueryStages = 4;
 constexpr int kTmaKeyStages = 3;
@@ -1193,9 +1201,13 @@ __global__ void __launch_bounds__(kThreads)
 // three of their own tiles (the k and v tiles of slot w and the k tile of
 // slot w + kGroups) and warpgroup 0 merges them as the chunk combine does:
 // M = max_w m_w, l = Σ_w l_w·α_w and o = Σ_w o_w·α_w in warpgroup order,
-// α_w = 2^((m_w − M)·scale2) (a warpgroup without tiles has m = −∞, α = 0),
-// and finishes the chunk. One CTA per SM: 4 × 128 threads at 128
-// registers.
+// α_w = 2^((m_w − M)·scale2) (a warpgroup without tiles has m = −∞, α = 0;
+// warpgroup 0 always has the chunk's first tile, where every row has a key
+// at or before it, so its m and M are finite), and finishes the chunk. One
+// CTA per SM: with 4 warpgroups 512 threads at 128 registers, which spills
+// 364 bytes a thread in the merge and finish only (no local memory in the
+// loop, nvdisasm; run 20's timings include it); with 2, 256 threads at
+// 163 registers.
 template <int kGroups>
 struct ForwardGroups {
   static_assert(kGroups == 2 || kGroups == 4, "2 or 4 warpgroups");
@@ -1648,6 +1660,8 @@ __global__ void __launch_bounds__(kThreads, 3)
 // (slot i % kSlots, refilled by its warpgroup), then warpgroups 1.. leave
 // their dq in two of their own tiles (the k and v tiles of slot w) and
 // warpgroup 0 adds them in warpgroup order and finishes the chunk alone.
+// One CTA per SM (8 slots, 148 KB); with 4 warpgroups at 128 registers
+// the kernel spills 152 bytes a thread.
 template <int kGroups>
 struct QueryGroups {
   static_assert(kGroups == 2 || kGroups == 4, "2 or 4 warpgroups");

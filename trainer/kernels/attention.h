@@ -115,9 +115,10 @@ struct AttentionSplits {
   // (other combination points), the same in every run.
   int forward_warpgroups = kAttentionForwardWarpgroups;
   // The same for the backward's dq kernel (1, 2 or 4; the dq partials
-  // added in warpgroup order) and its dk/dv kernel (1 or 2, 2 only with
-  // keys ≤ 16: at 4 warpgroups, 128 registers a thread, ptxas serializes
-  // its products).
+  // added in warpgroup order) and its dk/dv kernel (1 or 2; at 4
+  // warpgroups, 128 registers a thread, ptxas serializes its products).
+  // With keys > 16 the dk/dv kernel runs without the TMA and the field is
+  // ignored there.
   int query_warpgroups = 1;
   int keys_warpgroups = 1;
 };
