@@ -285,10 +285,14 @@ absl::Status ReadInPieces(
     if (fd != STDIN_FILENO) close(fd);
   };
   struct stat st;
-  if (fstat(fd, &st) != 0) return ErrnoStatus(errno, "reading", path);
+  if (fstat(fd, &st) != 0) {
+    return ErrnoStatus(errno, "reading", InputName(path));
+  }
   if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": is a directory, expected a file"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, path == "-" ? ": standard input is a directory, expected a file "
+                            "or a pipe"
+                          : ": is a directory, expected a file"));
   }
   if (path != "-") RETURN_IF_ERROR(CheckNamedInputKind(path, st));
   RETURN_IF_ERROR(opened(st));
@@ -297,7 +301,7 @@ absl::Status ReadInPieces(
     const ssize_t n = read(fd, buffer, sizeof(buffer));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "reading", path);
+      return ErrnoStatus(errno, "reading", InputName(path));
     }
     if (n == 0) return absl::OkStatus();
     RETURN_IF_ERROR(piece(absl::string_view(buffer, static_cast<size_t>(n))));
@@ -305,6 +309,10 @@ absl::Status ReadInPieces(
 }
 
 }  // namespace
+
+std::string InputName(absl::string_view path) {
+  return path == "-" ? "standard input" : std::string(path);
+}
 
 bool ReadsStandardInput(const std::string& path) {
   if (path == "-") return true;

@@ -183,6 +183,11 @@ absl::Status CatchOutOfMemory(const std::function<void()>& allocate,
 absl::StatusOr<std::string> ReadFile(
     const std::string& path, uint64_t max_stream_bytes = kMaxStreamBytes);
 
+// How an I/O error names the input `path`: "standard input" for "-" (a
+// bare "reading -: Input/output error" does not say which input that is),
+// else `path` itself.
+std::string InputName(absl::string_view path);
+
 // Whether reading `path` reads standard input's bytes: "-" always (read
 // twice, the second read starts where the first ended: at the end); any
 // other name (/dev/stdin, /dev/fd/0, /proc/self/fd/0, a FIFO's own path)

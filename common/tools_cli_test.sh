@@ -190,6 +190,32 @@ check "inspect verify - /dev/stdin < FILE: both read (exit $rc)" test $rc -eq 0 
 cat "$tmp/v.tiktoken" | "$tokenize" encode --vocab=/dev/stdin "$tmp/src.txt" -o "$tmp/vpipe.u32" 2> "$tmp/err"
 check "tokenize encode --vocab=/dev/stdin (once, a pipe): read" cmp -s "$tmp/file.u32" "$tmp/vpipe.u32"
 
+# Standard input that cannot be read (a directory, `< /`; a descriptor
+# opened for writing only, `0> FILE`, on which read(2) fails with EBADF):
+# exit 1, one line saying that it was standard input (it said "-: is a
+# directory" and "reading -: Bad file descriptor"), in every tool that reads
+# it (ReadFile; inspect's copy of a stream, CopyStream), nothing written.
+: > "$tmp/write-only"
+unreadable() {  # unreadable NAME COMMAND...
+  local name="$1"; shift
+  "$@" < / > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  check "$name < /: exit 1 (rc $rc)" test $rc -eq 1
+  check "$name < /: one line naming standard input" \
+    one_line_error "$tmp/err" "INVALID_ARGUMENT: -: standard input is a directory, expected a file or a pipe$"
+  "$@" 0> "$tmp/write-only" > "$tmp/out" 2> "$tmp/err"; rc=$?
+  check "$name 0> FILE: exit 1 (rc $rc)" test $rc -eq 1
+  check "$name 0> FILE: one line naming standard input" \
+    one_line_error "$tmp/err" "INTERNAL: reading standard input: Bad file descriptor$"
+}
+unreadable "tokenize encode -" "$tokenize" encode --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
+unreadable "tokenize encode --vocab=-" "$tokenize" encode --vocab=- "$tmp/src.txt" -o "$tmp/never"
+unreadable "tokenize decode -" "$tokenize" decode --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
+unreadable "tokenize train -" "$tokenize" train - -o "$tmp/never" --progress=false
+unreadable "make-cache -" "$make_cache" --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
+unreadable "inspect -" "$inspect" -
+unreadable "inspect verify -" "$inspect" verify -
+check "unreadable stdin: nothing written" test ! -e "$tmp/never"
+
 # The value of a flag that takes one is not a request for help.
 "$tokenize" encode --vocab -h in.txt -o "$tmp/o" > "$tmp/out" 2> "$tmp/err"; rc=$?
 check "tokenize --vocab -h: the vocabulary -h (exit 1)" test $rc -eq 1

@@ -1477,13 +1477,20 @@ absl::Status WithStreamsSpooled(
     std::string spool =
         absl::StrCat(tmpdir != nullptr && *tmpdir ? tmpdir : "/tmp", "/",
                      kStdinSpoolPrefix, "XXXXXX");
+    // The spool named with the stream it copies: "writing
+    // /tmp/inspect-stdin.XXXXXX: No space left on device" alone did not say
+    // that standard input was being read, nor why a temporary was written.
+    const auto spool_name = [&path](absl::string_view spool_path) {
+      return absl::StrCat(spool_path, " (the copy of ", InputName(path),
+                          " under $TMPDIR or /tmp)");
+    };
     int fd = mkstemp(spool.data());
-    if (fd < 0) return ErrnoStatus(errno, "creating", spool);
+    if (fd < 0) return ErrnoStatus(errno, "creating", spool_name(spool));
     RemoveOnInterrupt(spool);  // Ctrl-C while a large input is read
     names.emplace_back(spool, path);
     // Copied piece by piece: memory stays small whatever the stream holds
     // (up to kMaxStreamBytes, common/file_io.h, as every tool reads one).
-    absl::Status w = CopyStream(path, fd, spool, kMaxStreamBytes);
+    absl::Status w = CopyStream(path, fd, spool_name(spool), kMaxStreamBytes);
     close(fd);
     if (!w.ok()) return w;
     spooled[i] = spool;

@@ -31,6 +31,18 @@ timeout 20 "$inspect" - < /dev/zero > /dev/null 2> "$d/zero.err"; rc=$?
 [[ $rc == 1 ]] && grep -q '^inspect: INVALID_ARGUMENT: -: is a character device' "$d/zero.err" \
   || fail "inspect - < /dev/zero: rc $rc, $(cat "$d/zero.err")"
 cat "$d/complete.res" | "$inspect" verify --config=tiny - > /dev/null || fail "verify of a pipe"
+# A stream is copied into $TMPDIR to be read: when that copy cannot be made
+# (no such directory; a write refused, here by `ulimit -f` with SIGXFSZ
+# ignored, as by a full disk) the one line names the copy and the stream it
+# copies, standard input (it named only the temporary), exit 1.
+TMPDIR="$d/no-such-dir" "$inspect" verify --config=tiny - < "$d/complete.res" > /dev/null 2> "$d/spool.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/spool.err") == 1 ]] \
+  && grep -q "^inspect: NOT_FOUND: creating $d/no-such-dir/inspect-stdin\..* (the copy of standard input under \$TMPDIR or /tmp): No such file or directory$" "$d/spool.err" \
+  || fail "TMPDIR missing, verify -: rc $rc, $(cat "$d/spool.err")"
+(trap '' XFSZ; ulimit -f 1; exec "$inspect" --config=tiny - < "$d/model.ckpt") > /dev/null 2> "$d/spool.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/spool.err") == 1 ]] \
+  && grep -q "^inspect: INTERNAL: writing .*/inspect-stdin\..* (the copy of standard input under \$TMPDIR or /tmp): File too large$" "$d/spool.err" \
+  || fail "ulimit -f 1, inspect -: rc $rc, $(cat "$d/spool.err")"
 # A file that cannot be reported on at all still gives JSON with --json
 # (a truncated checkpoint: its envelope fails), and the one-line error.
 head -c 100 "$d/model.ckpt" > "$d/cut.ckpt"
