@@ -1,5 +1,6 @@
 #include "trainer/run.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,12 +16,15 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "checkpoint/envelope.h"
 #include "checkpoint/publisher.h"
@@ -228,6 +232,48 @@ absl::Status CheckHistoryPlacement(const TrainOptions& o) {
   }
   return absl::OkStatus();
 }
+
+// A --checkpoint-history directory this run created (mkdir succeeded) and
+// holds the lock of: removed again, with its lock file, when the run ends
+// without Keep() and the directory holds nothing else, so that a run
+// refused after creating it (a later check, the backend: --backend=cuda
+// where there is no GPU) leaves no empty DIR behind. A directory that
+// existed before the run, or that holds anything but ".lock" (a
+// publication, another run's lock file), is left as it is. Declared after
+// the directory's FileLock, so that it is destroyed first: the lock file is
+// unlinked while this process still holds its lock (another train that
+// opened it is refused; one that opens DIR/.lock after the unlink creates a
+// new file there, and rmdir then fails, leaving the directory to it).
+class CreatedHistoryDirectory {
+ public:
+  explicit CreatedHistoryDirectory(std::string dir) : dir_(std::move(dir)) {}
+  ~CreatedHistoryDirectory() {
+    if (!dir_.empty() && HoldsOnlyLockFile()) {
+      unlink((dir_ + "/.lock").c_str());
+      rmdir(dir_.c_str());  // best effort: fails if anything appeared
+    }
+  }
+  CreatedHistoryDirectory(const CreatedHistoryDirectory&) = delete;
+  CreatedHistoryDirectory& operator=(const CreatedHistoryDirectory&) = delete;
+
+  // The run succeeded: the directory is its history.
+  void Keep() { dir_.clear(); }
+
+ private:
+  bool HoldsOnlyLockFile() const {
+    DIR* d = opendir(dir_.c_str());
+    if (d == nullptr) return false;
+    bool only_lock = true;
+    while (const struct dirent* e = readdir(d)) {
+      const absl::string_view name = e->d_name;
+      if (name != "." && name != ".." && name != ".lock") only_lock = false;
+    }
+    closedir(d);
+    return only_lock;
+  }
+
+  std::string dir_;
+};
 
 // Refuses to replace history files (DIR/update-NNNNNNNN.ckpt, a symbolic
 // link included) this run would publish, unless `overwrite`: they are
@@ -562,11 +608,15 @@ absl::Status RunTrain(const TrainOptions& given,
     }
   }
   // The history directory is created (and locked) only once the inputs
-  // passed, so that a refused run leaves no directory behind.
+  // passed, and removed again if a later check or the backend refuses the
+  // run (CreatedHistoryDirectory), so that a refused run leaves no
+  // directory behind.
   std::optional<FileLock> history_lock;
+  std::optional<CreatedHistoryDirectory> created_history;
   if (!options.checkpoint_history_dir.empty()) {
-    if (mkdir(options.checkpoint_history_dir.c_str(), 0755) != 0 &&
-        errno != EEXIST) {
+    const bool created =
+        mkdir(options.checkpoint_history_dir.c_str(), 0755) == 0;
+    if (!created && errno != EEXIST) {
       return ErrnoStatus(errno, "creating --checkpoint-history directory",
                          options.checkpoint_history_dir);
     }
@@ -576,6 +626,11 @@ absl::Status RunTrain(const TrainOptions& given,
             CanonicalPath(options.checkpoint_history_dir) + "/.lock",
                           absl::StrCat("--checkpoint-history=",
                                        options.checkpoint_history_dir)));
+    // Removed again if the run fails before putting anything there; only
+    // under its lock (without flock, another run may be using it).
+    if (created && history_lock->locked()) {
+      created_history.emplace(CanonicalPath(options.checkpoint_history_dir));
+    }
   }
   // (After the token check: history names c0 + s are formed only for a
   // c0 the cache holds.)
@@ -847,6 +902,7 @@ absl::Status RunTrain(const TrainOptions& given,
                     c0 + steps, options.result_path)
              << std::endl;
   }
+  if (created_history.has_value()) created_history->Keep();
   return absl::OkStatus();
 }
 

@@ -246,6 +246,45 @@ TEST_F(RunTrainTest, OutputsInUseByAnotherRunAreRefused) {
 }
 
 
+// A run refused after it created its history directory (by the backend,
+// chosen after the history's checks: --backend=cuda where no GPU is usable)
+// removes that directory again, lock file and all (it was left holding only
+// .lock); a history directory that existed before the run is kept.
+TEST_F(RunTrainTest, RefusedRunRemovesTheHistoryDirectoryItCreated) {
+  TrainOptions o = options_;
+  o.tokens_path = dir_ + "/run.tok";
+  o.checkpoint_in = dir_ + "/fresh.ckpt";
+  {
+    // The run's contexts (the fixture's cache holds only three).
+    const uint64_t n = config_.run_steps * config_.T + 1;
+    auto writer = TokenCacheWriter::Create(o.tokens_path, SourceStat{1, 4 * n});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::vector<uint32_t> ids(n);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
+    ASSERT_TRUE(writer->Append(ids).ok());
+    ASSERT_TRUE(writer->Commit().ok());
+  }
+  WriteBytes(o.checkpoint_in, "");
+  o.checkpoint_history_dir = dir_ + "/new-history";
+  std::ostringstream progress;
+  absl::Status s = RunTrain(o, NoBackend, progress);
+  EXPECT_EQ(s.message(), "backend requested") << s;
+  EXPECT_FALSE(Exists(o.checkpoint_history_dir));
+  // Given with a trailing slash: the same directory, removed the same way.
+  o.checkpoint_history_dir = dir_ + "/new-history/";
+  s = RunTrain(o, NoBackend, progress);
+  EXPECT_EQ(s.message(), "backend requested") << s;
+  EXPECT_FALSE(Exists(dir_ + "/new-history"));
+  // An existing (empty) history directory: the run did not create it.
+  o.checkpoint_history_dir = dir_ + "/old-history";
+  ASSERT_EQ(mkdir(o.checkpoint_history_dir.c_str(), 0755), 0);
+  s = RunTrain(o, NoBackend, progress);
+  EXPECT_EQ(s.message(), "backend requested") << s;
+  EXPECT_TRUE(Exists(o.checkpoint_history_dir));
+  EXPECT_FALSE(Exists(o.checkpoint_out));
+  EXPECT_FALSE(Exists(o.result_path));
+}
+
 // A history directory that takes no files (here: read-only to the user
 // running train) is refused before any work, naming the flag, rather than
 // at the first publication's history link, after that publication. Run as

@@ -113,6 +113,24 @@ fi
 expect_refusal "missing input, new history" "opening checkpoint" \
   --checkpoint-in=missing.ckpt --checkpoint-out=m.ckpt --result=m.res --checkpoint-history=newhist
 [[ -e newhist ]] && { echo "FAIL: refused run created its history directory"; fail=1; }
+# A run refused after its new history directory was created (the backend
+# is chosen after the history's checks: here the cuda backend, where no GPU
+# is usable) removes it again (it left DIR holding only .lock); a history
+# directory that existed before the run is kept. Where a GPU is usable the
+# run succeeds, and this is checked by run_test instead.
+cuda_run() { "$TRAIN" --config=tiny --backend=cuda --tokens=t.tok --progress=false "$@"; }
+out=$(cuda_run --checkpoint-in=fresh.ckpt --checkpoint-out=g.ckpt --result=g.res --checkpoint-history=gpuhist 2>&1); rc=$?
+if [[ $rc -ne 0 && "$out" == *"no CUDA device is usable"* ]]; then
+  [[ -e gpuhist ]] && { echo "FAIL: a run refused for its backend left its new history directory: $(ls -A gpuhist)"; fail=1; }
+  mkdir gpuhist-old
+  cuda_run --checkpoint-in=fresh.ckpt --checkpoint-out=g.ckpt --result=g.res --checkpoint-history=gpuhist-old 2>/dev/null \
+    && { echo "FAIL: --backend=cuda without a GPU: exit 0"; fail=1; }
+  [[ -d gpuhist-old ]] || { echo "FAIL: a refused run removed a history directory it did not create"; fail=1; }
+  echo "ok: refused after creating its history directory: none left ($out)"
+else
+  echo "skip: --backend=cuda is usable here (rc $rc); run_test checks the removal"
+  rm -rf g.ckpt g.res gpuhist
+fi
 # The history directory named like the result: refused before any lock.
 expect_refusal "history = result" "names the same path as" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=h.ckpt --result=h.res --checkpoint-history=h.res
