@@ -209,9 +209,10 @@ struct CudaStepTuning {
   // Warpgroups per CTA of the attention forward and the backward's dq and
   // dk/dv kernels (AttentionSplits::forward_warpgroups, query_warpgroups,
   // keys_warpgroups: 1, 2 or 4; dk/dv 1 or 2). Measured at splits of 16
-  // (run 20): forward 4 / 2 / 1 2.236 / 2.250 / 2.265 ms/step; dq 2 2.268,
-  // dk/dv 2 2.272 against 2.243 for 1 (fatter CTAs leave the concurrent
-  // dq and dk/dv kernels fewer SMs to share).
+  // (run 20): forward 4 / 2 / 1 2.236 / 2.250 / 2.265 ms/step, dk/dv 2
+  // 2.270–2.272 (against 2.236) in one call; dq 2 2.267–2.268 against
+  // 2.243 in another (fatter CTAs leave the concurrent dq and dk/dv
+  // kernels fewer SMs to share).
   int attention_forward_warpgroups = kAttentionForwardWarpgroups;
   int attention_query_warpgroups = 1;
   int attention_keys_warpgroups = 1;
