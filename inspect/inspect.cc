@@ -46,9 +46,12 @@ namespace {
 // ---------------------------------------------------------------- helpers
 
 // Up to `n` bytes from the start of `path` and at `offset`; the file size.
+// Bytes of a file's head that kind detection reads.
+constexpr size_t kProbeHeadBytes = 4096;
+
 struct FileProbe {
   uint64_t size = 0;
-  std::string head;  // first 4,096 bytes (fewer if the file is shorter)
+  std::string head;  // first kProbeHeadBytes (fewer if the file is shorter)
 };
 
 absl::StatusOr<FileProbe> Probe(const std::string& path) {
@@ -68,7 +71,7 @@ absl::StatusOr<FileProbe> Probe(const std::string& path) {
   }
   FileProbe p;
   p.size = st.st_size;
-  p.head.resize(std::min<uint64_t>(4096, p.size));
+  p.head.resize(std::min<uint64_t>(kProbeHeadBytes, p.size));
   absl::Status s = PreadAll(fd, p.head.data(), p.head.size(), 0, path);
   close(fd);
   RETURN_IF_ERROR(s);
@@ -1672,6 +1675,18 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
     for (const KnownLayout& k : known) {
       if (ResultSignatureOf(p.size, head, "", ResultGeometryOf(k.config)) ==
           ResultSignature::kForwardRecord) {
+        return FileKind::kResult;
+      }
+    }
+    // 8. A result cut inside its forward record: shorter than a config's
+    // 12 V, but the whole head (4,096 bytes: as many values as rule 7
+    // reads) reads as logits. Reported, not recognised by tokenize's
+    // refusal to replace results (ResultSignatureOf): such a file holds no
+    // step, and the writer removes one it leaves (ResultWriter).
+    for (const KnownLayout& k : known) {
+      if (head.size() == kProbeHeadBytes &&
+          p.size < static_cast<uint64_t>(k.layout.forward_bytes) &&
+          LooksLikeForwardRecord(head, k.layout.forward_bytes)) {
         return FileKind::kResult;
       }
     }
