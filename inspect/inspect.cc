@@ -1699,6 +1699,34 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
       "one"));
 }
 
+// Whether a result of `size` bytes, by its size one of `k`'s, has step
+// windows where `k` puts them: false when the file could also be another
+// known config's forward record cut short (its size below that 12 V) and
+// its first step window, as far as the file goes, holds a negative finite
+// value. A step window holds per-row cross-entropies, logsumexp minus a
+// logit, never negative; a forward record holds logits of both signs. So a
+// Coppelius result cut at 20,000 bytes is not read as tiny's.
+absl::StatusOr<bool> FirstWindowReadsAsLosses(
+    const std::string& path, uint64_t size, const KnownLayout& k,
+    const std::vector<KnownLayout>& known) {
+  const bool ambiguous = std::any_of(
+      known.begin(), known.end(), [size](const KnownLayout& other) {
+        return size < static_cast<uint64_t>(other.layout.forward_bytes);
+      });
+  if (!ambiguous) return true;
+  const uint64_t present =
+      std::min<uint64_t>(size - k.layout.windows_offset, k.layout.window_bytes);
+  ASSIGN_OR_RETURN(const std::string window,
+                   PreadString(path, k.layout.windows_offset, present / 4 * 4));
+  for (size_t at = 0; at + 4 <= window.size(); at += 4) {
+    const uint32_t bits = LeU32(window, at);
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    if (std::isfinite(value) && value < 0.0f) return false;
+  }
+  return true;
+}
+
 // The config the file's content names, if any; `evidence` says how.
 absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
     const std::string& path, FileKind kind, uint64_t size,
@@ -1730,6 +1758,9 @@ absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
     for (const KnownLayout& k : known) {
       if (size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
           size <= static_cast<uint64_t>(k.layout.complete_bytes)) {
+        ASSIGN_OR_RETURN(const bool windows,
+                         FirstWindowReadsAsLosses(path, size, k, known));
+        if (!windows) continue;
         *evidence = "result size";
         return k.config;
       }

@@ -37,8 +37,10 @@
 //   otherwise DataLoss "not a token cache, checkpoint or result file".
 // The config, unless `--config` names one: a checkpoint's identity (or its
 // payload size) matched against every known config; a result's size and
-// host tag (or, incomplete, its size); else "coppelius" (caches, fresh
-// checkpoints, results too short to tell). An explicit `--config` the file
+// host tag (or, incomplete, its size, unless the size could also be a
+// longer config's forward record cut short and the first step window holds
+// a negative value: cross-entropies never are, logits are); else
+// "coppelius" (caches, fresh checkpoints, results too short to tell). An explicit `--config` the file
 // contradicts is recorded in `mismatch`.
 // Errors: InvalidArgument (bad options, unknown config or kind), NotFound
 // (missing file) and the readers' DataLoss / FailedPrecondition, each naming

@@ -681,6 +681,49 @@ TEST_F(InspectTest, ResultCutInsideItsForwardRecordIsAResult) {
   }
 }
 
+// A Coppelius result cut inside its forward record at a size that tiny's
+// results have (6,144 .. 27,744) is not read as tiny's: from byte 6,144 on
+// it holds logits of both signs where tiny has its step windows, per-row
+// cross-entropies, never negative (break-it: "config tiny (result size)",
+// "all 8 step windows are there, but the tail ... ends at byte 20000").
+// Tiny's own results cut there are still tiny's.
+TEST_F(InspectTest, CoppeliusForwardRecordCutAtATinySizeIsNotTinys) {
+  const std::string complete = *ReadFile(Path("complete.res"));
+  std::string coppelius_forward;  // logits, as long as Coppelius' 12 V
+  while (coppelius_forward.size() < 147456) {
+    coppelius_forward += complete.substr(0, 6144);
+  }
+  for (size_t size : {6144u + 256u, 6144u + 3u * 256u + 100u, 20000u}) {
+    SCOPED_TRACE(size);
+    for (const char* name : {"cut-forward.bin", "cut-forward.res"}) {
+      SCOPED_TRACE(name);
+      ASSERT_TRUE(WriteFileAtomically(Path(name),
+                                      coppelius_forward.substr(0, size))
+                      .ok());
+      std::string report;
+      EXPECT_EQ(Verify({name}, &report, "", "").code(),
+                absl::StatusCode::kDataLoss);
+      EXPECT_THAT(report,
+                  HasSubstr(absl::StrCat(
+                      ": incomplete: size ", size,
+                      " bytes, expected 41813600 for config coppelius, "
+                      "assumed: the file does not tell; --config=NAME names "
+                      "another (it ends inside the forward record (bytes "
+                      "0..147456,")));
+      // Tiny's own result cut at the same size.
+      ASSERT_TRUE(
+          WriteFileAtomically(Path(name), complete.substr(0, size)).ok());
+      EXPECT_EQ(Verify({name}, &report, "", "").code(),
+                absl::StatusCode::kDataLoss);
+      EXPECT_THAT(report, HasSubstr(absl::StrCat(": incomplete: size ", size,
+                                                 " bytes, expected 27744 (")));
+      EXPECT_THAT(report, Not(HasSubstr("assumed")));
+      EXPECT_EQ(Inspect(name, &report).code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(report, HasSubstr("config tiny (result size)"));
+    }
+  }
+}
+
 TEST_F(InspectTest, VerifyGoodFiles) {
   std::string report;
   absl::Status s = Verify({"cache.tok", "model.ckpt", "complete.res"},
