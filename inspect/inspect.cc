@@ -45,10 +45,10 @@ namespace {
 
 // ---------------------------------------------------------------- helpers
 
-// Up to `n` bytes from the start of `path` and at `offset`; the file size.
 // Bytes of a file's head that kind detection reads.
 constexpr size_t kProbeHeadBytes = 4096;
 
+// Up to `n` bytes from the start of `path` and at `offset`; the file size.
 struct FileProbe {
   uint64_t size = 0;
   std::string head;  // first kProbeHeadBytes (fewer if the file is shorter)
