@@ -45,10 +45,13 @@ namespace {
 
 // ---------------------------------------------------------------- helpers
 
+// Bytes of a file's head that kind detection reads.
+constexpr size_t kProbeHeadBytes = 4096;
+
 // Up to `n` bytes from the start of `path` and at `offset`; the file size.
 struct FileProbe {
   uint64_t size = 0;
-  std::string head;  // first 4,096 bytes (fewer if the file is shorter)
+  std::string head;  // first kProbeHeadBytes (fewer if the file is shorter)
 };
 
 absl::StatusOr<FileProbe> Probe(const std::string& path) {
@@ -68,7 +71,7 @@ absl::StatusOr<FileProbe> Probe(const std::string& path) {
   }
   FileProbe p;
   p.size = st.st_size;
-  p.head.resize(std::min<uint64_t>(4096, p.size));
+  p.head.resize(std::min<uint64_t>(kProbeHeadBytes, p.size));
   absl::Status s = PreadAll(fd, p.head.data(), p.head.size(), 0, path);
   close(fd);
   RETURN_IF_ERROR(s);
@@ -1675,6 +1678,18 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
         return FileKind::kResult;
       }
     }
+    // 8. A result cut inside its forward record: shorter than a config's
+    // 12 V, but the whole head (4,096 bytes: as many values as rule 7
+    // reads) reads as logits. Reported, not recognised by tokenize's
+    // refusal to replace results (ResultSignatureOf): such a file holds no
+    // step, and the writer removes one it leaves (ResultWriter).
+    for (const KnownLayout& k : known) {
+      if (head.size() == kProbeHeadBytes &&
+          p.size < static_cast<uint64_t>(k.layout.forward_bytes) &&
+          LooksLikeForwardRecord(head, k.layout.forward_bytes)) {
+        return FileKind::kResult;
+      }
+    }
   }
   return absl::DataLossError(absl::StrCat(
       path, ": offset 0: not a token cache, checkpoint or result file (",
@@ -1682,6 +1697,34 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
       "; no checkpoint magic, result marker or host tag, not a plausible "
       "cache header or forward record of logits); pass --kind to read it as "
       "one"));
+}
+
+// Whether a result of `size` bytes, by its size one of `k`'s, has step
+// windows where `k` puts them: false when the file could also be another
+// known config's forward record cut short (its size below that 12 V) and
+// its first step window, as far as the file goes, holds a negative finite
+// value. A step window holds per-row cross-entropies, logsumexp minus a
+// logit, never negative; a forward record holds logits of both signs. So a
+// Coppelius result cut at 20,000 bytes is not read as tiny's.
+absl::StatusOr<bool> FirstWindowReadsAsLosses(
+    const std::string& path, uint64_t size, const KnownLayout& k,
+    const std::vector<KnownLayout>& known) {
+  const bool ambiguous = std::any_of(
+      known.begin(), known.end(), [size](const KnownLayout& other) {
+        return size < static_cast<uint64_t>(other.layout.forward_bytes);
+      });
+  if (!ambiguous) return true;
+  const uint64_t present =
+      std::min<uint64_t>(size - k.layout.windows_offset, k.layout.window_bytes);
+  ASSIGN_OR_RETURN(const std::string window,
+                   PreadString(path, k.layout.windows_offset, present / 4 * 4));
+  for (size_t at = 0; at + 4 <= window.size(); at += 4) {
+    const uint32_t bits = LeU32(window, at);
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    if (std::isfinite(value) && value < 0.0f) return false;
+  }
+  return true;
 }
 
 // The config the file's content names, if any; `evidence` says how.
@@ -1715,6 +1758,9 @@ absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
     for (const KnownLayout& k : known) {
       if (size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
           size <= static_cast<uint64_t>(k.layout.complete_bytes)) {
+        ASSIGN_OR_RETURN(const bool windows,
+                         FirstWindowReadsAsLosses(path, size, k, known));
+        if (!windows) continue;
         *evidence = "result size";
         return k.config;
       }

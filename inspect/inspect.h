@@ -30,11 +30,17 @@
 //      size, and its first bytes (up to 4,096, inside that forward record)
 //      read as fp32 logits: each value 0, non-finite, or of magnitude
 //      2^-64 .. 2^64 (random bytes and a safetensors file are not);
+//   8. a result cut inside its forward record: not text, at least 4,096
+//      bytes but shorter than a known config's forward record, and its
+//      first 4,096 bytes read as logits as in 7 (a shorter file cannot
+//      tell: --kind=result reads it as one);
 //   otherwise DataLoss "not a token cache, checkpoint or result file".
 // The config, unless `--config` names one: a checkpoint's identity (or its
 // payload size) matched against every known config; a result's size and
-// host tag (or, incomplete, its size); else "coppelius" (caches, fresh
-// checkpoints, results too short to tell). An explicit `--config` the file
+// host tag (or, incomplete, its size, unless the size could also be a
+// longer config's forward record cut short and the first step window holds
+// a negative value: cross-entropies never are, logits are); else
+// "coppelius" (caches, fresh checkpoints, results too short to tell). An explicit `--config` the file
 // contradicts is recorded in `mismatch`.
 // Errors: InvalidArgument (bad options, unknown config or kind), NotFound
 // (missing file) and the readers' DataLoss / FailedPrecondition, each naming

@@ -61,6 +61,21 @@ grep -q "config tiny (result size and host tag)" "$d/inferred.txt" \
   || fail "config not inferred: $(head -1 "$d/inferred.txt")"
 "$inspect" verify "$d/model.ckpt" "$d/complete.res" > /dev/null \
   || fail "verify without --config"
+# A result cut inside its forward record, named as the main job names
+# results (.bin): verify fails it as a result cut short (exit 1, the FAIL
+# line naming the size found and expected), and so does the report (one
+# line on stderr); it was "not a token cache, checkpoint or result file".
+python3 - "$d/complete.res" "$d/cut-c0.bin" <<'PY'
+import sys
+forward = open(sys.argv[1], "rb").read()[:6144]
+open(sys.argv[2], "wb").write((forward * 24)[:100000])
+PY
+"$inspect" verify "$d/cut-c0.bin" > "$d/cut-c0.out" 2> /dev/null; rc=$?
+[[ $rc == 1 ]] && grep -q "^FAIL $d/cut-c0.bin: $d/cut-c0.bin: incomplete: size 100000 bytes, expected 41813600 for config coppelius, assumed: .* (it ends inside the forward record (bytes 0..147456, .*): the file was cut short)$" "$d/cut-c0.out" \
+  || fail "verify cut-c0.bin: rc $rc, $(cat "$d/cut-c0.out")"
+"$inspect" "$d/cut-c0.bin" > /dev/null 2> "$d/cut-c0.err"; rc=$?
+[[ $rc == 1 && $(wc -l < "$d/cut-c0.err") == 1 ]] && grep -q "^inspect: DATA_LOSS: $d/cut-c0.bin: incomplete: size 100000 bytes" "$d/cut-c0.err" \
+  || fail "inspect cut-c0.bin: rc $rc, $(cat "$d/cut-c0.err")"
 # A checkpoint a tiny run refuses: verify --config=tiny fails it (exit 1),
 # verify without --config checks its integrity only (exit 0).
 "$inspect" verify --config=tiny "$d/steps.ckpt" > "$d/steps.txt" 2>/dev/null

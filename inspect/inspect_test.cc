@@ -613,6 +613,117 @@ TEST_F(InspectTest, ShortResultSaysItsConfigIsAssumed) {
   EXPECT_THAT(report, Not(HasSubstr("assumed")));
 }
 
+// A result cut inside its forward record, under a name that does not say
+// "result" (the main job's result-cNNNNNNNN.bin), is still read as a result
+// when its first 4,096 bytes (the 1,024 values kind detection reads) are
+// logits: reported as cut short inside the forward record, with the size
+// found and expected (break-it: "not a token cache, checkpoint or result
+// file (...; not a plausible ... forward record of logits)").
+TEST_F(InspectTest, ResultCutInsideItsForwardRecordIsAResult) {
+  const std::string complete = *ReadFile(Path("complete.res"));
+  const std::string forward = complete.substr(0, 6144);  // tiny's 12 V
+  std::string coppelius_forward;  // logits, as long as Coppelius' 12 V
+  while (coppelius_forward.size() < 147456) coppelius_forward += forward;
+  coppelius_forward.resize(147456);
+  const std::string name = "cut-forward.bin";
+  for (size_t size : {4096u, 6000u, 6143u, 30000u, 100000u, 147455u}) {
+    SCOPED_TRACE(size);
+    ASSERT_TRUE(WriteFileAtomically(Path(name),
+                                    coppelius_forward.substr(0, size))
+                    .ok());
+    absl::StatusOr<FileKind> k = DetectFileKind(Path(name));
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_EQ(*k, FileKind::kResult);
+    std::string report;
+    EXPECT_EQ(Verify({name}, &report, "", "").code(),
+              absl::StatusCode::kDataLoss);
+    EXPECT_EQ(report,
+              absl::StrCat("FAIL ", Path(name), ": ", Path(name),
+                           ": incomplete: size ", size,
+                           " bytes, expected 41813600 for config coppelius, "
+                           "assumed: the file does not tell; --config=NAME "
+                           "names another (it ends inside the forward record "
+                           "(bytes 0..147456, written whole before the first "
+                           "step): the file was cut short)\n"));
+    absl::Status s = Inspect(name, &report);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_THAT(s.message(), HasSubstr("ends inside the forward record"));
+    EXPECT_THAT(report, HasSubstr(absl::StrCat("forward record: cut short (",
+                                               size, " of 147456 bytes)")));
+  }
+  // Named, tiny's own forward record cut short is measured against tiny.
+  ASSERT_TRUE(
+      WriteFileAtomically(Path(name), complete.substr(0, 6143)).ok());
+  std::string report;
+  EXPECT_EQ(Verify({name}, &report).code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("incomplete: size 6143 bytes, expected 27744 "
+                                "(it ends inside the forward record (bytes "
+                                "0..6144,"));
+  // Fewer than 4,096 bytes cannot tell a forward record from other bytes:
+  // refused as of no known kind, unless --kind names it a result.
+  for (size_t size : {1u, 8u, 4095u}) {
+    SCOPED_TRACE(size);
+    ASSERT_TRUE(
+        WriteFileAtomically(Path(name), complete.substr(0, size)).ok());
+    absl::Status k = DetectFileKind(Path(name)).status();
+    EXPECT_EQ(k.code(), absl::StatusCode::kDataLoss) << k;
+    EXPECT_THAT(k.message(), HasSubstr("pass --kind to read it as one"));
+    VerifyOptions o;
+    o.paths = {Path(name)};
+    o.kind = FileKind::kResult;
+    o.config = "tiny";
+    std::ostringstream out;
+    EXPECT_EQ(RunVerify(o, out).code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(out.str(), HasSubstr(absl::StrCat(
+                               "incomplete: size ", size,
+                               " bytes, expected 27744 (it ends inside the "
+                               "forward record")));
+  }
+}
+
+// A Coppelius result cut inside its forward record at a size that tiny's
+// results have (6,144 .. 27,744) is not read as tiny's: from byte 6,144 on
+// it holds logits of both signs where tiny has its step windows, per-row
+// cross-entropies, never negative (break-it: "config tiny (result size)",
+// "all 8 step windows are there, but the tail ... ends at byte 20000").
+// Tiny's own results cut there are still tiny's.
+TEST_F(InspectTest, CoppeliusForwardRecordCutAtATinySizeIsNotTinys) {
+  const std::string complete = *ReadFile(Path("complete.res"));
+  std::string coppelius_forward;  // logits, as long as Coppelius' 12 V
+  while (coppelius_forward.size() < 147456) {
+    coppelius_forward += complete.substr(0, 6144);
+  }
+  for (size_t size : {6144u + 256u, 6144u + 3u * 256u + 100u, 20000u}) {
+    SCOPED_TRACE(size);
+    for (const char* name : {"cut-forward.bin", "cut-forward.res"}) {
+      SCOPED_TRACE(name);
+      ASSERT_TRUE(WriteFileAtomically(Path(name),
+                                      coppelius_forward.substr(0, size))
+                      .ok());
+      std::string report;
+      EXPECT_EQ(Verify({name}, &report, "", "").code(),
+                absl::StatusCode::kDataLoss);
+      EXPECT_THAT(report,
+                  HasSubstr(absl::StrCat(
+                      ": incomplete: size ", size,
+                      " bytes, expected 41813600 for config coppelius, "
+                      "assumed: the file does not tell; --config=NAME names "
+                      "another (it ends inside the forward record (bytes "
+                      "0..147456,")));
+      // Tiny's own result cut at the same size.
+      ASSERT_TRUE(
+          WriteFileAtomically(Path(name), complete.substr(0, size)).ok());
+      EXPECT_EQ(Verify({name}, &report, "", "").code(),
+                absl::StatusCode::kDataLoss);
+      EXPECT_THAT(report, HasSubstr(absl::StrCat(": incomplete: size ", size,
+                                                 " bytes, expected 27744 (")));
+      EXPECT_THAT(report, Not(HasSubstr("assumed")));
+      EXPECT_EQ(Inspect(name, &report).code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(report, HasSubstr("config tiny (result size)"));
+    }
+  }
+}
+
 TEST_F(InspectTest, VerifyGoodFiles) {
   std::string report;
   absl::Status s = Verify({"cache.tok", "model.ckpt", "complete.res"},
