@@ -258,6 +258,44 @@ absl::Status StreamTooLarge(absl::string_view path, uint64_t max_bytes) {
       "a path)"));
 }
 
+// Whether `path` names descriptor 0 itself, whatever it is open on: a
+// chain of symbolic links (/dev/stdin, a link to it) that reaches entry 0 of
+// this process's /proc/PID/fd (or of one of its threads'), however that
+// directory is spelled (/dev/fd, /proc/self/fd, /proc/thread-self/fd).
+// Entry 0 is the last link followed: it is a "magic" link to the open file
+// (for a reopened /dev/null, "/dev/null" itself, which is not standard
+// input by name).
+bool NamesStandardInput(const std::string& path) {
+  const std::string fd_dir = absl::StrCat("/proc/", getpid(), "/fd");
+  const std::string task_dir = absl::StrCat("/proc/", getpid(), "/task/");
+  std::string p = path;
+  for (int hop = 0; hop < 40 && !p.empty(); ++hop) {
+    const size_t slash = p.rfind('/');
+    const std::string dir = slash == std::string::npos ? "."
+                            : slash == 0               ? "/"
+                                                       : p.substr(0, slash);
+    const std::string base =
+        slash == std::string::npos ? p : p.substr(slash + 1);
+    char resolved[PATH_MAX];
+    if (realpath(dir.c_str(), resolved) == nullptr) return false;
+    const std::string real_dir = resolved;
+    if (base == "0" &&
+        (real_dir == fd_dir || (absl::StartsWith(real_dir, task_dir) &&
+                                absl::EndsWith(real_dir, "/fd")))) {
+      return true;
+    }
+    const std::string entry =
+        real_dir == "/" ? "/" + base : real_dir + "/" + base;
+    char target[PATH_MAX];
+    const ssize_t n = readlink(entry.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) return false;  // not a link (or gone): not descriptor 0
+    target[n] = '\0';
+    p = target[0] == '/' ? std::string(target)
+                         : (real_dir == "/" ? "/" : real_dir + "/") + target;
+  }
+  return false;
+}
+
 // Opens `path` ("-": standard input, refused when closed), refuses a
 // directory and a named character device (CheckNamedInputKind, by stat
 // before it is opened: opening a device can do more than reading it), calls
@@ -268,9 +306,12 @@ absl::Status ReadInPieces(
     const std::string& path,
     const std::function<absl::Status(const struct stat&)>& opened,
     const std::function<absl::Status(absl::string_view)>& piece) {
-  if (path == "-" && g_stdin_closed) {
-    return absl::FailedPreconditionError(
-        "-: standard input is closed; expected data on it or a file path");
+  if (g_stdin_closed && (path == "-" || NamesStandardInput(path))) {
+    // Reopened on /dev/null (ProtectStandardStreams): by any of its names,
+    // standard input would read as empty.
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": standard input is closed; expected data on it or a file "
+              "path"));
   }
   if (path != "-") {
     struct stat before;

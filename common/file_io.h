@@ -37,7 +37,9 @@ absl::Status ErrnoStatus(int errno_value, absl::string_view what,
 // (fd 0, 1 or 2) that the caller closed (`prog <&-`) is reopened on
 // /dev/null, so that no file opened later takes its number and is read or
 // written as if it were that stream; ReadFile("-") then fails
-// (FailedPrecondition "standard input is closed") and so do WriteAll and
+// (FailedPrecondition "standard input is closed"), as does ReadFile of any
+// other name of descriptor 0 (/dev/stdin, /dev/fd/0, /proc/self/fd/0, a
+// link to one: they would read the /dev/null put there), and so do WriteAll and
 // WriteFileAtomically("-") to fd 1, instead of reading nothing or writing
 // nowhere.
 void ProtectStandardStreams();

@@ -18,6 +18,7 @@
 #include <thread>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -310,6 +311,55 @@ TEST(CheckStandardInputReadOnce, EveryNameOfAPipeOnStandardInput) {
 
 // nohup(1) ignores SIGHUP before exec: the cleanup must not turn an
 // ignored signal back into one that ends the process.
+// A closed standard input (`tool /dev/stdin <&-`), which
+// ProtectStandardStreams reopened on /dev/null, is refused by every name of
+// descriptor 0 as "-" is, naming the path: /dev/stdin read as /dev/null, so
+// `tokenize encode --vocab=V /dev/stdin -o OUT <&-` wrote an empty OUT and
+// exited 0. /dev/null itself, and a link to it, still read as empty. Each
+// case runs in a child (ProtectStandardStreams's finding is process-wide).
+TEST(ReadFileDeathTest, ClosedStandardInputIsRefusedByEveryNameOfIt) {
+  const std::string link = TestDir() + "/stdin-link";
+  unlink(link.c_str());
+  ASSERT_EQ(symlink("/dev/stdin", link.c_str()), 0);
+  const std::string null_link = TestDir() + "/null-link";
+  unlink(null_link.c_str());
+  ASSERT_EQ(symlink("/dev/null", null_link.c_str()), 0);
+  for (const std::string& name :
+       {std::string("-"), std::string("/dev/stdin"), std::string("/dev/fd/0"),
+        std::string("/proc/self/fd/0"), std::string("/proc/PID/fd/0"),
+        link}) {
+    // /proc/PID/fd/0: the pid of the child that reads it.
+    const auto path = [&name] {
+      return name == "/proc/PID/fd/0" ? absl::StrCat("/proc/", getpid(), "/fd/0")
+                                      : name;
+    };
+    EXPECT_EXIT(
+        {
+          close(STDIN_FILENO);
+          ProtectStandardStreams();
+          const absl::StatusOr<std::string> read = ReadFile(path());
+          std::fprintf(stderr, "%s\n", read.status().ToString().c_str());
+          std::_Exit(read.ok() ? 0 : 3);
+        },
+        ::testing::ExitedWithCode(3),
+        absl::StrCat("FAILED_PRECONDITION: ",
+                     name == "/proc/PID/fd/0" ? "/proc/[0-9]+/fd/0" : name,
+                     ": standard input is closed"))
+        << name;
+  }
+  for (const std::string& name : {std::string("/dev/null"), null_link}) {
+    EXPECT_EXIT(
+        {
+          close(STDIN_FILENO);
+          ProtectStandardStreams();
+          const absl::StatusOr<std::string> read = ReadFile(name);
+          std::_Exit(read.ok() && read->empty() ? 0 : 3);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << name;
+  }
+}
+
 TEST(InterruptCleanup, IgnoredSignalsStayIgnored) {
   for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
     const std::string armed = TestDir() + "/ignored.tmp-1-00000000";

@@ -216,6 +216,26 @@ unreadable "inspect -" "$inspect" -
 unreadable "inspect verify -" "$inspect" verify -
 check "unreadable stdin: nothing written" test ! -e "$tmp/never"
 
+# A closed standard input (`<&-`) is refused by its other names as "-" is:
+# exit 1, one line naming the path (ProtectStandardStreams reopens it on
+# /dev/null, and /dev/stdin read as empty: tokenize encode wrote an empty
+# output and exited 0).
+closed_stdin() {  # closed_stdin NAME PATH COMMAND...
+  local name="$1" path="$2"; shift 2
+  "$@" <&- > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  check "$name <&-: exit 1 (rc $rc)" test $rc -eq 1
+  check "$name <&-: one line naming $path" \
+    one_line_error "$tmp/err" "FAILED_PRECONDITION: $path: standard input is closed; expected data on it or a file path$"
+}
+closed_stdin "tokenize encode /dev/stdin" /dev/stdin "$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/stdin -o "$tmp/never"
+closed_stdin "tokenize decode /dev/fd/0" /dev/fd/0 "$tokenize" decode --vocab="$tmp/v.tiktoken" /dev/fd/0 -o "$tmp/never"
+closed_stdin "tokenize encode --vocab=/proc/self/fd/0" /proc/self/fd/0 "$tokenize" encode --vocab=/proc/self/fd/0 "$tmp/src.txt" -o "$tmp/never"
+closed_stdin "tokenize train /dev/stdin" /dev/stdin "$tokenize" train /dev/stdin -o "$tmp/never" --progress=false
+closed_stdin "inspect verify /dev/stdin" /dev/stdin "$inspect" verify /dev/stdin
+check "closed stdin: nothing written" test ! -e "$tmp/never"
+"$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/null -o "$tmp/null.u32" <&- 2> "$tmp/err"; rc=$?
+check "tokenize encode /dev/null <&-: still empty input (rc $rc)" test $rc -eq 0 -a ! -s "$tmp/null.u32"
+
 # The value of a flag that takes one is not a request for help.
 "$tokenize" encode --vocab -h in.txt -o "$tmp/o" > "$tmp/out" 2> "$tmp/err"; rc=$?
 check "tokenize --vocab -h: the vocabulary -h (exit 1)" test $rc -eq 1
