@@ -138,6 +138,15 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   SourceStat source_stat;
   if (!from_stdin) {
     absl::StatusOr<SourceStat> stat = StatSource(options.source_path);
+    if (absl::IsInvalidArgument(stat.status())) {
+      // A named pipe or `<(...)`: the header records the source's size and
+      // modification time, which a stream does not have; standard input is
+      // the way to give one (the README's rule reads pipes elsewhere).
+      return absl::InvalidArgumentError(absl::StrCat(
+          "source: ", stat.status().message(),
+          " (the cache records its source's size and modification time; "
+          "give a stream on standard input as '-')"));
+    }
     if (!stat.ok()) return Annotate(stat.status(), "source");
     source_stat = *stat;
     // A cache of a source dated more than a year ahead would not pass the

@@ -462,6 +462,21 @@ TEST(RunMakeCache, KilledRunLeavesNoPartialCache) {
 namespace coppelius {
 namespace {
 
+// A named pipe as SOURCE (what `<(...)` gives) is refused at once (stat,
+// no open: no blocking on a FIFO without a writer), saying how a stream is
+// given instead.
+TEST(RunMakeCache, NamedPipeSourceIsRefusedWithTheWayToGiveAStream) {
+  const std::string fifo = TestDir() + "/src_fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  MakeCacheOptions o = Options(fifo, TestDir() + "/fifo.tok");
+  const absl::Status s = RunMakeCache(o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(fifo), std::string::npos) << s;
+  EXPECT_NE(s.message().find("standard input as '-'"), std::string::npos) << s;
+  EXPECT_NE(access((TestDir() + "/fifo.tok").c_str(), F_OK), 0);
+  unlink(fifo.c_str());
+}
+
 TEST(RunMakeCache, RefusesToReplaceTheVocabularyOrADevice) {
   const std::string source = TestDir() + "/src_refuse.txt";
   WriteFile(source, "hello world");
