@@ -49,20 +49,23 @@ class RunTrainTest : public ::testing::Test {
     config_ = *ModelConfigByName("tiny");
     // Three contexts of T tokens (+ 1), ids < V; a header that can be a
     // source's (4 bytes per id).
-    auto writer = TokenCacheWriter::Create(
-        dir_ + "/t.tok",
-        SourceStat{1, 4 * (3 * static_cast<uint64_t>(config_.T) + 1)});
-    ASSERT_TRUE(writer.ok()) << writer.status();
-    std::vector<uint32_t> ids(3 * config_.T + 1);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
-    ASSERT_TRUE(writer->Append(ids).ok());
-    ASSERT_TRUE(writer->Commit().ok());
+    WriteTokenCache(dir_ + "/t.tok", 3 * static_cast<uint64_t>(config_.T) + 1);
     options_.config = "tiny";
     options_.backend = "reference";
     options_.tokens_path = dir_ + "/t.tok";
     options_.checkpoint_out = dir_ + "/out.ckpt";
     options_.result_path = dir_ + "/out.res";
     options_.progress = false;
+  }
+  // A token cache at `path` of `n` ids 0, 1, … mod V, its header one a
+  // source could have (4 bytes per id).
+  void WriteTokenCache(const std::string& path, uint64_t n) {
+    auto writer = TokenCacheWriter::Create(path, SourceStat{1, 4 * n});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::vector<uint32_t> ids(n);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
+    ASSERT_TRUE(writer->Append(ids).ok());
+    ASSERT_TRUE(writer->Commit().ok());
   }
   // A checkpoint of config tiny with a valid envelope and this update count.
   std::string CheckpointWithUpdateCount(uint64_t update_count) {
@@ -254,16 +257,8 @@ TEST_F(RunTrainTest, RefusedRunRemovesTheHistoryDirectoryItCreated) {
   TrainOptions o = options_;
   o.tokens_path = dir_ + "/run.tok";
   o.checkpoint_in = dir_ + "/fresh.ckpt";
-  {
-    // The run's contexts (the fixture's cache holds only three).
-    const uint64_t n = config_.run_steps * config_.T + 1;
-    auto writer = TokenCacheWriter::Create(o.tokens_path, SourceStat{1, 4 * n});
-    ASSERT_TRUE(writer.ok()) << writer.status();
-    std::vector<uint32_t> ids(n);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
-    ASSERT_TRUE(writer->Append(ids).ok());
-    ASSERT_TRUE(writer->Commit().ok());
-  }
+  // The run's contexts (the fixture's cache holds only three).
+  WriteTokenCache(o.tokens_path, config_.run_steps * config_.T + 1);
   WriteBytes(o.checkpoint_in, "");
   o.checkpoint_history_dir = dir_ + "/new-history";
   std::ostringstream progress;
@@ -302,16 +297,8 @@ TEST_F(RunTrainTest, ReadOnlyHistoryDirectoryIsRefusedBeforeAnyWork) {
   o.checkpoint_out = base + "/out.ckpt";
   o.result_path = base + "/out.res";
   o.checkpoint_history_dir = base + "/history";
-  {
-    // The run's contexts (the fixture's cache holds only three).
-    const uint64_t n = config_.run_steps * config_.T + 1;
-    auto writer = TokenCacheWriter::Create(o.tokens_path, SourceStat{1, 4 * n});
-    ASSERT_TRUE(writer.ok()) << writer.status();
-    std::vector<uint32_t> ids(n);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % config_.V;
-    ASSERT_TRUE(writer->Append(ids).ok());
-    ASSERT_TRUE(writer->Commit().ok());
-  }
+  // The run's contexts (the fixture's cache holds only three).
+  WriteTokenCache(o.tokens_path, config_.run_steps * config_.T + 1);
   WriteBytes(o.checkpoint_in, "");
   // An existing history (its lock file from an earlier run included) that
   // is read-only now.
