@@ -1093,6 +1093,16 @@ constexpr int kGroupMergeBarrier = 1;   // warpgroups 1.. arrive, 0 waits
 constexpr int kGroupFinishBarrier = 2;  // warpgroup 0's own barrier
 constexpr int kGroupRefillBarrier = 3;  // 3 + w: warpgroup w's refills
 
+// A CTA of kGroups (2 or 4) warpgroups: its threads, and its shared memory:
+// kOwn tiles of its own rows and kSlots slots (a multiple of kGroups).
+template <int kGroups, int kOwn, int kSlots>
+struct GroupTiles {
+  static_assert(kGroups == 2 || kGroups == 4, "2 or 4 warpgroups");
+  static_assert(kSlots % kGroups == 0, "a slot serves one warpgroup");
+  static constexpr int kThreadsPerCta = kGroups * kThreads;
+  using Tiles = TmaTiles<kOwn, kSlots>;
+};
+
 // Named barrier kId over one warpgroup's 128 threads.
 template <int kId>
 __device__ __forceinline__ void WarpgroupBarrier() {
@@ -1144,6 +1154,24 @@ template <int kAll>
 __device__ __forceinline__ void GroupStateWait() {
   asm volatile("bar.sync %0, %1;" ::"n"(kGroupMergeBarrier), "n"(kAll)
                : "memory");
+}
+
+// The backward kernels' TMA sources for head h (HS = 64, C = NH · 64):
+// its q, k and v columns of qkv [T, 3C] and its columns of dy [T, C]; thread
+// 0 of the CTA prefetches both maps' descriptors.
+struct BackwardSources {
+  TmaSource q, k, v, dy;
+};
+__device__ __forceinline__ BackwardSources BackwardTmaSources(
+    const CUtensorMap& qkv_map, const CUtensorMap& dy_map, int h, int C) {
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&qkv_map);
+    PrefetchTensorMap(&dy_map);
+  }
+  return {{&qkv_map, h * 64},
+          {&qkv_map, C + h * 64},
+          {&qkv_map, 2 * C + h * 64},
+          {&dy_map, h * 64}};
 }
 
 // Slots per kernel of one warpgroup, measured on the H200
@@ -1209,17 +1237,10 @@ __global__ void __launch_bounds__(kThreads)
 // loop, nvdisasm; run 20's timings include it); with 2, 256 threads at
 // 163 registers.
 template <int kGroups>
-struct ForwardGroups {
-  static_assert(kGroups == 2 || kGroups == 4, "2 or 4 warpgroups");
-  static constexpr int kThreadsPerCta = kGroups * kThreads;
-  static constexpr int kSlots = kGroups == 2 ? 6 : 8;
-  static constexpr int kCtasPerSm = 1;
-  using Tiles = TmaTiles<1, kSlots>;
-};
+using ForwardGroups = GroupTiles<kGroups, 1, kGroups == 2 ? 6 : 8>;
 
 template <int kGroups>
-__global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta,
-                                  ForwardGroups<kGroups>::kCtasPerSm)
+__global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta, 1)
     ForwardTmaGroupsKernel(const __grid_constant__ CUtensorMap qkv_map,
                            const Params p) {
   constexpr int kHS = 64;
@@ -1633,12 +1654,9 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int h = blockIdx.y, C = p.NH * kHS;
   int qt, chunk, kt0, kt1;
   QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
-  if (threadIdx.x == 0) {
-    PrefetchTensorMap(&qkv_map);
-    PrefetchTensorMap(&dy_map);
-  }
-  const TmaSource own[2] = {{&qkv_map, h * kHS}, {&dy_map, h * kHS}};
-  const TmaSource ks{&qkv_map, C + h * kHS}, vs{&qkv_map, 2 * C + h * kHS};
+  const BackwardSources src = BackwardTmaSources(qkv_map, dy_map, h, C);
+  const TmaSource own[2] = {src.q, src.dy};
+  const TmaSource ks = src.k, vs = src.v;
   TmaPrologue(t, own, qt * kTile, ks, vs, kt0, kt1 - kt0 + 1);
   QuerySide<kHS> qs;
   qs.InitRows(p, h, qt);
@@ -1663,12 +1681,7 @@ __global__ void __launch_bounds__(kThreads, 3)
 // One CTA per SM (8 slots, 148 KB); with 4 warpgroups at 128 registers
 // the kernel spills 152 bytes a thread.
 template <int kGroups>
-struct QueryGroups {
-  static_assert(kGroups == 2 || kGroups == 4, "2 or 4 warpgroups");
-  static constexpr int kThreadsPerCta = kGroups * kThreads;
-  static constexpr int kSlots = 8;
-  using Tiles = TmaTiles<2, kSlots>;
-};
+using QueryGroups = GroupTiles<kGroups, 2, 8>;
 
 template <int kGroups>
 __global__ void __launch_bounds__(QueryGroups<kGroups>::kThreadsPerCta, 1)
@@ -1685,12 +1698,9 @@ __global__ void __launch_bounds__(QueryGroups<kGroups>::kThreadsPerCta, 1)
   QueryItem(blockIdx.x, p.num_tiles, p.split, &qt, &chunk, &kt0, &kt1);
   const int n = kt1 - kt0 + 1;
   const int wg = threadIdx.x / kThreads, lt = threadIdx.x % kThreads;
-  if (threadIdx.x == 0) {
-    PrefetchTensorMap(&qkv_map);
-    PrefetchTensorMap(&dy_map);
-  }
-  const TmaSource own[2] = {{&qkv_map, h * kHS}, {&dy_map, h * kHS}};
-  const TmaSource ks{&qkv_map, C + h * kHS}, vs{&qkv_map, 2 * C + h * kHS};
+  const BackwardSources src = BackwardTmaSources(qkv_map, dy_map, h, C);
+  const TmaSource own[2] = {src.q, src.dy};
+  const TmaSource ks = src.k, vs = src.v;
   TmaPrologue(t, own, qt * kTile, ks, vs, kt0, n);
   QuerySide<kHS> qs;
   qs.InitRows(p, h, qt, lt);
@@ -1780,13 +1790,9 @@ __global__ void __launch_bounds__(kThreads)
   const int n = qt1 - qt0 + 1;
   const int r0 = (threadIdx.x >> 5) * 16;
   const int j0 = kt * kTile + r0 + ((threadIdx.x & 31) >> 2), j1 = j0 + 8;
-  if (threadIdx.x == 0) {
-    PrefetchTensorMap(&qkv_map);
-    PrefetchTensorMap(&dy_map);
-  }
-  const TmaSource own[2] = {{&qkv_map, C + h * kHS},
-                            {&qkv_map, 2 * C + h * kHS}};
-  const TmaSource qs{&qkv_map, h * kHS}, ds{&dy_map, h * kHS};
+  const BackwardSources src = BackwardTmaSources(qkv_map, dy_map, h, C);
+  const TmaSource own[2] = {src.k, src.v};
+  const TmaSource qs = src.q, ds = src.dy;
   TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);
   KeyRowStats<kMaxTiles, kThreads>(p, h, qt0, n, s_lse, s_d);
   RowOperand<kHS> ka, va;
@@ -1812,12 +1818,7 @@ __global__ void __launch_bounds__(kThreads)
 // own tiles (the q and dy tiles of slots w and w + kGroups) and warpgroup
 // 0 adds them in warpgroup order and finishes the chunk alone.
 template <int kGroups>
-struct KeyGroups {
-  static_assert(kGroups == 2, "2 warpgroups");
-  static constexpr int kThreadsPerCta = kGroups * kThreads;
-  static constexpr int kSlots = 8;
-  using Tiles = TmaTiles<2, kSlots>;
-};
+using KeyGroups = GroupTiles<kGroups, 2, 8>;
 
 template <int kGroups>
 __global__ void __launch_bounds__(KeyGroups<kGroups>::kThreadsPerCta, 1)
@@ -1825,6 +1826,7 @@ __global__ void __launch_bounds__(KeyGroups<kGroups>::kThreadsPerCta, 1)
                                const __grid_constant__ CUtensorMap dy_map,
                                const Params p) {
   constexpr int kHS = 64;
+  static_assert(kGroups == 2, "2 warpgroups");
   constexpr int kMaxTiles = kTmaKeysLongSplit;
   constexpr int kAll = KeyGroups<kGroups>::kThreadsPerCta;
   GridDependencyWait();
@@ -1839,13 +1841,9 @@ __global__ void __launch_bounds__(KeyGroups<kGroups>::kThreadsPerCta, 1)
   const int wg = threadIdx.x / kThreads, lt = threadIdx.x % kThreads;
   const int r0 = (lt >> 5) * 16;
   const int j0 = kt * kTile + r0 + ((lt & 31) >> 2), j1 = j0 + 8;
-  if (threadIdx.x == 0) {
-    PrefetchTensorMap(&qkv_map);
-    PrefetchTensorMap(&dy_map);
-  }
-  const TmaSource own[2] = {{&qkv_map, C + h * kHS},
-                            {&qkv_map, 2 * C + h * kHS}};
-  const TmaSource qs{&qkv_map, h * kHS}, ds{&dy_map, h * kHS};
+  const BackwardSources src = BackwardTmaSources(qkv_map, dy_map, h, C);
+  const TmaSource own[2] = {src.k, src.v};
+  const TmaSource qs = src.q, ds = src.dy;
   TmaPrologue(t, own, kt * kTile, qs, ds, qt0, n);
   KeyRowStats<kMaxTiles, kAll>(p, h, qt0, n, s_lse, s_d);
   RowOperand<kHS> ka, va;
@@ -1989,6 +1987,16 @@ cudaError_t LaunchDynamic(void (*kernel)(Params...), int bytes, dim3 grid,
                       std::forward<Args>(args)...);
 }
 
+// A kernel of several warpgroups per CTA (ForEachGroupTile), with its
+// traits' shared memory (Traits::Tiles::kBytes) and threads.
+template <typename Traits, typename... Params, typename... Args>
+cudaError_t LaunchGroups(void (*kernel)(Params...), dim3 grid,
+                         cudaStream_t stream, Args&&... args) {
+  return LaunchDynamic(kernel, Traits::Tiles::kBytes, grid,
+                       Traits::kThreadsPerCta, stream,
+                       std::forward<Args>(args)...);
+}
+
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
   const dim3 grid(NumAttentionItems(p.num_tiles, p.split), p.NH);
@@ -2000,15 +2008,11 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
         if (e == cudaSuccess) {
           switch (p.warpgroups) {
             case 2:
-              return LaunchDynamic(ForwardTmaGroupsKernel<2>,
-                                   ForwardGroups<2>::Tiles::kBytes, grid,
-                                   ForwardGroups<2>::kThreadsPerCta, stream,
-                                   qkv_map, p);
+              return LaunchGroups<ForwardGroups<2>>(ForwardTmaGroupsKernel<2>,
+                                                    grid, stream, qkv_map, p);
             case 4:
-              return LaunchDynamic(ForwardTmaGroupsKernel<4>,
-                                   ForwardGroups<4>::Tiles::kBytes, grid,
-                                   ForwardGroups<4>::kThreadsPerCta, stream,
-                                   qkv_map, p);
+              return LaunchGroups<ForwardGroups<4>>(ForwardTmaGroupsKernel<4>,
+                                                    grid, stream, qkv_map, p);
             default:
               return LaunchDynamic(ForwardTmaKernel, ForwardTma::kBytes, grid,
                                    kThreads, stream, qkv_map, p);
@@ -2036,29 +2040,23 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
           if (which == kQuery) {
             switch (p.query_warpgroups) {
               case 2:
-                return LaunchDynamic(BackwardQueryTmaGroupsKernel<2>,
-                                     QueryGroups<2>::Tiles::kBytes, grid,
-                                     QueryGroups<2>::kThreadsPerCta, stream,
-                                     qkv_map, dy_map, p);
+                return LaunchGroups<QueryGroups<2>>(
+                    BackwardQueryTmaGroupsKernel<2>, grid, stream, qkv_map,
+                    dy_map, p);
               case 4:
-                return LaunchDynamic(BackwardQueryTmaGroupsKernel<4>,
-                                     QueryGroups<4>::Tiles::kBytes, grid,
-                                     QueryGroups<4>::kThreadsPerCta, stream,
-                                     qkv_map, dy_map, p);
+                return LaunchGroups<QueryGroups<4>>(
+                    BackwardQueryTmaGroupsKernel<4>, grid, stream, qkv_map,
+                    dy_map, p);
               default:
                 return LaunchDynamic(BackwardQueryTmaKernel, QueryTma::kBytes,
                                      grid, kThreads, stream, qkv_map, dy_map,
                                      p);
             }
           }
-          switch (p.keys_warpgroups) {
-            case 2:
-              return LaunchDynamic(BackwardKeyTmaGroupsKernel<2>,
-                                   KeyGroups<2>::Tiles::kBytes, grid,
-                                   KeyGroups<2>::kThreadsPerCta, stream,
-                                   qkv_map, dy_map, p);
-            default:
-              break;
+          if (p.keys_warpgroups == 2) {
+            return LaunchGroups<KeyGroups<2>>(BackwardKeyTmaGroupsKernel<2>,
+                                              grid, stream, qkv_map, dy_map,
+                                              p);
           }
           return p.split <= kTmaKeysShortSplit
                      ? LaunchDynamic(BackwardKeyTmaKernel<kTmaKeysShortSplit>,
