@@ -201,8 +201,8 @@ struct CudaStepTuning {
   // Measured (docs/PERFORMANCE.md run 20, H200, 2026-12-01, ms/step): all
   // three 16 with 4 forward warpgroups 2.236–2.237 against 2.355 for 6 / 6
   // / 6 with one; alone, forward 16 with 4 warpgroups 2.330–2.332, dq 16
-  // 2.319–2.322, dk/dv 16 2.310–2.315; dk/dv 12 / 14 with the rest at 16
-  // 2.263 / 2.267.
+  // 2.319–2.322, dk/dv 16 2.310–2.315 (against 2.352–2.357); with the rest
+  // at 16, dk/dv 12 2.263 (against 2.236) and 14 2.267 (against 2.243).
   int attention_forward_split = kAttentionSplit;
   int attention_query_split = kAttentionSplit;
   int attention_keys_split = kAttentionSplit;
