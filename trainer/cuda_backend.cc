@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -1582,6 +1583,11 @@ CudaFusedProducts CudaFusedProductsFor(const ModelConfig& config) {
   f.output_dx = OutputDxDeltaMatmulSupports(T, C, NH, HS,
                                             g_tuning.fused_output_dx_config);
   return f;
+}
+
+void RequestCudaWorkQueues() {
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS",
+         std::to_string(kCudaWorkQueues).c_str(), /*overwrite=*/0);
 }
 
 absl::Status SetCudaStepTuning(const CudaStepTuning& tuning) {

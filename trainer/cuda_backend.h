@@ -224,6 +224,18 @@ struct CudaStepTuning {
   // Ablation: a CudaStepPart mask.
   uint32_t skipped_parts = 0;
 };
+// Asks the CUDA driver for kCudaWorkQueues hardware work queues per context
+// (the environment variable CUDA_DEVICE_MAX_CONNECTIONS; the driver's
+// default is 8) unless the environment already sets it. The step graph's
+// concurrent branches (the main, side, AdamW and attention streams, about
+// 70 streams once instantiated) then share fewer queues. The same bits
+// either way. Takes effect only before the process's first CUDA call: the
+// binaries call it first thing in main. Measured (docs/PERFORMANCE.md run
+// 21, H200, 2026-12-01; step_bench, five rounds in two calls): 16 queues
+// 2.229–2.236 ms/step against 2.232–2.239 for 8; 4 and 32 as 8.
+inline constexpr int kCudaWorkQueues = 16;
+void RequestCudaWorkQueues();
+
 // InvalidArgument naming the field when a value is not one of its choices
 // (nothing is changed then).
 absl::Status SetCudaStepTuning(const CudaStepTuning& tuning);

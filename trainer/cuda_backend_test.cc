@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <memory>
@@ -201,6 +202,26 @@ TEST(CudaBackendNoDeviceTest, FailedPreconditionWithoutDevice) {
   EXPECT_NE(backend.status().message().find("no CUDA device"),
             absl::string_view::npos)
       << backend.status();
+}
+
+// Runs everywhere: RequestCudaWorkQueues sets CUDA_DEVICE_MAX_CONNECTIONS
+// only where the environment does not, and leaves a user's value alone.
+TEST(CudaBackendNoDeviceTest, WorkQueuesRequestedUnlessTheUserSetThem) {
+  const char* kName = "CUDA_DEVICE_MAX_CONNECTIONS";
+  const char* before = getenv(kName);
+  const std::string saved = before != nullptr ? before : "";
+  unsetenv(kName);
+  RequestCudaWorkQueues();
+  ASSERT_NE(getenv(kName), nullptr);
+  EXPECT_EQ(std::string(getenv(kName)), std::to_string(kCudaWorkQueues));
+  setenv(kName, "3", /*overwrite=*/1);
+  RequestCudaWorkQueues();
+  EXPECT_EQ(std::string(getenv(kName)), "3");
+  if (before != nullptr) {
+    setenv(kName, saved.c_str(), 1);
+  } else {
+    unsetenv(kName);
+  }
 }
 
 // Runs everywhere (no device needed): SetCudaStepTuning validates every

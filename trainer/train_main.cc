@@ -14,6 +14,7 @@
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "trainer/backends.h"
+#include "trainer/cuda_backend.h"
 #include "trainer/run.h"
 
 ABSL_FLAG(std::string, config, "coppelius", "model config: coppelius or tiny");
@@ -37,6 +38,8 @@ ABSL_FLAG(int, crash_after_publications, 0,
           "(0: never)");
 
 int main(int argc, char** argv) {
+  // Before any CUDA call (cuda_backend.h).
+  coppelius::RequestCudaWorkQueues();
   coppelius::ProtectStandardStreams();
   // SIGINT, SIGTERM, SIGHUP: the publisher's temporary removed, then the
   // process ends by the signal (common/file_io.h).

@@ -759,4 +759,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace coppelius
 
-int main(int argc, char** argv) { return coppelius::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // Before any CUDA call, as train's main (cuda_backend.h).
+  coppelius::RequestCudaWorkQueues();
+  return coppelius::Main(argc, argv);
+}
