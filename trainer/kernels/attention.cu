@@ -1142,11 +1142,13 @@ struct GroupTiles {
   using Tiles = TmaTiles<kOwn, kSlots>;
 };
 
-// A 32-bit word of shared memory at `address` (no ordering of its own:
-// the caller's barriers order it after the stores it reads).
+// A 32-bit word of shared memory at `address`. Volatile with a memory
+// clobber, so that the compiler keeps it after the barrier that orders it
+// after the stores it reads (an asm without them counts as a pure function
+// of its operands and could be hoisted above that barrier's asm).
 __device__ __forceinline__ float LoadSharedF32(uint32_t address) {
   float v;
-  asm("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address) : "memory");
   return v;
 }
 
