@@ -1142,16 +1142,6 @@ struct GroupTiles {
   using Tiles = TmaTiles<kOwn, kSlots>;
 };
 
-// A 32-bit word of shared memory at `address`. Volatile with a memory
-// clobber, so that the compiler keeps it after the barrier that orders it
-// after the stores it reads (an asm without them counts as a pure function
-// of its operands and could be hoisted above that barrier's asm).
-__device__ __forceinline__ float LoadSharedF32(uint32_t address) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address) : "memory");
-  return v;
-}
-
 // Named barrier kId over one warpgroup's 128 threads.
 template <int kId>
 __device__ __forceinline__ void WarpgroupBarrier() {
@@ -1350,21 +1340,19 @@ __global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta, 1)
     // and finishes its kHS / 8 / kGroups column groups dn, with the same
     // operations in the same order as warpgroup 0's merge below and
     // ForwardFinish's one-chunk path (the same bits): M = max_w m_w, then
-    // l = l_0·α_0 and o = o_0·α_0, + x_w·α_w for w = 1, 2, … The words are
-    // read with ld.shared at addresses known at compile time but for the
-    // tiles' base (one instantiation per warpgroup).
+    // l = l_0·α_0 and o = o_0·α_0, + x_w·α_w for w = 1, 2, … One
+    // instantiation per warpgroup, so that every word's address is known
+    // at compile time but for the tiles' base. (Read with ld.shared through
+    // inline asm instead, compute-sanitizer's racecheck reported RAW hazards
+    // between these reads and the generic stores above across the barrier,
+    // 2026-12-01; as generic loads, the old merge's kind of access, it is
+    // clean.)
     GroupStateWait<kAll>();
     auto merge = [&](auto wg_const) {
       constexpr int kWg = decltype(wg_const)::value;
       constexpr int kDn = kHS / 8 / kGroups;
       static_assert(kDn * kGroups == kHS / 8, "whole column groups each");
-      auto at = [&](int w, int v) {
-        const bf16* const tile = v < 16   ? t.First(w)
-                                 : v < 32 ? t.Second(w)
-                                          : t.First(w + kGroups);
-        return LoadSharedF32(SharedAddress(tile) +
-                             4 * ((v % 16) * kThreads + lt));
-      };
+      auto at = [&](int w, int v) { return *word(w, v); };
       float x0 = at(0, 0), x1 = at(0, 1);
 #pragma unroll
       for (int w = 1; w < kGroups; ++w) {
