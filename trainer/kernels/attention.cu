@@ -806,43 +806,6 @@ __device__ __forceinline__ void ForwardFinish(const Params& p, int h, int qt,
   }
 }
 
-// ForwardFinish's one-chunk path for the kDn column groups dn0 ..
-// dn0 + kDn − 1 of the thread's rows (o[j] is group dn0 + j), lse2 written
-// where `stats` is set: the same operations, so the same bits.
-template <int kHS, int kDn>
-__device__ __forceinline__ void ForwardFinishColumns(
-    const Params& p, int h, int t0, int dn0, bool stats, float m0, float m1,
-    float l0, float l1, const float (&o)[kDn][4]) {
-  const int T = p.T, C = p.NH * kHS;
-  const int c = threadIdx.x & 3, t1 = t0 + 8;
-  l0 = QuadSum(l0);
-  l1 = QuadSum(l1);
-  // Rounded on its own, as ForwardFinish's (where the scaled m has other
-  // uses), not contracted into lse2's addition.
-  m0 = __fmul_rn(m0, p.scale2);
-  m1 = __fmul_rn(m1, p.scale2);
-  const int col0 = h * kHS + c * 2;
-  if (stats && c == 0) {
-    if (t0 < T) p.stats[h * T + t0] = m0 + log2f(l0);
-    if (t1 < T) p.stats[h * T + t1] = m1 + log2f(l1);
-  }
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-#pragma unroll
-  for (int j = 0; j < kDn; ++j) {
-    const int col = col0 + (dn0 + j) * 8;
-    if (t0 < T) {
-      *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<int64_t>(t0) * C +
-                                         col) =
-          __floats2bfloat162_rn(o[j][0] * inv0, o[j][1] * inv0);
-    }
-    if (t1 < T) {
-      *reinterpret_cast<__nv_bfloat162*>(p.y + static_cast<int64_t>(t1) * C +
-                                         col) =
-          __floats2bfloat162_rn(o[j][2] * inv1, o[j][3] * inv1);
-    }
-  }
-}
-
 // Forward: per query-side item, one pass over the chunk's keys with the
 // online softmax of FlashAttention-2 (Dao, 2023, Algorithm 1): per key tile,
 // the running row maximum m (raw scores; scale2 > 0 keeps the order), the
@@ -1124,9 +1087,7 @@ __device__ __forceinline__ void ForEachTmaPair(
 // in shared memory (in tiles of its own slots, which it has finished
 // reading) and arrives at kGroupMergeBarrier; warpgroup 0 waits there,
 // merges the states in warpgroup order and finishes the item alone, on its
-// own named barrier (the others have exited). (The forward's one-chunk
-// items instead have every warpgroup store and wait at that barrier, then
-// merge and finish a share of the columns.) Thread i of every warpgroup
+// own named barrier (the others have exited). Thread i of every warpgroup
 // holds the same rows and columns, so the merge is element by element.
 constexpr int kGroupMergeBarrier = 1;   // warpgroups 1.. arrive, 0 waits
 constexpr int kGroupFinishBarrier = 2;  // warpgroup 0's own barrier
@@ -1264,23 +1225,17 @@ __global__ void __launch_bounds__(kThreads)
 // The forward on the TMA with kGroups = 2 or 4 warpgroups per CTA
 // (AttentionSplits::forward_warpgroups; ForEachGroupTile): warpgroup w
 // takes the chunk's key tiles w, w + kGroups, … with its own running m, l
-// and o (the same ForwardTile). Then every warpgroup leaves its state in
-// three of its own tiles (the k and v tiles of slot w and the k tile of
-// slot w + kGroups), and the states are merged as the chunk combine does:
+// and o (the same ForwardTile). Then warpgroups 1.. leave their state in
+// three of their own tiles (the k and v tiles of slot w and the k tile of
+// slot w + kGroups) and warpgroup 0 merges them as the chunk combine does:
 // M = max_w m_w, l = Σ_w l_w·α_w and o = Σ_w o_w·α_w in warpgroup order,
 // α_w = 2^((m_w − M)·scale2) (a warpgroup without tiles has m = −∞, α = 0;
 // warpgroup 0 always has the chunk's first tile, where every row has a key
-// at or before it, so its m and M are finite). A tile of one chunk (every
-// tile at the default split) is merged and finished by all warpgroups,
-// each for its kHS / 8 / kGroups column groups (ForwardFinishColumns);
-// since 2026-12-01: 9.6 → 9.5 µs alone, forward 0.738 → 0.735–0.737 ms,
-// the same bits (docs/PERFORMANCE.md run 21), where warpgroup 0 had merged
-// alone in ~600 instructions with spills. With several chunks warpgroup 0
-// still merges and finishes alone (the chunk combine is its own). One CTA
-// per SM: with 4 warpgroups 512 threads at 128 registers, which spills 344
-// bytes a thread in the several-chunk merge and finish only (no local
-// memory in the loop or the one-chunk path, nvdisasm); with 2, 256 threads
-// at 163 registers.
+// at or before it, so its m and M are finite), and finishes the chunk. One
+// CTA per SM: with 4 warpgroups 512 threads at 128 registers, which spills
+// 364 bytes a thread in the merge and finish only (no local memory in the
+// loop, nvdisasm; run 20's timings include it); with 2, 256 threads at
+// 163 registers.
 template <int kGroups>
 using ForwardGroups = GroupTiles<kGroups, 1, kGroups == 2 ? 6 : 8>;
 
@@ -1326,87 +1281,16 @@ __global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta, 1)
                                 : t.First(w + kGroups);
     return reinterpret_cast<float*>(tile) + (v % 16) * kThreads + lt;
   };
-  *word(wg, 0) = m0;
-  *word(wg, 1) = m1;
-  *word(wg, 2) = l0;
-  *word(wg, 3) = l1;
-#pragma unroll
-  for (int dn = 0; dn < kHS / 8; ++dn) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) *word(wg, 4 + 4 * dn + e) = o[dn][e];
-  }
-  if (n_chunks == 1) {
-    // One chunk (every tile at the default split): every warpgroup merges
-    // and finishes its kHS / 8 / kGroups column groups dn, with the same
-    // operations in the same order as warpgroup 0's merge below and
-    // ForwardFinish's one-chunk path (the same bits): M = max_w m_w, then
-    // l = l_0·α_0 and o = o_0·α_0, + x_w·α_w for w = 1, 2, … One
-    // instantiation per warpgroup, so that every word's address is known
-    // at compile time but for the tiles' base. (Read with ld.shared through
-    // inline asm instead, compute-sanitizer's racecheck reported RAW hazards
-    // between these reads and the generic stores above across the barrier,
-    // 2026-12-01; as generic loads, the old merge's kind of access, it is
-    // clean.)
-    GroupStateWait<kAll>();
-    auto merge = [&](auto wg_const) {
-      constexpr int kWg = decltype(wg_const)::value;
-      constexpr int kDn = kHS / 8 / kGroups;
-      static_assert(kDn * kGroups == kHS / 8, "whole column groups each");
-      auto at = [&](int w, int v) { return *word(w, v); };
-      float x0 = at(0, 0), x1 = at(0, 1);
-#pragma unroll
-      for (int w = 1; w < kGroups; ++w) {
-        x0 = fmaxf(x0, at(w, 0));
-        x1 = fmaxf(x1, at(w, 1));
-      }
-      float sum0, sum1, acc[kDn][4];
-      {
-        const float a0 = Exp2((at(0, 0) - x0) * p.scale2);
-        const float a1 = Exp2((at(0, 1) - x1) * p.scale2);
-        sum0 = at(0, 2) * a0;
-        sum1 = at(0, 3) * a1;
-#pragma unroll
-        for (int j = 0; j < kDn; ++j) {
-          const int v = 4 + 4 * (kWg * kDn + j);
-          acc[j][0] = at(0, v) * a0;
-          acc[j][1] = at(0, v + 1) * a0;
-          acc[j][2] = at(0, v + 2) * a1;
-          acc[j][3] = at(0, v + 3) * a1;
-        }
-      }
-#pragma unroll
-      for (int w = 1; w < kGroups; ++w) {
-        const float b0 = Exp2((at(w, 0) - x0) * p.scale2);
-        const float b1 = Exp2((at(w, 1) - x1) * p.scale2);
-        sum0 = fmaf(at(w, 2), b0, sum0);
-        sum1 = fmaf(at(w, 3), b1, sum1);
-#pragma unroll
-        for (int j = 0; j < kDn; ++j) {
-          const int v = 4 + 4 * (kWg * kDn + j);
-          acc[j][0] = fmaf(at(w, v), b0, acc[j][0]);
-          acc[j][1] = fmaf(at(w, v + 1), b0, acc[j][1]);
-          acc[j][2] = fmaf(at(w, v + 2), b1, acc[j][2]);
-          acc[j][3] = fmaf(at(w, v + 3), b1, acc[j][3]);
-        }
-      }
-      ForwardFinishColumns<kHS, kDn>(p, h, t0, kWg * kDn, kWg == 0, x0, x1,
-                                     sum0, sum1, acc);
-    };
-    switch (wg) {
-      case 0: merge(std::integral_constant<int, 0>()); break;
-      case 1: merge(std::integral_constant<int, 1>()); break;
-      case 2:
-        if constexpr (kGroups > 2) merge(std::integral_constant<int, 2>());
-        break;
-      default:
-        if constexpr (kGroups > 3) merge(std::integral_constant<int, 3>());
-        break;
-    }
-    return;
-  }
-  // Several chunks: warpgroup 0 merges and finishes alone (the chunk
-  // combine in ForwardFinish is its own).
   if (wg > 0) {
+    *word(wg, 0) = m0;
+    *word(wg, 1) = m1;
+    *word(wg, 2) = l0;
+    *word(wg, 3) = l1;
+#pragma unroll
+    for (int dn = 0; dn < kHS / 8; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) *word(wg, 4 + 4 * dn + e) = o[dn][e];
+    }
     GroupStateArrive<kAll>();
     return;
   }
