@@ -227,12 +227,14 @@ struct CudaStepTuning {
 // Asks the CUDA driver for kCudaWorkQueues hardware work queues per context
 // (the environment variable CUDA_DEVICE_MAX_CONNECTIONS; the driver's
 // default is 8) unless the environment already sets it. The step graph's
-// concurrent branches (the main, side, AdamW and attention streams, about
-// 70 streams once instantiated) then share fewer queues. The same bits
+// concurrent branches (the main, side, AdamW and attention streams: the
+// kernel trace of run 21 shows some 60 streams of the instantiated graph)
+// then share each queue with fewer others. The same bits
 // either way. Takes effect only before the process's first CUDA call: the
 // binaries call it first thing in main. Measured (docs/PERFORMANCE.md run
-// 21, H200, 2026-12-01; step_bench, five rounds in two calls): 16 queues
-// 2.229–2.236 ms/step against 2.232–2.239 for 8; 4 and 32 as 8.
+// 21, H200, 2026-12-01; step_bench, 11 rounds in five device calls): 16
+// queues 0.002–0.007 ms/step faster than 8 in every round
+// (2.233 / 2.234 against 2.238 / 2.238 at the final tree); 4 and 32 as 8.
 inline constexpr int kCudaWorkQueues = 16;
 void RequestCudaWorkQueues();
 
