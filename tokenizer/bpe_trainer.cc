@@ -170,8 +170,9 @@ absl::StatusOr<BpeTrainingResult> TrainOnDistinct(
   while (tokens.size() < num_ranks) {
     if (heap.empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "corpus too small: no pair left after %d merges (%d ranks), "
-          "expected %d ranks for vocab_size %d",
+          "corpus too small or too repetitive: no pair of adjacent "
+          "tokens left to merge after %d merges (%d ranks), expected %d "
+          "ranks for vocab_size %d",
           result.merges, tokens.size(), num_ranks, vocab_size));
     }
     const HeapEntry top = heap.top();

@@ -49,8 +49,9 @@
 //
 // Errors: InvalidArgument for vocab_size outside [kMinVocabSize,
 // kMaxVocabSize] (257 .. 2^22), threads > kMaxThreadCount
-// (common/threads.h) or a corpus too small to fill the vocabulary (no pair
-// left: the message gives how many merges were possible); ResourceExhausted
+// (common/threads.h) or a corpus too small or too repetitive to fill the
+// vocabulary (no pair left: the message gives how many merges were
+// possible); ResourceExhausted
 // if the system refuses to start a counting thread; NotFound/DataLoss/Internal
 // from reading and writing files.
 #ifndef COPPELIUS_TOKENIZER_BPE_TRAINER_H_

@@ -209,6 +209,17 @@ TEST(TrainBpe, CorpusTooSmallIsInvalidArgument) {
   EXPECT_THAT(r.status().message(), HasSubstr("after 2 merges"));
 }
 
+// A corpus of one repeated letter is large but runs out of pairs quickly:
+// "aaaa…" merges into "aa", "aaaa", … one new token per doubling (31 merges
+// for 2^31 letters; here 2^16), and the message says repetitive as well as
+// small.
+TEST(TrainBpe, RepetitiveCorpusIsNamedAsSuch) {
+  auto r = TrainBpe(std::string(1 << 16, 'a'), 300, 1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("too repetitive"));
+  EXPECT_THAT(r.status().message(), HasSubstr("after 16 merges"));
+}
+
 TEST(TrainBpe, VocabSizeBelow257IsInvalidArgument) {
   auto r = TrainBpe("ab", 256, 1);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
