@@ -726,6 +726,16 @@ absl::StatusOr<std::string> OutputTarget(const std::string& path,
   }
   char buffer[PATH_MAX];
   if (realpath(path.c_str(), buffer) == nullptr) {
+    const int e = errno;
+    // A link that leads to a pipe or socket through /proc's fd links
+    // (/dev/stdout -> /proc/self/fd/1 -> "pipe:[N]") has no name to resolve
+    // to, but the file exists: it is written, not replaced, as a FIFO given
+    // by its own name is.
+    if (stat(path.c_str(), &st) == 0 &&
+        (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+      return path;
+    }
+    errno = e;
     return absl::InvalidArgumentError(absl::StrCat(
         what, path, ": a symbolic link to a missing file or a loop (",
         std::strerror(errno), "); give the target's path"));

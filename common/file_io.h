@@ -282,7 +282,9 @@ absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
 bool ReadFileHead(const std::string& path, void* head, size_t n);
 
 // The file an output path publishes to: the target of a symbolic link
-// (resolved through every link), else `path` itself ("-" included).
+// (resolved through every link), else `path` itself ("-" included, and a
+// link to a pipe or socket that has no name, /dev/stdout on a pipe: such a
+// file is written, not replaced).
 // InvalidArgument "`what`PATH: a symbolic link to a missing file or a loop"
 // for a link that leads nowhere: renaming over it would replace the link.
 absl::StatusOr<std::string> OutputTarget(const std::string& path,

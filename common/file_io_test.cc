@@ -522,6 +522,28 @@ TEST(WriteFileAtomically, RefusesALinkToNothing) {
   EXPECT_NE(lstat(target.c_str(), &st), 0);
 }
 
+// /dev/stdout on a pipe (/proc/self/fd/1 -> "pipe:[N]") is a link realpath
+// cannot resolve, yet it leads to a pipe that exists: it is written, as a
+// FIFO named by its own path is (it was refused as "a symbolic link to a
+// missing file or a loop", so `tokenize decode ... -o /dev/stdout | less`
+// failed).
+TEST(WriteFileAtomically, WritesAPipeReachedThroughAFdLink) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string path = absl::StrCat("/dev/fd/", fds[1]);
+  EXPECT_TRUE(CheckOutputPathUsable(path, "-o").ok());
+  absl::StatusOr<std::string> target = OutputTarget(path, "-o ");
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(*target, path);
+  const absl::Status s = WriteFileAtomically(path, "data");
+  EXPECT_TRUE(s.ok()) << s;
+  close(fds[1]);
+  char buffer[16] = {};
+  EXPECT_EQ(read(fds[0], buffer, sizeof(buffer)), 4);
+  EXPECT_EQ(std::string(buffer), "data");
+  close(fds[0]);
+}
+
 // A link's temporaries go beside its target: the target's directory is the
 // one checked (here its name is too long for a temporary beside it).
 TEST(CheckOutputPathUsable, ChecksALinksTarget) {
