@@ -258,14 +258,15 @@ absl::Status StreamTooLarge(absl::string_view path, uint64_t max_bytes) {
       "a path)"));
 }
 
-// Whether `path` names descriptor 0 itself, whatever it is open on: a
-// chain of symbolic links (/dev/stdin, a link to it) that reaches entry 0 of
-// this process's /proc/PID/fd (or of one of its threads'), however that
-// directory is spelled (/dev/fd, /proc/self/fd, /proc/thread-self/fd).
-// Entry 0 is the last link followed: it is a "magic" link to the open file
-// (for a reopened /dev/null, "/dev/null" itself, which is not standard
-// input by name).
-bool NamesStandardInput(const std::string& path) {
+// Whether `path` names descriptor `fd` itself, whatever it is open on: a
+// chain of symbolic links (/dev/stdin, /dev/stdout, a link to one) that
+// reaches entry `fd` of this process's /proc/PID/fd (or of one of its
+// threads'), however that directory is spelled (/dev/fd, /proc/self/fd,
+// /proc/thread-self/fd). Entry `fd` is the last link followed: it is a
+// "magic" link to the open file (for a reopened /dev/null, "/dev/null"
+// itself, which is not standard input by name).
+bool NamesDescriptor(const std::string& path, int fd) {
+  const std::string fd_name = absl::StrCat(fd);
   const std::string fd_dir = absl::StrCat("/proc/", getpid(), "/fd");
   const std::string task_dir = absl::StrCat("/proc/", getpid(), "/task/");
   std::string p = path;
@@ -279,7 +280,7 @@ bool NamesStandardInput(const std::string& path) {
     char resolved[PATH_MAX];
     if (realpath(dir.c_str(), resolved) == nullptr) return false;
     const std::string real_dir = resolved;
-    if (base == "0" &&
+    if (base == fd_name &&
         (real_dir == fd_dir || (absl::StartsWith(real_dir, task_dir) &&
                                 absl::EndsWith(real_dir, "/fd")))) {
       return true;
@@ -294,6 +295,10 @@ bool NamesStandardInput(const std::string& path) {
                          : (real_dir == "/" ? "/" : real_dir + "/") + target;
   }
   return false;
+}
+
+bool NamesStandardInput(const std::string& path) {
+  return NamesDescriptor(path, STDIN_FILENO);
 }
 
 // Opens `path` ("-": standard input, refused when closed), refuses a
@@ -612,6 +617,7 @@ absl::Status CheckOutputPathUsable(const std::string& path_or_link,
   // link to nothing is refused here, before any work.
   ASSIGN_OR_RETURN(const std::string path,
                    OutputTarget(path_or_link, absl::StrCat(what, " ")));
+  if (path == "-") return absl::OkStatus();
   struct stat st;
   if (stat(path.c_str(), &st) == 0) {
     // A regular file is replaced through a temporary beside it; a device or
@@ -671,13 +677,13 @@ absl::Status ProbeTemporaryInDirectory(const std::string& path,
 
 absl::Status WriteFileAtomically(const std::string& path_or_link,
                                  absl::string_view contents) {
-  if (path_or_link == "-") return WriteAll(STDOUT_FILENO, contents.data(),
-                                           contents.size(), "<stdout>");
   // A symbolic link is followed: its target is replaced, not the link. A
   // link to nothing is refused (as make-cache and train refuse it): a
   // rename over it would replace the link with a file where the link's
-  // owner did not mean the output to go.
+  // owner did not mean the output to go. A name of standard output is "-".
   ASSIGN_OR_RETURN(const std::string path, OutputTarget(path_or_link, ""));
+  if (path == "-") return WriteAll(STDOUT_FILENO, contents.data(),
+                                   contents.size(), "<stdout>");
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode)) {
@@ -724,8 +730,23 @@ absl::StatusOr<std::string> OutputTarget(const std::string& path,
   if (path == "-" || lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
     return path;
   }
+  // /dev/stdout, /dev/fd/1, /proc/self/fd/1: standard output itself, written
+  // as "-" is. Its file, resolved, would be replaced by a rename: `-o
+  // /dev/stdout >> log` lost log's earlier lines, and whatever the shell
+  // wrote to it afterwards went to the unlinked file.
+  if (NamesDescriptor(path, STDOUT_FILENO)) return std::string("-");
   char buffer[PATH_MAX];
   if (realpath(path.c_str(), buffer) == nullptr) {
+    const int e = errno;
+    // A link that leads to a pipe or socket through /proc's fd links
+    // (/dev/stdout -> /proc/self/fd/1 -> "pipe:[N]") has no name to resolve
+    // to, but the file exists: it is written, not replaced, as a FIFO given
+    // by its own name is.
+    if (stat(path.c_str(), &st) == 0 &&
+        (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+      return path;
+    }
+    errno = e;
     return absl::InvalidArgumentError(absl::StrCat(
         what, path, ": a symbolic link to a missing file or a loop (",
         std::strerror(errno), "); give the target's path"));

@@ -282,7 +282,12 @@ absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
 bool ReadFileHead(const std::string& path, void* head, size_t n);
 
 // The file an output path publishes to: the target of a symbolic link
-// (resolved through every link), else `path` itself ("-" included).
+// (resolved through every link), else `path` itself ("-" included, and a
+// link to a pipe or socket that has no name, /dev/fd/63 of `-o >(...)`:
+// such a file is written, not replaced). A name of standard output itself
+// (/dev/stdout, /dev/fd/1, /proc/self/fd/1, a link to one) is "-": written
+// to descriptor 1, never a rename over the file it is open on (that lost
+// what `>> FILE` had appended to).
 // InvalidArgument "`what`PATH: a symbolic link to a missing file or a loop"
 // for a link that leads nowhere: renaming over it would replace the link.
 absl::StatusOr<std::string> OutputTarget(const std::string& path,

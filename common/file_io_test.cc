@@ -522,6 +522,62 @@ TEST(WriteFileAtomically, RefusesALinkToNothing) {
   EXPECT_NE(lstat(target.c_str(), &st), 0);
 }
 
+// /dev/stdout on a pipe (/proc/self/fd/1 -> "pipe:[N]") is a link realpath
+// cannot resolve, yet it leads to a pipe that exists: it is written, as a
+// FIFO named by its own path is (it was refused as "a symbolic link to a
+// missing file or a loop", so `tokenize decode ... -o /dev/stdout | less`
+// failed).
+TEST(WriteFileAtomically, WritesAPipeReachedThroughAFdLink) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string path = absl::StrCat("/dev/fd/", fds[1]);
+  EXPECT_TRUE(CheckOutputPathUsable(path, "-o").ok());
+  absl::StatusOr<std::string> target = OutputTarget(path, "-o ");
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(*target, path);
+  const absl::Status s = WriteFileAtomically(path, "data");
+  EXPECT_TRUE(s.ok()) << s;
+  close(fds[1]);
+  char buffer[16] = {};
+  EXPECT_EQ(read(fds[0], buffer, sizeof(buffer)), 4);
+  EXPECT_EQ(std::string(buffer), "data");
+  close(fds[0]);
+}
+
+// /dev/stdout (and /dev/fd/1, /proc/self/fd/1) is standard output itself,
+// written as "-" is. Resolved to the file standard output is open on, it
+// was replaced by a rename: `tokenize decode ... -o /dev/stdout >> log`
+// lost log's earlier lines (exit 0), and what the shell wrote afterwards
+// went to the unlinked file.
+TEST(WriteFileAtomically, StandardOutputByNameIsWrittenNotReplaced) {
+  for (const char* name : {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) {
+    absl::StatusOr<std::string> target = OutputTarget(name, "-o ");
+    ASSERT_TRUE(target.ok()) << target.status();
+    EXPECT_EQ(*target, "-") << name;
+    EXPECT_TRUE(CheckOutputPathUsable(name, "-o").ok()) << name;
+  }
+  const std::string log = TestDir() + "/stdout_log";
+  ASSERT_TRUE(WriteFileAtomically(log, "line one\n").ok());
+  struct stat before;
+  ASSERT_EQ(stat(log.c_str(), &before), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // `>> log`
+    const int fd = open(log.c_str(), O_WRONLY | O_APPEND);
+    if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) _exit(2);
+    _exit(WriteFileAtomically("/dev/stdout", "two\n").ok() ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+  EXPECT_EQ(*ReadFile(log), "line one\ntwo\n");
+  struct stat after;
+  ASSERT_EQ(stat(log.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // the same file, not a new one
+}
+
 // A link's temporaries go beside its target: the target's directory is the
 // one checked (here its name is too long for a temporary beside it).
 TEST(CheckOutputPathUsable, ChecksALinksTarget) {

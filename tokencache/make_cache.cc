@@ -134,6 +134,22 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // (tokenizer/output_checks.h; for "-" they examine standard output's file).
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
+  if (to_stdout) {
+    // `-o - >> FILE` with FILE not empty: a cache begins with its header,
+    // so one appended to FILE is never a cache, and FILE (another cache, a
+    // vocabulary) is damaged, where `-o FILE` would not replace it without
+    // --force. Refused whatever the flags.
+    struct stat stdout_st;
+    if (!StandardOutputFileToExamine().empty() &&
+        fstat(STDOUT_FILENO, &stdout_st) == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "-o - (standard output, an existing file of %d bytes): a token "
+          "cache starts with its header at offset 0, so it cannot be "
+          "appended to a file that is not empty (give the cache its own "
+          "file: -o PATH)",
+          static_cast<int64_t>(stdout_st.st_size)));
+    }
+  }
 
   SourceStat source_stat;
   if (!from_stdin) {

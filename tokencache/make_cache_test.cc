@@ -344,6 +344,49 @@ TEST(RunMakeCache, CheckpointAndResultOutputsAreNeverReplaced) {
   }
 }
 
+// `-o - >> FILE` with FILE not empty is refused, --force or not, FILE
+// untouched: a cache appended to a file is never a cache (break s18: it was
+// appended to an existing cache or vocabulary, exit 0). An empty standard
+// output file (`-o - > NEW`) is written.
+TEST(RunMakeCache, StandardOutputAppendingToAFileIsRefused) {
+  const std::string source = TestDir() + "/append-source.txt";
+  WriteFile(source, "hello world");
+  const std::string out = TestDir() + "/append-target";
+  const std::string before = "an existing file\n";
+  for (bool force : {false, true}) {
+    SCOPED_TRACE(force ? "--force" : "no --force");
+    WriteFile(out, before);
+    MakeCacheOptions o = Options(source, "-");
+    o.force = force;
+    const int saved = dup(STDOUT_FILENO);
+    const int fd = open(out.c_str(), O_WRONLY | O_APPEND);
+    ASSERT_GE(fd, 0);
+    fflush(stdout);
+    dup2(fd, STDOUT_FILENO);
+    close(fd);
+    const absl::Status s = RunMakeCache(o);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("-o - (standard output, an existing file of 17 "
+                          "bytes)"));
+    EXPECT_EQ(ReadBytes(out), before);
+  }
+  WriteFile(out, "");
+  const int saved = dup(STDOUT_FILENO);
+  const int fd = open(out.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  dup2(fd, STDOUT_FILENO);
+  close(fd);
+  const absl::Status s = RunMakeCache(Options(source, "-"));
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  ASSERT_TRUE(s.ok()) << s;
+  auto st = StatSource(source);
+  EXPECT_EQ(ReadBytes(out), ExpectedCache("hello world", st->mtime_ns, 11));
+}
+
 TEST(RunMakeCache, StdinHasMtimeZeroAndBytesRead) {
   const std::string text = "hello<|endoftext|> world\n\n";
   const std::string stdin_file = TestDir() + "/stdin.txt";

@@ -194,6 +194,14 @@ TEST_F(RunTrainTest, OutputsThatCannotBeWrittenAreRefusedUpFront) {
   absl::Status s = RunTrain(o, NoBackend, progress);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("--checkpoint-out=-"), std::string::npos) << s;
+  // Standard output by name is standard output, refused as "-" is and named
+  // as given (it resolved to the file standard output was open on).
+  o = options_;
+  o.result_path = "/dev/stdout";
+  s = RunTrain(o, NoBackend, progress);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("--result=/dev/stdout: names standard output"),
+            std::string::npos) << s;
   o = options_;
   o.result_path = dir_ + "/missing/out.res";
   s = RunTrain(o, NoBackend, progress);
