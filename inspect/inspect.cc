@@ -406,7 +406,8 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
     out << j.str() << "\n";
     return;
   }
-  out << "token cache " << r.path << " (" << r.file_bytes << " bytes)\n";
+  out << "token cache " << EscapeControlCharacters(r.path) << " ("
+      << r.file_bytes << " bytes)\n";
   out << "  header: source mtime " << FormatSourceMtime(r.header.mtime_ns)
       << ", source size " << r.header.size_bytes << " bytes\n";
   if (!r.header_problem.empty()) {
@@ -509,7 +510,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
       j.EndObject();
       out << j.str() << "\n";
     } else {
-      out << "checkpoint " << o.path
+      out << "checkpoint " << EscapeControlCharacters(o.path)
           << ": 0 bytes, a fresh-start input (no envelope)\n";
     }
     return absl::OkStatus();
@@ -607,7 +608,8 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     return outcome;
   }
 
-  out << "checkpoint " << o.path << " (" << reader.file_bytes() << " bytes, "
+  out << "checkpoint " << EscapeControlCharacters(o.path) << " ("
+      << reader.file_bytes() << " bytes, "
       << (IsStdinSpool(o.path)
               ? std::string("from standard input")
               : absl::StrCat("mtime ", FormatUnixNs(reader.file_mtime_ns())))
@@ -1128,7 +1130,8 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
     return;
   }
 
-  out << "result " << o.path << " (" << r.file_size << " bytes; config "
+  out << "result " << EscapeControlCharacters(o.path) << " ("
+      << r.file_size << " bytes; config "
       << config.name << " (" << d.config_source << "): V=" << g.V
       << " T=" << g.T << " steps=" << g.steps << ", complete size "
       << layout.complete_bytes << ")\n";

@@ -1107,6 +1107,27 @@ TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   EXPECT_THAT(lines[7], HasSubstr("600"));
 }
 
+// A report's first line names its file with control characters escaped,
+// as verify's OK/FAIL lines and the error lines do: a newline in the name
+// does not split the header line.
+TEST_F(InspectTest, ReportHeadersEscapeControlCharactersInTheirPath) {
+  for (const auto& [name, kind] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"cache.tok", "token cache "},
+           {"model.ckpt", "checkpoint "},
+           {"fresh.ckpt", "checkpoint "},
+           {"complete.res", "result "}}) {
+    const std::string odd = absl::StrCat("odd\nname\t", name);
+    ASSERT_TRUE(
+        WriteFileAtomically(Path(odd), *ReadFile(Path(name))).ok());
+    std::string report;
+    ASSERT_TRUE(Inspect(odd, &report, "tiny").ok()) << name;
+    const std::string first = report.substr(0, report.find('\n'));
+    EXPECT_EQ(first.rfind(kind, 0), 0u) << first;
+    EXPECT_THAT(first, HasSubstr("odd\\nname\\t" + name)) << first;
+  }
+}
+
 TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
   // cache.tok's 1,281 ids under other headers (read as caches by their
   // extension). make-cache calls a file whose header has a source mtime

@@ -200,7 +200,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
       if (options.summary) {
         absl::FPrintF(stderr,
                       "make-cache: %s matches the source but %s; rebuilding\n",
-                      options.output_path, existing.status().message());
+                      EscapeControlCharacters(options.output_path),
+                      EscapeControlCharacters(existing.status().message()));
       }
     } else if (!existing.ok()) {
       not_a_cache = std::string(existing.status().message());
@@ -232,7 +233,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
                         "make-cache: %s is fresh (source %s: mtime %d ns, "
                         "%d bytes; %d tokens); nothing to do (--force "
                         "rebuilds)\n",
-                        options.output_path, options.source_path,
+                        EscapeControlCharacters(options.output_path),
+                        EscapeControlCharacters(options.source_path),
                         static_cast<int64_t>(source_stat.mtime_ns),
                         source_stat.size_bytes,
                         existing->num_tokens());
@@ -245,7 +247,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
       if (options.summary) {
         absl::FPrintF(stderr, "make-cache: %s matches the source but %s; "
                               "rebuilding\n",
-                      options.output_path, stale);
+                      EscapeControlCharacters(options.output_path),
+                      EscapeControlCharacters(stale));
       }
     }
   }
@@ -311,7 +314,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
                   "make-cache: wrote %s: %d tokens (%d contexts of 1,024, the "
                   "coppelius context; other configs: inspect --config) from "
                   "%d bytes; encoding %.2f s (%.1f MB/s), total %.2f s\n",
-                  options.output_path, report->num_tokens,
+                  EscapeControlCharacters(options.output_path),
+                  report->num_tokens,
                   NumContexts(report->num_tokens, 1024), report->source_bytes,
                   report->encode_seconds,
                   report->encode_seconds > 0

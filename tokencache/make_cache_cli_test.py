@@ -321,6 +321,16 @@ def main():
         fail(f"missing output directory: rc {r.returncode} {err!r}, expected {want!r}")
     print("ok: an output in a missing directory refused up front")
 
+    # The summary line names the output with control characters escaped, as
+    # error lines do: a newline in -o does not split it.
+    odd = os.path.join(work, "odd\nname.tok")
+    r = run(binary, [f"--vocab={vocab}", source, "-o", odd])
+    err = r.stderr.decode()
+    if (r.returncode != 0 or err.count("\n") != 1 or
+            not err.startswith("make-cache: wrote ") or "odd\\nname.tok" not in err):
+        fail(f"summary for an output with a newline: rc {r.returncode} {err!r}")
+    print("ok: the summary line escapes the output's name")
+
 
 if __name__ == "__main__":
     main()

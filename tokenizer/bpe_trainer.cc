@@ -428,7 +428,8 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
     absl::FPrintF(stderr,
                   "bpe: wrote %s: %d ranks + <|endoftext|> = %d ids; %d "
                   "pre-tokens (%d distinct); trained in %.1f s\n",
-                  options.output_path, vocabulary.num_ranks(),
+                  EscapeControlCharacters(options.output_path),
+                  vocabulary.num_ranks(),
                   vocabulary.vocab_size(), result->total_pretokens,
                   result->distinct_pretokens, SecondsSince(start));
   }

@@ -32,6 +32,7 @@
 #include "checkpoint/reader.h"
 #include "common/file_io.h"
 #include "common/file_lock.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 #include "common/threads.h"
 #include "tokencache/token_cache.h"
@@ -723,7 +724,8 @@ absl::Status RunTrain(const TrainOptions& given,
           "adding the input checkpoint to the history"));
       if (options.progress) {
         progress << "train: linked the input checkpoint (update " << c0
-                 << ") into the history as " << entry << std::endl;
+                 << ") into the history as " << EscapeControlCharacters(entry)
+                 << std::endl;
       }
     }
   }
@@ -755,8 +757,9 @@ absl::Status RunTrain(const TrainOptions& given,
                     "train: config %s, backend %s, c0 = %d, %d steps on "
                     "contexts %d..%d of %s, publishing every %d to %s",
                     config.name, backend->name(), c0, steps, c0, needed - 1,
-                    options.tokens_path, config.checkpoint_interval,
-                    options.checkpoint_out)
+                    EscapeControlCharacters(options.tokens_path),
+                    config.checkpoint_interval,
+                    EscapeControlCharacters(options.checkpoint_out))
              << std::endl;
   }
 
@@ -913,7 +916,7 @@ absl::Status RunTrain(const TrainOptions& given,
                     "count %d, result %s",
                     steps, steps_wall * 1e-9, steps_wall * 1e-6 / steps,
                     publisher.published(), publisher.publish_wall_ns() * 1e-9,
-                    c0 + steps, options.result_path)
+                    c0 + steps, EscapeControlCharacters(options.result_path))
              << std::endl;
   }
   if (created_history.has_value()) created_history->Keep();

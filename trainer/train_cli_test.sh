@@ -217,4 +217,19 @@ run --checkpoint-in=fresh.ckpt --checkpoint-out=pp.ckpt --result=pp.res --checkp
 for f in pp.ckpt.tmp.$$.0123456789abcdef histp/update-00000002.ckpt.tmp.$$.0123456789abcdef; do
   [[ -e $f ]] && { echo "FAIL: $f (a killed run's temporary, its pid reused) kept"; fail=1; }
 done
+# Progress lines name paths with control characters escaped, as error
+# lines do: a newline in --tokens, --checkpoint-out or --result does not
+# start a line that is not train's.
+nl=$'n\nl'
+cp t.tok "t$nl.tok"
+out=$("$TRAIN" --config=tiny --backend=reference --tokens="t$nl.tok" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out="c$nl.ckpt" --result="r$nl.res" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] || { echo "FAIL: run with newlines in its paths: rc $rc: $out"; fail=1; }
+while IFS= read -r line; do
+  [[ "$line" == "train: "* ]] || { echo "FAIL: a progress line that is not train's: '$line'"; fail=1; }
+done <<< "$out"
+[[ "$out" == *'tn\nl.tok'* && "$out" == *'cn\nl.ckpt'* && "$out" == *'rn\nl.res'* ]] \
+  || { echo "FAIL: paths not escaped in: $out"; fail=1; }
+echo "ok: progress lines escape the paths"
 exit $fail
