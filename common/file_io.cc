@@ -343,15 +343,31 @@ absl::Status ReadInPieces(
   if (path != "-") RETURN_IF_ERROR(CheckNamedInputKind(path, st));
   RETURN_IF_ERROR(opened(st));
   char buffer[1 << 16];
+  uint64_t total = 0;
   for (;;) {
     const ssize_t n = read(fd, buffer, sizeof(buffer));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(errno, "reading", InputName(path));
     }
-    if (n == 0) return absl::OkStatus();
+    if (n == 0) break;
+    total += static_cast<uint64_t>(n);
     RETURN_IF_ERROR(piece(absl::string_view(buffer, static_cast<size_t>(n))));
   }
+  // A regular file that ended before its size when opened, and is now
+  // smaller, shrank while it was read (`cp` over it rewrites it in place):
+  // what was read is part of it, not the file. (A file whose size stays
+  // larger than its content, as sysfs reports, did not shrink; one on
+  // standard input may start past offset 0.)
+  struct stat end;
+  if (S_ISREG(st.st_mode) && total < static_cast<uint64_t>(st.st_size) &&
+      fstat(fd, &end) == 0 && end.st_size < st.st_size) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: offset %d: file shrank while being read: it ends here, "
+        "expected %d bytes (its size when opened)",
+        InputName(path), total, static_cast<uint64_t>(st.st_size)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -182,6 +182,10 @@ absl::Status CatchOutOfMemory(const std::function<void()>& allocate,
 // memory runs out. An input larger than the memory available is
 // ResourceExhausted "PATH: N bytes do not fit in memory (...)" (a stream:
 // "PATH: more than N bytes from a stream do not fit ..."; CatchOutOfMemory).
+// A regular file that ends before its size when opened and is then smaller
+// (rewritten in place, `cp` over it, while it is read) is DataLoss "PATH:
+// offset N: file shrank while being read: it ends here, expected SIZE bytes
+// (its size when opened)", as CopyStream's, not its first N bytes.
 absl::StatusOr<std::string> ReadFile(
     const std::string& path, uint64_t max_stream_bytes = kMaxStreamBytes);
 

@@ -162,6 +162,48 @@ TEST(CopyStream, CopiesPipesAndRefusesDevicesAndOversizedStreams) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
 }
 
+// A regular file cut short while it is read (`cp` over it rewrites it in
+// place) is DataLoss naming it, where the read ended and its size when
+// opened: ReadFile and CopyStream returned its first bytes as the whole
+// file, so `tokenize encode` wrote the ids of a prefix with exit 0. Made
+// deterministic by a pipe: the copy's second write blocks until the reader
+// thread, which truncates the source first, drains it.
+TEST(CopyStream, FileThatShrinksWhileReadIsDataLoss) {
+  const std::string src = TestDir() + "/shrinking-src";
+  ASSERT_TRUE(WriteFileAtomically(src, std::string(1 << 20, 'a')).ok());
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  std::thread reader([&] {
+    char buffer[1 << 16];
+    const ssize_t first = read(pipe_fds[0], buffer, 1);
+    EXPECT_EQ(first, 1);
+    EXPECT_EQ(truncate(src.c_str(), 0), 0);
+    while (read(pipe_fds[0], buffer, sizeof(buffer)) > 0) {
+    }
+  });
+  const absl::Status s = CopyStream(src, pipe_fds[1], "<pipe>", 1 << 30);
+  close(pipe_fds[1]);
+  reader.join();
+  close(pipe_fds[0]);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::MatchesRegex(
+                  ".*/shrinking-src: offset [0-9]+: file shrank while being "
+                  "read: it ends here, expected 1048576 bytes \\(its size "
+                  "when opened\\)"));
+  // A file read whole, and one whose size says more than it holds but did
+  // not change (sysfs), read as before.
+  ASSERT_TRUE(WriteFileAtomically(src, "abc").ok());
+  EXPECT_EQ(*ReadFile(src), "abc");
+  struct stat st;
+  const char* sysfs = "/sys/kernel/mm/transparent_hugepage/enabled";
+  if (stat(sysfs, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    absl::StatusOr<std::string> text = ReadFile(sysfs);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_LT(text->size(), static_cast<size_t>(st.st_size));
+  }
+}
+
 // Limits this process's address space to what it maps now plus `extra`
 // bytes (RLIMIT_AS, as `ulimit -v` does), for a death test's child.
 void LimitAddressSpace(uint64_t extra) {
