@@ -207,6 +207,14 @@ python3 -c "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).get
 # Dash spellings and -o - (stdout).
 "$inspect" plot --config=tiny "$d/complete.res" -o - > "$d/stdout.svg" || fail "plot -o -"
 grep -q "<svg" "$d/stdout.svg" || fail "plot -o - wrote no SVG"
+# Flags plot and export do not use are named in a warning, not ignored in
+# silence; the output is written as without them.
+"$inspect" plot --config=tiny --json --vocab=v "$d/complete.res" -o "$d/json.svg" 2> "$d/w.err" \
+  || fail "plot --json: $(cat "$d/w.err")"
+cmp -s "$d/json.svg" "$d/file.svg" || fail "plot --json wrote another SVG"
+grep -qx 'inspect: warning: --json is not used by plot: ignored' "$d/w.err" \
+  && grep -qx 'inspect: warning: --vocab is not used by plot: ignored' "$d/w.err" \
+  || fail "plot --json --vocab warnings: $(cat "$d/w.err")"
 "$inspect" --config=tiny --json --kind=result "$d/complete.res" > /dev/null || fail "--kind=result"
 
 # Plot: a corrupt result is refused as verify reads it (exit 1, one line),

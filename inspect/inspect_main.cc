@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
   if (mode == "plot" || mode == "export") {
     WarnUnused(mode, source, "--source");
     WarnUnused(mode, vocab, "--vocab");
+    WarnUnused(mode, absl::GetFlag(FLAGS_json), "--json");
   }
   absl::Status status;
   if (mode == "verify") {
