@@ -289,7 +289,7 @@ bool NamesDescriptor(const std::string& path, int fd) {
         real_dir == "/" ? "/" + base : real_dir + "/" + base;
     char target[PATH_MAX];
     const ssize_t n = readlink(entry.c_str(), target, sizeof(target) - 1);
-    if (n <= 0) return false;  // not a link (or gone): not descriptor 0
+    if (n <= 0) return false;  // not a link (or gone): not descriptor `fd`
     target[n] = '\0';
     p = target[0] == '/' ? std::string(target)
                          : (real_dir == "/" ? "/" : real_dir + "/") + target;
@@ -627,7 +627,6 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
 
 absl::Status CheckOutputPathUsable(const std::string& path_or_link,
                                    absl::string_view what) {
-  if (path_or_link == "-") return absl::OkStatus();
   // A symbolic link is published to its target (WriteFileAtomically), so
   // the target's directory is the one that must take the temporaries; a
   // link to nothing is refused here, before any work.

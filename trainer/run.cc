@@ -17,7 +17,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -478,17 +477,20 @@ absl::Status RunTrain(const TrainOptions& given,
                    OutputTarget(given.result_path, "--result="));
   // A name of standard output (/dev/stdout) resolves to "-", which
   // CheckOutputPath refuses; named here as given.
-  for (const auto& [flag, given_path, path] :
-       {std::tuple<const char*, const std::string*, const std::string*>{
-            "checkpoint-out", &given.checkpoint_out, &resolved.checkpoint_out},
-        {"result", &given.result_path, &resolved.result_path}}) {
-    if (*path == "-" && *given_path != "-") {
-      return UsageError(absl::StrFormat(
-          "--%s=%s: names standard output; the run's outputs are files "
-          "(published by rename, rewritten in place), give a file path",
-          flag, *given_path));
-    }
-  }
+  auto refuse_standard_output = [](const char* flag, const std::string& as_given,
+                                   const std::string& target) {
+    return target == "-" && as_given != "-"
+               ? UsageError(absl::StrFormat(
+                     "--%s=%s: names standard output; the run's outputs are "
+                     "files (published by rename, rewritten in place), give "
+                     "a file path",
+                     flag, as_given))
+               : absl::OkStatus();
+  };
+  RETURN_IF_ERROR(refuse_standard_output("checkpoint-out", given.checkpoint_out,
+                                         resolved.checkpoint_out));
+  RETURN_IF_ERROR(refuse_standard_output("result", given.result_path,
+                                         resolved.result_path));
   const TrainOptions& options = resolved;
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfigByName(options.config));
   RETURN_IF_ERROR(ValidateModelConfig(config));
