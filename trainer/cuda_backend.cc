@@ -690,13 +690,7 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(MakeSideRing(&dgu16_ring_, 2, T * 2 * H * sizeof(bf16), "dgu"));
   RETURN_IF_ERROR(Alloc(&dy16_, T * C, "dy bf16"));
   {
-    attention_splits_.forward = g_tuning.attention_forward_split;
-    attention_splits_.query = g_tuning.attention_query_split;
-    attention_splits_.keys = g_tuning.attention_keys_split;
-    attention_splits_.forward_warpgroups =
-        g_tuning.attention_forward_warpgroups;
-    attention_splits_.query_warpgroups = g_tuning.attention_query_warpgroups;
-    attention_splits_.keys_warpgroups = g_tuning.attention_keys_warpgroups;
+    attention_splits_ = CudaAttentionSplits(g_tuning);
     const size_t bytes = AttentionScratchBytes(T_, NH_, HS_, attention_splits_);
     char* scratch = nullptr;
     RETURN_IF_ERROR(Alloc(&scratch, bytes, "attention scratch"));
@@ -1583,6 +1577,17 @@ CudaFusedProducts CudaFusedProductsFor(const ModelConfig& config) {
   f.output_dx = OutputDxDeltaMatmulSupports(T, C, NH, HS,
                                             g_tuning.fused_output_dx_config);
   return f;
+}
+
+AttentionSplits CudaAttentionSplits(const CudaStepTuning& tuning) {
+  AttentionSplits s;
+  s.forward = tuning.attention_forward_split;
+  s.query = tuning.attention_query_split;
+  s.keys = tuning.attention_keys_split;
+  s.forward_warpgroups = tuning.attention_forward_warpgroups;
+  s.query_warpgroups = tuning.attention_query_warpgroups;
+  s.keys_warpgroups = tuning.attention_keys_warpgroups;
+  return s;
 }
 
 void RequestCudaWorkQueues() {

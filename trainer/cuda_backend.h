@@ -253,6 +253,12 @@ struct CudaFusedProducts {
 };
 CudaFusedProducts CudaFusedProductsFor(const ModelConfig& config);
 
+// The attention kernels' splits and warpgroups (kernels/attention.h) that
+// `tuning` asks for: its attention_* fields, as a backend created under it
+// uses them.
+struct AttentionSplits;
+AttentionSplits CudaAttentionSplits(const CudaStepTuning& tuning);
+
 }  // namespace coppelius
 
 #endif  // COPPELIUS_TRAINER_CUDA_BACKEND_H_

@@ -31,6 +31,7 @@
 #include "trainer/adamw.h"
 #include "trainer/backend.h"
 #include "trainer/initialization.h"
+#include "trainer/kernels/attention.h"
 #include "trainer/kernels/launch.h"
 #include "trainer/model_config.h"
 #include "trainer/reference_backend.h"
@@ -222,6 +223,25 @@ TEST(CudaBackendNoDeviceTest, WorkQueuesRequestedUnlessTheUserSetThem) {
   } else {
     unsetenv(kName);
   }
+}
+
+// Runs everywhere: CudaAttentionSplits carries each attention field of the
+// tuning to its AttentionSplits field.
+TEST(CudaBackendNoDeviceTest, AttentionSplitsComeFromTheTuning) {
+  CudaStepTuning tuning;
+  tuning.attention_forward_split = 3;
+  tuning.attention_query_split = 5;
+  tuning.attention_keys_split = 7;
+  tuning.attention_forward_warpgroups = 2;
+  tuning.attention_query_warpgroups = 4;
+  tuning.attention_keys_warpgroups = 1;
+  const AttentionSplits s = CudaAttentionSplits(tuning);
+  EXPECT_EQ(s.forward, 3);
+  EXPECT_EQ(s.query, 5);
+  EXPECT_EQ(s.keys, 7);
+  EXPECT_EQ(s.forward_warpgroups, 2);
+  EXPECT_EQ(s.query_warpgroups, 4);
+  EXPECT_EQ(s.keys_warpgroups, 1);
 }
 
 // Runs everywhere (no device needed): SetCudaStepTuning validates every

@@ -117,8 +117,8 @@ ABSL_FLAG(int, attention_query_warpgroups,
           "or 4); also for the kernel rows");
 ABSL_FLAG(int, attention_keys_warpgroups,
           coppelius::CudaStepTuning().attention_keys_warpgroups,
-          "warpgroups per CTA of the attention backward's dk/dv kernel (1, "
-          "2 or 4); also for the kernel rows");
+          "warpgroups per CTA of the attention backward's dk/dv kernel (1 "
+          "or 2); also for the kernel rows");
 ABSL_FLAG(std::string, graph_dot, "",
           "diagnostics: write the captured step graph to this file (DOT)");
 ABSL_FLAG(int, context, 0,
@@ -237,7 +237,7 @@ double TimeIt(const std::function<bool()>& fn, int reps = 30) {
   return ms[ms.size() / 2];
 }
 
-int KernelBench() {
+int KernelBench(const CudaStepTuning& tuning) {
   auto coppelius = ModelConfigByName("coppelius");
   CHECK_OK(coppelius.status());
   const ModelConfig& config = *coppelius;
@@ -333,14 +333,7 @@ int KernelBench() {
     float* rope = F(rope_h.size());
     cudaMemcpy(rope, rope_h.data(), rope_h.size() * 4, cudaMemcpyHostToDevice);
     void* scratch = nullptr;
-    AttentionSplits splits;
-    splits.forward = absl::GetFlag(FLAGS_attention_forward_split);
-    splits.query = absl::GetFlag(FLAGS_attention_query_split);
-    splits.keys = absl::GetFlag(FLAGS_attention_keys_split);
-    splits.forward_warpgroups =
-        absl::GetFlag(FLAGS_attention_forward_warpgroups);
-    splits.query_warpgroups = absl::GetFlag(FLAGS_attention_query_warpgroups);
-    splits.keys_warpgroups = absl::GetFlag(FLAGS_attention_keys_warpgroups);
+    const AttentionSplits splits = CudaAttentionSplits(tuning);
     const size_t scratch_bytes = AttentionScratchBytes(T, NH, HS, splits);
     scratch = static_cast<decltype(scratch)>(DevAlloc(scratch_bytes));
     CHECK_CUDA(cudaMemset(scratch, 0, scratch_bytes));
@@ -740,7 +733,7 @@ int Main(int argc, char** argv) {
         tuning.skipped_parts);
   }
   if (kernels) {
-    if (KernelBench() != 0) return 1;
+    if (KernelBench(tuning) != 0) return 1;
     std::printf("\n== kernels at coppelius shapes (ms per call in a graph of 10, median of 30) ==\n");
     std::printf("%-32s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
     double total = 0;
