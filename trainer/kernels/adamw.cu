@@ -126,9 +126,20 @@ __global__ void __launch_bounds__(kWideThreads)
   }
 }
 
-// AdamWEmbeddingRows: the wide kernel's passes over the whole table, each
-// element updated only when its row's mark (an input row or not) is the one
-// asked for.
+// AdamWEmbeddingRows: row groups of kRowGroupThreads threads (a CTA of
+// kWideThreads holds kWideThreads / kRowGroupThreads of them); group i of
+// the grid's n takes rows i, i + n, …, skips a row whose mark (an input row
+// or not) is not the one asked for (the whole group at once), and updates
+// the others kUnroll · kRowGroupThreads elements at a time (all loads
+// issued before the arithmetic). Until 2026-12-01 the kernel walked the
+// whole table element by element, dividing each element's 64-bit index by
+// C to find its row (a 64-bit division per element); by rows, the early
+// pass (56 CTAs beside the backward) took 65 µs instead of 77, and the
+// step, with that pass on 40 CTAs, 2.224 against 2.236 ms, the same bits
+// (H200, docs/PERFORMANCE.md run 22).
+constexpr int kRowGroupThreads = 128;
+static_assert(kWideThreads % kRowGroupThreads == 0, "whole groups per CTA");
+
 __global__ void __launch_bounds__(kWideThreads)
     AdamWEmbeddingRowsKernel(const uint32_t* __restrict__ inputs, int T,
                              int V, int C, bool touched,
@@ -152,24 +163,32 @@ __global__ void __launch_bounds__(kWideThreads)
   }
   __syncthreads();
   const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
-  const int64_t n = static_cast<int64_t>(V) * C;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kAdamWChunk;
-       base < n; base += static_cast<int64_t>(gridDim.x) * kAdamWChunk) {
-    bool mine[kUnroll];
-    float pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t k = base + u * kWideThreads + threadIdx.x;
-      const int64_t row = k / C;
-      mine[u] = k < n && ((marks[row / 32] >> (row % 32)) & 1u) ==
-                             static_cast<uint32_t>(touched);
-      if (mine[u]) LoadElement(k, p, m, v, g, &pv[u], &mv[u], &vv[u], &gv[u]);
+  constexpr int kGroupsPerCta = kWideThreads / kRowGroupThreads;
+  const int lane = threadIdx.x % kRowGroupThreads;
+  const int groups = gridDim.x * kGroupsPerCta;
+  for (int row = blockIdx.x * kGroupsPerCta + threadIdx.x / kRowGroupThreads;
+       row < V; row += groups) {
+    if (((marks[row / 32] >> (row % 32)) & 1u) !=
+        static_cast<uint32_t>(touched)) {
+      continue;
     }
+    const int64_t row0 = static_cast<int64_t>(row) * C;
+    for (int j0 = 0; j0 < C; j0 += kUnroll * kRowGroupThreads) {
+      float pv[kUnroll], mv[kUnroll], vv[kUnroll], gv[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (!mine[u]) continue;
-      UpdateElement(s, true, base + u * kWideThreads + threadIdx.x, pv[u],
-                    mv[u], vv[u], gv[u], p, m, v, p_bf16);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u * kRowGroupThreads + lane;
+        if (j < C) {
+          LoadElement(row0 + j, p, m, v, g, &pv[u], &mv[u], &vv[u], &gv[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u * kRowGroupThreads + lane;
+        if (j >= C) continue;
+        UpdateElement(s, true, row0 + j, pv[u], mv[u], vv[u], gv[u], p, m, v,
+                      p_bf16);
+      }
     }
   }
 }

@@ -81,9 +81,11 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
 // the embedding backward's scatter); `touched` = true updates the others,
 // after that scatter. The two calls together give the bits
 // AdamWUpdateChunks gives for the whole table. Grid: `blocks` CTAs of
-// 1,024 threads, each taking 4,096-element pieces (8 rows at C = 512)
-// b, b + blocks, …; each CTA first marks the input rows in a shared-memory
-// bitmap (V / 8 bytes; an id ≥ V names no row and is ignored).
+// 1,024 threads, each CTA eight groups of 128 threads, group i of the
+// grid's n = 8 · blocks taking rows i, i + n, … (a whole row each, 4
+// elements per thread in flight); each CTA first marks the input rows in
+// a shared-memory bitmap (V / 8 bytes; an id ≥ V names no row and is
+// ignored).
 // Requirements: V, C, T ≥ 1, blocks ≥ 1 and V ≤ 393,216 (the bitmap within
 // 48 KB), else cudaErrorInvalidValue; otherwise the launch's error.
 cudaError_t AdamWEmbeddingRows(const uint32_t* inputs, int T, int V, int C,

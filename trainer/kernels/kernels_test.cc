@@ -1322,7 +1322,8 @@ TEST(AdamWTest, HostileValuesBitwise) {
 // first, then the input rows (ids repeated, the first and last rows among
 // them), must give the host rule's bits for the whole table, and the first
 // call alone must leave the input rows' p, m, v untouched; for several
-// grids and for C not a multiple of the 4,096-element piece.
+// grids (more row groups than rows, and fewer) and for C below, equal to
+// and above a row group's 512-element pass, not a multiple of it.
 TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -1330,7 +1331,8 @@ TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
   };
   for (const Case& c : {Case{300, 72, 100, 1}, Case{300, 72, 100, 26},
                         Case{12288, 512, 1024, 26}, Case{12288, 512, 1024, 264},
-                        Case{5, 8, 3, 2}}) {
+                        Case{5, 8, 3, 2}, Case{97, 700, 50, 3},
+                        Case{1000, 1100, 300, 1}}) {
     SCOPED_TRACE(testing::Message() << "V=" << c.V << " C=" << c.C
                                     << " T=" << c.T << " blocks=" << c.blocks);
     const int64_t n = static_cast<int64_t>(c.V) * c.C;
