@@ -343,6 +343,11 @@ class CudaBackend final : public Backend {
   cudaStream_t attention_stream_ = nullptr;
   cudaEvent_t attention_fork_event_ = nullptr;
   cudaEvent_t attention_join_event_ = nullptr;
+  // The step's forward-end timestamp runs on a branch of its own, off the
+  // main stream's chain, joined before FinishStep (EnqueueStepBody).
+  cudaStream_t phase_stream_ = nullptr;
+  cudaEvent_t phase_fork_event_ = nullptr;
+  cudaEvent_t phase_join_event_ = nullptr;
   float* rope_table_ = nullptr;
   uint64_t update_count_ = 0;
   bool loaded_ = false;
@@ -430,6 +435,9 @@ CudaBackend::~CudaBackend() {
   if (attention_stream_ != nullptr) cudaStreamSynchronize(attention_stream_);
   if (attention_fork_event_ != nullptr) cudaEventDestroy(attention_fork_event_);
   if (attention_join_event_ != nullptr) cudaEventDestroy(attention_join_event_);
+  if (phase_stream_ != nullptr) cudaStreamSynchronize(phase_stream_);
+  if (phase_fork_event_ != nullptr) cudaEventDestroy(phase_fork_event_);
+  if (phase_join_event_ != nullptr) cudaEventDestroy(phase_join_event_);
   for (SideRing* r : {&dresid16_ring_, &dgu16_ring_, &dqkv16_ring_,
                       &ln_scratch_ring_}) {
     for (cudaEvent_t e : r->read_done) cudaEventDestroy(e);
@@ -454,6 +462,7 @@ CudaBackend::~CudaBackend() {
   if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
   if (adam_stream_ != nullptr) cudaStreamDestroy(adam_stream_);
   if (attention_stream_ != nullptr) cudaStreamDestroy(attention_stream_);
+  if (phase_stream_ != nullptr) cudaStreamDestroy(phase_stream_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -515,8 +524,12 @@ absl::Status CudaBackend::Init() {
       cudaStreamCreateWithPriority(&attention_stream_, cudaStreamNonBlocking,
                                    greatest_priority),
       "cudaStreamCreateWithPriority(attention)");
+  CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&phase_stream_, cudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags(phase)");
   for (cudaEvent_t* e : {&attention_fork_event_, &attention_join_event_,
-                         &demb_done_event_}) {
+                         &demb_done_event_, &phase_fork_event_,
+                         &phase_join_event_}) {
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming),
                          "cudaEventCreateWithFlags(backward)");
   }
@@ -807,10 +820,13 @@ absl::Status CudaBackend::ForwardPass(const int64_t* step, int64_t fixed_index,
                                       bool training) {
   const int T = T_, C = C_, H = H_, NH = NH_, HS = HS_;
   const float eps = config_.layer_norm_eps;
-  CUDA_RETURN_IF_ERROR(StageContext(tokens_, num_tokens_, step, fixed_index, T,
-                                    V_, inputs_, targets_, invalid_flag_,
-                                    stream_),
-                       "StageContext");
+  // The training step's start time is written by the staging kernel
+  // (StageContext's start_ring).
+  CUDA_RETURN_IF_ERROR(
+      StageContext(tokens_, num_tokens_, step, fixed_index, T, V_, inputs_,
+                   targets_, invalid_flag_, stream_,
+                   training ? time_ring_dev_ : nullptr, kRingSlots),
+      "StageContext");
   const float* P = pmv_;
   // Products with their elementwise successor fused (fused_matmul.h) where
   // the tuning asks for them and the shapes allow.
@@ -1172,13 +1188,19 @@ absl::Status CudaBackend::BackwardPass() {
 }
 
 absl::Status CudaBackend::EnqueueStepBody() {
-  CUDA_RETURN_IF_ERROR(
-      Timestamp(step_counter_, kRingSlots, 0, time_ring_dev_, stream_),
-      "Timestamp(step start)");
   uint64_t* phase_ring = time_ring_dev_ + kRingSlots * 2 + 6;
   RETURN_IF_ERROR(ForwardPass(step_counter_, 0, /*training=*/true));
+  // The forward's end time on a branch of its own (phase_stream_), after
+  // the main stream's work so far, so that the backward's first kernel
+  // does not wait for it (in the chain the kernel cost 1.4 µs; on the
+  // branch it runs at once beside the backward). The backward's end time
+  // stays in the chain: on a branch it waited up to 30 µs for a slot
+  // beside the tail's updates, which fill the device (docs/PERFORMANCE.md
+  // run 22).
+  RETURN_IF_ERROR(
+      StreamWait(phase_stream_, stream_, phase_fork_event_, "phase fork"));
   CUDA_RETURN_IF_ERROR(
-      Timestamp(step_counter_, kRingSlots, 0, phase_ring, stream_),
+      Timestamp(step_counter_, kRingSlots, 0, phase_ring, phase_stream_),
       "Timestamp(forward end)");
   RETURN_IF_ERROR(BackwardPass());
   CUDA_RETURN_IF_ERROR(
@@ -1200,13 +1222,12 @@ absl::Status CudaBackend::EnqueueStepBody() {
   }
   RETURN_IF_ERROR(
       StreamWait(stream_, adam_stream_, adam_join_event_, "adamw join"));
-  CUDA_RETURN_IF_ERROR(CopyToRing(losses_, T_, step_counter_, kRingSlots,
-                                  loss_ring_dev_, stream_),
-                       "CopyToRing(losses)");
-  CUDA_RETURN_IF_ERROR(
-      Timestamp(step_counter_, kRingSlots, 1, time_ring_dev_, stream_),
-      "Timestamp(step end)");
-  CUDA_RETURN_IF_ERROR(AdvanceStep(step_counter_, stream_), "AdvanceStep");
+  RETURN_IF_ERROR(
+      StreamWait(stream_, phase_stream_, phase_join_event_, "phase join"));
+  // The losses to the host ring, the step's end time, the step counter.
+  CUDA_RETURN_IF_ERROR(FinishStep(losses_, T_, step_counter_, kRingSlots,
+                                  loss_ring_dev_, time_ring_dev_, stream_),
+                       "FinishStep");
   return absl::OkStatus();
 }
 

@@ -1468,11 +1468,14 @@ TEST(StepKernelsTest, StageContextRingAndCounter) {
   DeviceBuffer<uint32_t> dids(ids.size()), in(T), tg(T);
   DeviceBuffer<int64_t> step(1);
   DeviceBuffer<int> flag(1);
+  // A time ring of 3 slots, two times each; slot 1 is the step's.
+  DeviceBuffer<uint64_t> times(3 * 2);
+  times.Upload(std::vector<uint64_t>(6, 0));
   dids.Upload(ids);
   step.Upload({1});
   flag.Upload({0});
   ASSERT_EQ(StageContext(dids.get(), ids.size(), step.get(), 0, T, V, in.get(),
-                         tg.get(), flag.get(), nullptr),
+                         tg.get(), flag.get(), nullptr, times.get(), 3),
             cudaSuccess);
   auto gi = in.Download(), gt = tg.Download();
   for (int t = 0; t < T; ++t) {
@@ -1486,25 +1489,61 @@ TEST(StepKernelsTest, StageContextRingAndCounter) {
   gi = in.Download();
   EXPECT_EQ(gi[3], 0u);
   EXPECT_EQ(flag.Download()[0], 1);
+  EXPECT_EQ(StageContext(dids.get(), ids.size(), step.get(), 0, T, V, in.get(),
+                         tg.get(), flag.get(), nullptr, times.get(), 0),
+            cudaErrorInvalidValue);
 
+  // FinishStep: losses into the ring's slot 1, the end time, the counter.
   DeviceBuffer<float> src(T), ring(3 * T);
+  ring.Upload(std::vector<float>(3 * T, -1.0f));
   std::vector<float> vals(T);
   for (int t = 0; t < T; ++t) vals[t] = 0.5f * t;
   src.Upload(vals);
-  ASSERT_EQ(CopyToRing(src.get(), T, step.get(), 3, ring.get(), nullptr),
+  ASSERT_EQ(FinishStep(src.get(), T, step.get(), 3, ring.get(), times.get(),
+                       nullptr),
             cudaSuccess);
-  ASSERT_EQ(AdvanceStep(step.get(), nullptr), cudaSuccess);
   const auto r = ring.Download();
-  for (int t = 0; t < T; ++t) EXPECT_EQ(r[T + t], vals[t]);
+  for (int j = 0; j < 3 * T; ++j) {
+    EXPECT_EQ(r[j], j >= T && j < 2 * T ? vals[j - T] : -1.0f) << j;
+  }
   EXPECT_EQ(step.Download()[0], 2);
-  DeviceBuffer<uint64_t> times(2);
+  const auto tm = times.Download();
+  EXPECT_GT(tm[2], 0u);      // slot 1's start, by StageContext
+  EXPECT_GE(tm[3], tm[2]);   // slot 1's end, after it
+  for (int i : {0, 1, 4, 5}) EXPECT_EQ(tm[i], 0u) << i;
+  // More losses than the CTA's threads; the step's slot 2 of 2 wraps to 0.
+  const int n = 1500;
+  std::vector<float> many(n);
+  for (int j = 0; j < n; ++j) many[j] = 1.0f + j;
+  DeviceBuffer<float> src2(n), ring2(2 * n);
+  ring2.Upload(std::vector<float>(2 * n, -1.0f));
+  src2.Upload(many);
+  DeviceBuffer<uint64_t> times2(4);
+  times2.Upload(std::vector<uint64_t>(4, 0));
+  ASSERT_EQ(FinishStep(src2.get(), n, step.get(), 2, ring2.get(), times2.get(),
+                       nullptr),
+            cudaSuccess);
+  const auto r2 = ring2.Download();
+  for (int j = 0; j < 2 * n; ++j) {
+    EXPECT_EQ(r2[j], j < n ? many[j] : -1.0f) << j;
+  }
+  EXPECT_GT(times2.Download()[1], 0u);
+  EXPECT_EQ(step.Download()[0], 3);
+  EXPECT_EQ(FinishStep(src2.get(), -1, step.get(), 2, ring2.get(),
+                       times2.get(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(FinishStep(src2.get(), n, step.get(), 0, ring2.get(), times2.get(),
+                       nullptr),
+            cudaErrorInvalidValue);
+
   DeviceBuffer<int64_t> zero(1);
   zero.Upload({0});
-  ASSERT_EQ(Timestamp(zero.get(), 1, 0, times.get(), nullptr), cudaSuccess);
-  ASSERT_EQ(Timestamp(zero.get(), 1, 1, times.get(), nullptr), cudaSuccess);
-  const auto tm = times.Download();
-  EXPECT_GT(tm[0], 0u);
-  EXPECT_GE(tm[1], tm[0]);
+  DeviceBuffer<uint64_t> phase(2);
+  ASSERT_EQ(Timestamp(zero.get(), 1, 0, phase.get(), nullptr), cudaSuccess);
+  ASSERT_EQ(Timestamp(zero.get(), 1, 1, phase.get(), nullptr), cudaSuccess);
+  const auto pt = phase.Download();
+  EXPECT_GT(pt[0], 0u);
+  EXPECT_GE(pt[1], pt[0]);
 }
 
 }  // namespace

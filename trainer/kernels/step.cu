@@ -8,13 +8,23 @@
 namespace coppelius {
 namespace {
 
+__device__ __forceinline__ uint64_t GlobalTimer() {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
 __global__ void StageKernel(const uint32_t* __restrict__ ids,
                             uint64_t num_tokens, const int64_t* step,
                             int64_t fixed_index, int T, int V,
                             uint32_t* __restrict__ inputs,
-                            uint32_t* __restrict__ targets, int* invalid_flag) {
+                            uint32_t* __restrict__ targets, int* invalid_flag,
+                            uint64_t* start_ring, int slots) {
   GridDependencyWait();
   const int64_t index = step != nullptr ? *step : fixed_index;
+  if (start_ring != nullptr && threadIdx.x == 0) {
+    start_ring[(index % slots) * 2] = GlobalTimer();
+  }
   const uint64_t first = static_cast<uint64_t>(index) * T;
   const bool in_range = first + T < num_tokens;
   for (int t = threadIdx.x; t <= T; t += blockDim.x) {
@@ -29,28 +39,28 @@ __global__ void StageKernel(const uint32_t* __restrict__ ids,
   if (!in_range && threadIdx.x == 0) *invalid_flag = 2;
 }
 
-__global__ void CopyToRingKernel(const float* __restrict__ src, int n,
-                                 const int64_t* step, int slots,
-                                 float* __restrict__ ring) {
-  GridDependencyWait();
-  const int64_t slot = *step % slots;
-  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n;
-       j += gridDim.x * blockDim.x) {
-    ring[slot * n + j] = src[j];
-  }
-}
-
 __global__ void TimestampKernel(const int64_t* step, int slots, int which,
                                 uint64_t* ring) {
   GridDependencyWait();
-  uint64_t now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  ring[(*step % slots) * 2 + which] = now;
+  ring[(*step % slots) * 2 + which] = GlobalTimer();
 }
 
-__global__ void AdvanceKernel(int64_t* step) {
+// One CTA: every thread reads the step before thread 0 advances it.
+__global__ void FinishStepKernel(const float* __restrict__ losses, int n,
+                                 int64_t* step, int slots,
+                                 float* __restrict__ loss_ring,
+                                 uint64_t* time_ring) {
   GridDependencyWait();
-  *step += 1;
+  const int64_t s = *step;
+  const int64_t slot = s % slots;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    loss_ring[slot * n + j] = losses[j];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    time_ring[slot * 2 + 1] = GlobalTimer();
+    *step = s + 1;
+  }
 }
 
 // Element i of `height` rows of `width` elements of `element_size` bytes,
@@ -77,15 +87,12 @@ __global__ void MemsetKernel(unsigned char* dst, size_t pitch, unsigned value,
 cudaError_t StageContext(const uint32_t* ids, uint64_t num_tokens,
                          const int64_t* step, int64_t fixed_index, int T,
                          int V, uint32_t* inputs, uint32_t* targets,
-                         int* invalid_flag, cudaStream_t stream) {
+                         int* invalid_flag, cudaStream_t stream,
+                         uint64_t* start_ring, int slots) {
+  if (start_ring != nullptr && slots < 1) return cudaErrorInvalidValue;
   return LaunchKernel(StageKernel, 1, 1024, 0, stream, ids, num_tokens, step,
-                      fixed_index, T, V, inputs, targets, invalid_flag);
-}
-
-cudaError_t CopyToRing(const float* src, int n, const int64_t* step, int slots,
-                       float* ring, cudaStream_t stream) {
-  return LaunchKernel(CopyToRingKernel, 4, 256, 0, stream, src, n, step, slots,
-                      ring);
+                      fixed_index, T, V, inputs, targets, invalid_flag,
+                      start_ring, slots);
 }
 
 cudaError_t Timestamp(const int64_t* step, int slots, int which,
@@ -94,8 +101,12 @@ cudaError_t Timestamp(const int64_t* step, int slots, int which,
                       ring);
 }
 
-cudaError_t AdvanceStep(int64_t* step, cudaStream_t stream) {
-  return LaunchKernel(AdvanceKernel, 1, 1, 0, stream, step);
+cudaError_t FinishStep(const float* losses, int n, int64_t* step, int slots,
+                       float* loss_ring, uint64_t* time_ring,
+                       cudaStream_t stream) {
+  if (n < 0 || slots < 1) return cudaErrorInvalidValue;
+  return LaunchKernel(FinishStepKernel, 1, 1024, 0, stream, losses, n, step,
+                      slots, loss_ring, time_ring);
 }
 
 cudaError_t AddMemsetKernelNode(cudaGraph_t graph,
