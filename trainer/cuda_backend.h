@@ -145,8 +145,11 @@ struct CudaStepTuning {
   // against 2.382–2.386 ms/step; 56 with adamw_priority 2: 2.372.
   // (Issued at the start of block 14's or 11's backward instead: 2.385–2.390
   // against 2.362–2.363, run 19's final call; branch
-  // exp/embedding-early-block.)
-  int embedding_early_ctas = 56;
+  // exp/embedding-early-block.) Since the update walks the table by rows
+  // (run 22, 2026-12-01; the same bits), 40: 2.224–2.225 against 2.229 for
+  // 48, 2.230–2.232 for 32, 2.232–2.234 for 56 (three rounds each; with
+  // the element-wise walk 56 had measured 2.235–2.236 and 40 2.243–2.245).
+  int embedding_early_ctas = 40;
   // > 0: cuBLASLt plans the side stream's dW products (and the tied dE
   // product) for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), as
   // they run beside the main stream's chain; 0: for the whole device. Read
