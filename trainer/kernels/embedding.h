@@ -21,6 +21,7 @@
 
 namespace coppelius {
 
+// T, C ≥ 1, else cudaErrorInvalidValue; otherwise the launch's error.
 cudaError_t EmbeddingForward(const uint32_t* tokens, const float* embedding,
                              int T, int C, float* x, cudaStream_t stream);
 

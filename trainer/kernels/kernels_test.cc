@@ -1124,6 +1124,50 @@ TEST(CrossEntropyTest, VectorAndScalarPathsGiveTheSameBits) {
 
 // ------------------------------------------------------------- embedding
 
+// The gather at several widths: 16-byte pieces (C = 512, the coppelius
+// size with its T; C = 72), 4-byte ones (C = 70; and C = 72 with x not
+// 16-byte aligned), rows copied exactly; x's other elements untouched.
+TEST(EmbeddingTest, GatherAtSeveralWidths) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int T, C, V, x_offset;
+  };
+  for (const Case& k : {Case{1024, 512, 12288, 0}, Case{33, 72, 10, 0},
+                        Case{33, 70, 10, 0}, Case{33, 72, 10, 1}}) {
+    SCOPED_TRACE(testing::Message() << "T=" << k.T << " C=" << k.C
+                                    << " x offset " << k.x_offset);
+    const auto table = RandomNormal(static_cast<size_t>(k.V) * k.C, 1.0f, &Rng());
+    std::vector<uint32_t> tokens(k.T);
+    for (auto& t : tokens) t = static_cast<uint32_t>(Rng()() % k.V);
+    tokens[0] = 0;
+    tokens[k.T - 1] = k.V - 1;
+    const size_t n = static_cast<size_t>(k.T) * k.C + 2;
+    DeviceBuffer<float> dtable(table.size()), x(n);
+    DeviceBuffer<uint32_t> dtok(k.T);
+    dtable.Upload(table);
+    dtok.Upload(tokens);
+    x.Upload(std::vector<float>(n, -7.0f));
+    ASSERT_EQ(EmbeddingForward(dtok.get(), dtable.get(), k.T, k.C,
+                               x.get() + k.x_offset, nullptr),
+              cudaSuccess);
+    const auto got = x.Download();
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t j = static_cast<int64_t>(i) - k.x_offset;
+      const float want =
+          j >= 0 && j < static_cast<int64_t>(k.T) * k.C
+              ? table[static_cast<size_t>(tokens[j / k.C]) * k.C + j % k.C]
+              : -7.0f;
+      ASSERT_EQ(got[i], want) << i;
+    }
+  }
+  DeviceBuffer<float> one(4);
+  DeviceBuffer<uint32_t> tok(1);
+  EXPECT_EQ(EmbeddingForward(tok.get(), one.get(), 0, 4, one.get(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(EmbeddingForward(tok.get(), one.get(), 1, 0, one.get(), nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(EmbeddingTest, GatherAndDeterministicScatter) {
   SKIP_WITHOUT_GPU();
   const int T = 50, C = 72, V = 7;  // few ids: many repeats
