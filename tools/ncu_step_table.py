@@ -11,8 +11,8 @@ in launch order, with its duration. ncu runs the kernels one at a time, so
 the durations are each kernel alone; their sum exceeds the step's time by
 what the step overlaps on its side and AdamW streams.
 
-One step is the launches from one StageKernel (the step graph's second
-node, after the start timestamp) to the next; the second step in the file
+One step is the launches from one StageKernel (the step graph's first
+node, which writes the start time) to the next; the second step in the file
 is used (the first may include one-time work). Prints, most time first:
 total µs, launches, µs per launch and the kernel's name (template and
 argument lists cut).
@@ -71,8 +71,8 @@ def main(argv):
         print(f"{args.csv}: {len(stages)} StageKernel launches, need {args.step + 2}",
               file=sys.stderr)
         return 2
-    # The start timestamp precedes StageKernel in the graph.
-    begin, end = stages[args.step] - 1, stages[args.step + 1] - 1
+    # StageKernel is the step graph's first node (it writes the start time).
+    begin, end = stages[args.step], stages[args.step + 1]
     per_kernel = collections.defaultdict(lambda: [0, 0.0])
     total = 0.0
     for row in rows[begin:end]:

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Summarizes a step_bench --trace CSV (trainer/kernels/kernel_trace.h).
 
-Steps are delimited by the step graph's TimestampKernel nodes (four per
-step: step start, forward end, backward end, step end; trainer/kernels/
-step.h). For the traced steps it prints, per step: the span, the time in
+A step runs from the step graph's first node, StageKernel, to its last,
+FinishStepKernel (trainer/kernels/step.h); a StageKernel with no
+FinishStepKernel after it before the next one (the forward-only passes of
+the forward and final records) starts no step. For the traced steps it
+prints, per step: the span, the time in
 which no kernel runs at all (gaps between graph nodes), the time with two or
 more kernels running; then, summed over the traced steps and divided by
 their number, per kernel name: count, total duration, and the part of its
@@ -63,12 +65,17 @@ def main():
                 "grid": int(r["grid_x"]) * int(r["grid_y"]) * int(r["grid_z"]),
             })
     rows.sort(key=lambda r: r["start"])
-    stamps = [i for i, r in enumerate(rows) if r["name"] == "TimestampKernel"]
     steps = []
-    for k in range(0, len(stamps) - 3, 4):
-        steps.append((stamps[k], stamps[k + 3]))
+    stage = None
+    for i, r in enumerate(rows):
+        if r["name"] == "StageKernel":
+            stage = i
+        elif r["name"] == "FinishStepKernel" and stage is not None:
+            steps.append((stage, i))
+            stage = None
     if not steps:
-        sys.exit("trace_table: no complete step (TimestampKernel x4) found")
+        sys.exit("trace_table: no complete step (StageKernel .. "
+                 "FinishStepKernel) found")
     if args.steps > 0:
         steps = steps[-args.steps:]
     print(f"records {len(rows)}, steps summarized {len(steps)}")
