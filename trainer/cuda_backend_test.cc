@@ -580,6 +580,15 @@ TEST(CudaBackendTest, RingWrapsAroundAndRunAheadMatchesLockstep) {
       uint64_t start = 0, end = 0;
       (*b)->StepDeviceTimes(s, &start, &end);
       ASSERT_GT(end, start) << s;
+      // The four device times of the step, in order: start (the staging
+      // kernel), forward end (on a branch), backward end, end (FinishStep).
+      uint64_t phases[4] = {};
+      ASSERT_TRUE(CudaStepPhaseTimes(b->get(), s, phases)) << s;
+      EXPECT_EQ(phases[0], start) << s;
+      EXPECT_EQ(phases[3], end) << s;
+      EXPECT_GT(phases[1], phases[0]) << s;
+      EXPECT_GT(phases[2], phases[1]) << s;
+      EXPECT_GT(phases[3], phases[2]) << s;
     }
     ASSERT_TRUE((*b)->Snapshot(pb.data()).ok());
   }

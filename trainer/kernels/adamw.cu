@@ -134,9 +134,10 @@ __global__ void __launch_bounds__(kWideThreads)
 // issued before the arithmetic). Until 2026-12-01 the kernel walked the
 // whole table element by element, dividing each element's 64-bit index by
 // C to find its row (a 64-bit division per element); by rows, the early
-// pass (56 CTAs beside the backward) took 65 µs instead of 77, and the
-// step, with that pass on 40 CTAs, 2.224 against 2.236 ms, the same bits
-// (H200, docs/PERFORMANCE.md run 22).
+// pass (56 CTAs beside the backward) took 65 µs instead of 77 and the step
+// 2.232–2.234 against 2.235–2.236 ms, and 2.224–2.225 with that pass on 40
+// CTAs (CudaStepTuning::embedding_early_ctas), the same bits (H200,
+// docs/PERFORMANCE.md run 22).
 constexpr int kRowGroupThreads = 128;
 static_assert(kWideThreads % kRowGroupThreads == 0, "whole groups per CTA");
 
@@ -232,6 +233,10 @@ cudaError_t AdamWEmbeddingRows(const uint32_t* inputs, int T, int V, int C,
                                __nv_bfloat16* p_bf16, int blocks,
                                cudaStream_t stream) {
   if (V < 1 || C < 1 || T < 1 || blocks < 1) return cudaErrorInvalidValue;
+  // No more CTAs than it takes to give every row a group (beyond that they
+  // would only build the bitmap; and the grid's group count stays in int).
+  constexpr int kGroupsPerCta = kWideThreads / kRowGroupThreads;
+  blocks = std::min(blocks, (V + kGroupsPerCta - 1) / kGroupsPerCta);
   const size_t shared = static_cast<size_t>((V + 31) / 32) * sizeof(uint32_t);
   if (shared > 48 * 1024) return cudaErrorInvalidValue;  // V ≤ 393,216
   // An ordinary launch, as AdamWUpdateChunks' (see there).

@@ -83,9 +83,9 @@ cudaError_t AdamWUpdateChunks(const AdamWChunk* chunks, int num_chunks,
 // AdamWUpdateChunks gives for the whole table. Grid: `blocks` CTAs of
 // 1,024 threads, each CTA eight groups of 128 threads, group i of the
 // grid's n = 8 · blocks taking rows i, i + n, … (a whole row each, 4
-// elements per thread in flight); each CTA first marks the input rows in
-// a shared-memory bitmap (V / 8 bytes; an id ≥ V names no row and is
-// ignored).
+// elements per thread in flight; at most ⌈V / 8⌉ CTAs are launched, one
+// group per row); each CTA first marks the input rows in a shared-memory
+// bitmap (4 · ⌈V / 32⌉ bytes; an id ≥ V names no row and is ignored).
 // Requirements: V, C, T ≥ 1, blocks ≥ 1 and V ≤ 393,216 (the bitmap within
 // 48 KB), else cudaErrorInvalidValue; otherwise the launch's error.
 cudaError_t AdamWEmbeddingRows(const uint32_t* inputs, int T, int V, int C,

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -1125,30 +1126,37 @@ TEST(CrossEntropyTest, VectorAndScalarPathsGiveTheSameBits) {
 // ------------------------------------------------------------- embedding
 
 // The gather at several widths: 16-byte pieces (C = 512, the coppelius
-// size with its T; C = 72), 4-byte ones (C = 70; and C = 72 with x not
-// 16-byte aligned), rows copied exactly; x's other elements untouched.
+// size with its T; C = 72; C = 1028, two pieces for some threads), 4-byte
+// ones (C = 70; C = 301, up to three elements a thread; C = 72 with x, or
+// with the table, not 16-byte aligned), rows copied exactly; x's other
+// elements untouched.
 TEST(EmbeddingTest, GatherAtSeveralWidths) {
   SKIP_WITHOUT_GPU();
   struct Case {
-    int T, C, V, x_offset;
+    int T, C, V, x_offset, table_offset;
   };
-  for (const Case& k : {Case{1024, 512, 12288, 0}, Case{33, 72, 10, 0},
-                        Case{33, 70, 10, 0}, Case{33, 72, 10, 1}}) {
+  for (const Case& k :
+       {Case{1024, 512, 12288, 0, 0}, Case{33, 72, 10, 0, 0},
+        Case{9, 1028, 5, 0, 0}, Case{33, 70, 10, 0, 0}, Case{9, 301, 5, 0, 0},
+        Case{33, 72, 10, 1, 0}, Case{33, 72, 10, 0, 1}}) {
     SCOPED_TRACE(testing::Message() << "T=" << k.T << " C=" << k.C
-                                    << " x offset " << k.x_offset);
+                                    << " x offset " << k.x_offset
+                                    << " table offset " << k.table_offset);
     const auto table = RandomNormal(static_cast<size_t>(k.V) * k.C, 1.0f, &Rng());
     std::vector<uint32_t> tokens(k.T);
     for (auto& t : tokens) t = static_cast<uint32_t>(Rng()() % k.V);
     tokens[0] = 0;
     tokens[k.T - 1] = k.V - 1;
     const size_t n = static_cast<size_t>(k.T) * k.C + 2;
-    DeviceBuffer<float> dtable(table.size()), x(n);
+    DeviceBuffer<float> dtable(table.size() + 1), x(n);
     DeviceBuffer<uint32_t> dtok(k.T);
-    dtable.Upload(table);
+    std::vector<float> shifted(table.size() + 1, 0.0f);
+    std::copy(table.begin(), table.end(), shifted.begin() + k.table_offset);
+    dtable.Upload(shifted);
     dtok.Upload(tokens);
     x.Upload(std::vector<float>(n, -7.0f));
-    ASSERT_EQ(EmbeddingForward(dtok.get(), dtable.get(), k.T, k.C,
-                               x.get() + k.x_offset, nullptr),
+    ASSERT_EQ(EmbeddingForward(dtok.get(), dtable.get() + k.table_offset, k.T,
+                               k.C, x.get() + k.x_offset, nullptr),
               cudaSuccess);
     const auto got = x.Download();
     for (size_t i = 0; i < n; ++i) {
@@ -1376,7 +1384,10 @@ TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
   for (const Case& c : {Case{300, 72, 100, 1}, Case{300, 72, 100, 26},
                         Case{12288, 512, 1024, 26}, Case{12288, 512, 1024, 264},
                         Case{5, 8, 3, 2}, Case{97, 700, 50, 3},
-                        Case{1000, 1100, 300, 1}}) {
+                        Case{1000, 1100, 300, 1},
+                        // More CTAs than rows: launched as ⌈V / 8⌉ (unclamped,
+                        // the grid's group count would overflow an int).
+                        Case{300, 72, 100, 1 << 29}}) {
     SCOPED_TRACE(testing::Message() << "V=" << c.V << " C=" << c.C
                                     << " T=" << c.T << " blocks=" << c.blocks);
     const int64_t n = static_cast<int64_t>(c.V) * c.C;
