@@ -74,13 +74,14 @@ void ProtectStandardStreams() {
 
 bool StandardOutputWasClosed() { return g_stdout_closed; }
 
-std::string StandardOutputFileToExamine() {
+uint64_t StandardOutputFileBytes() {
   struct stat st;
-  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_size == 0) {
-    return "";
-  }
-  return "/dev/fd/1";
+  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+std::string StandardOutputFileToExamine() {
+  return StandardOutputFileBytes() > 0 ? "/dev/fd/1" : "";
 }
 
 namespace {
@@ -297,10 +298,6 @@ bool NamesDescriptor(const std::string& path, int fd) {
   return false;
 }
 
-bool NamesStandardInput(const std::string& path) {
-  return NamesDescriptor(path, STDIN_FILENO);
-}
-
 // Opens `path` ("-": standard input, refused when closed), refuses a
 // directory and a named character device (CheckNamedInputKind, by stat
 // before it is opened: opening a device can do more than reading it), calls
@@ -311,7 +308,8 @@ absl::Status ReadInPieces(
     const std::string& path,
     const std::function<absl::Status(const struct stat&)>& opened,
     const std::function<absl::Status(absl::string_view)>& piece) {
-  if (g_stdin_closed && (path == "-" || NamesStandardInput(path))) {
+  if (g_stdin_closed &&
+      (path == "-" || NamesDescriptor(path, STDIN_FILENO))) {
     // Reopened on /dev/null (ProtectStandardStreams): by any of its names,
     // standard input would read as empty.
     return absl::FailedPreconditionError(absl::StrCat(

@@ -109,6 +109,11 @@ void UnregisterMapping(const void* begin);
 // before doing any work.
 bool StandardOutputWasClosed();
 
+// The size of the file standard output writes to when that is a regular
+// file (`>> FILE`: FILE's bytes so far); 0 for anything else (a terminal, a
+// pipe) and for an empty file.
+uint64_t StandardOutputFileBytes();
+
 // A path through which the file standard output writes to can be read
 // ("/dev/fd/1") when that is a non-empty regular file (`>> FILE`: what is
 // written is appended to FILE, which a tool must examine as it examines

@@ -1779,14 +1779,10 @@ absl::Status CheckStandardOutputIsNotCoppeliusFile(absl::string_view use) {
   if (examined.empty()) return absl::OkStatus();
   absl::StatusOr<FileDetection> d = DetectFile(examined, FileKind::kAuto, "");
   if (!d.ok()) return absl::OkStatus();
-  struct stat st;
-  const std::string size =
-      stat(examined.c_str(), &st) == 0 ? absl::StrCat(" (", st.st_size, " bytes)")
-                                       : "";
   return absl::FailedPreconditionError(absl::StrCat(
       use, ": standard output is an existing Coppelius ", FileKindName(d->kind),
-      " file", size, "; writing to it would damage it (choose another "
-      "output)"));
+      " file (", StandardOutputFileBytes(), " bytes); writing to it would "
+      "damage it (choose another output)"));
 }
 
 absl::StatusOr<FileDetection> DetectFile(const std::string& path,

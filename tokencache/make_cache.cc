@@ -139,15 +139,13 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     // so one appended to FILE is never a cache, and FILE (another cache, a
     // vocabulary) is damaged, where `-o FILE` would not replace it without
     // --force. Refused whatever the flags.
-    struct stat stdout_st;
-    if (!StandardOutputFileToExamine().empty() &&
-        fstat(STDOUT_FILENO, &stdout_st) == 0) {
+    if (const uint64_t bytes = StandardOutputFileBytes(); bytes > 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "-o - (standard output, an existing file of %d bytes): a token "
           "cache starts with its header at offset 0, so it cannot be "
           "appended to a file that is not empty (give the cache its own "
           "file: -o PATH)",
-          static_cast<int64_t>(stdout_st.st_size)));
+          bytes));
     }
   }
 
