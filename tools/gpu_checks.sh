@@ -6,7 +6,7 @@
 #   2. every gpu test binary in stage/tests
 #   3. compute-sanitizer memcheck on small cases, synccheck and racecheck
 #      on the attention's warpgroup kernels (if available)
-#   4. stage/bin/step_bench: kernel timings, then ms/step of the CUDA backend;
+#   4. stage/bin/step_bench: ms/step of the CUDA backend, then kernel timings;
 #      4b. backend only: this build (PDL on too with AB_PDL=1) and every
 #      build staged as stage/ab/<name>/step_bench (tools/stage_ab.sh
 #      REV=NAME builds and stages one), and this build with the flags of

@@ -1,15 +1,17 @@
 // File: trainer/kernels/step_bench.cc
 //
-// Timings on the GPU machine (tools/gpu_checks.sh runs it):
-//   1. each kernel / product of one step at the coppelius shapes (T=1024,
-//      C=512, H=1408, NH=8, HS=64, V=12288; N = 57,705,472 for AdamW):
-//      per call, 10 calls captured back to back into one CUDA graph (graph
-//      node gaps included, host launch latency not), median of 30 graph
-//      launches timed with CUDA events;
-//   2. the whole CUDA backend (trainer/cuda_backend.h): ms/step over
+// Timings on the GPU machine (tools/gpu_checks.sh runs it), in this order:
+//   1. the whole CUDA backend (trainer/cuda_backend.h): ms/step over
 //      --steps graph launches (after 20 warm-up steps), by host wall clock
 //      from the first enqueue to the last poll, and the median device time
-//      per step (device timestamps at the graph's first and last node).
+//      per step (device timestamps at the graph's first and last node);
+//   2. with --kernels (the default), each kernel / product of one step at
+//      the coppelius shapes (T=1024, C=512, H=1408, NH=8, HS=64, V=12288;
+//      N = 57,705,472 for AdamW): per call, 10 calls captured back to back
+//      into one CUDA graph (graph node gaps included, host launch latency
+//      not), median of 30 graph launches timed with CUDA events. After the
+//      backend, because the kernel rows slow a backend run in the same
+//      process (Main).
 // Usage: step_bench --help (flags below).
 // Inputs are random (never zeros); output is a table on stdout.
 #include <cuda_bf16.h>
@@ -385,7 +387,8 @@ int KernelBench(const CudaStepTuning& tuning) {
     float* gu = F(T * 2 * H);
     bf* a = B(T * H);
     for (int config = 0; config < kFusedConfigs; ++config) {
-      if (config < 4) {  // BN 64 or 128: a tile holds whole heads
+      // BN 64 or 128 (not 176): a tile holds whole heads.
+      if (FusedConfigColumns(config) % 64 == 0) {
         g_rows.push_back({absl::StrCat("qkv forward + rope (fused, config ",
                                        config, ")"),
                           TimeIt([&] {
@@ -403,7 +406,8 @@ int KernelBench(const CudaStepTuning& tuning) {
                                                     g_stream) == cudaSuccess;
                         }),
                         0, 2.0 * T * 2 * H * C});
-      if (config < 4) {  // BN 64 or 128: the N-major W_output
+      // BN 64 or 128: whole 64-column boxes of the N-major W_output.
+      if (FusedConfigColumns(config) % 64 == 0) {
         bf* y = B(T * C);
         bf* dy = B(T * C);
         float* delta = F(NH * T);
@@ -417,7 +421,8 @@ int KernelBench(const CudaStepTuning& tuning) {
                           }),
                           0, 2.0 * T * C * C});
       }
-      if (config < 4) {  // BN 64 or 128: the N-major W_down
+      // BN 64 or 128: whole 64-column boxes of the N-major W_down.
+      if (FusedConfigColumns(config) % 64 == 0) {
         bf* dgu = B(T * 2 * H);
         g_rows.push_back({absl::StrCat("down dX + swiglu bwd (fused, config ",
                                        config, ")"),
@@ -658,11 +663,12 @@ int Main(int argc, char** argv) {
       "[--pdl=false] [--adamw_blocks=N] [--side_schedule=N] "
       "[--adamw_schedule=N] [--side_priority=N] [--adamw_priority=N] "
       "[--attention_{forward,query,keys}_split=N] [--graph_dot=FILE] "
-      "[--skip=PART,...] [--trace=FILE [--trace_steps=N]]\nKernel timings "
-      "at the coppelius shapes, then ms/step of the CUDA backend; --trace "
-      "then records the kernels of N more steps (CUPTI) into FILE "
-      "(tools/trace_table.py summarizes it). --skip (ablation: the parts are left "
-      "out of the step graph, the results are wrong): dw normreduce adamw "
+      "[--skip=PART,...] [--trace=FILE [--trace_steps=N]]\nms/step of the "
+      "CUDA backend, then (--kernels) kernel timings at the coppelius "
+      "shapes; --trace after the timed steps records the kernels of N more "
+      "steps (CUPTI) into FILE (tools/trace_table.py summarizes it). --skip "
+      "(ablation: the parts are left out of the step graph, the results are "
+      "wrong): dw normreduce adamw "
       "attnbwd (attnq, attnkv: its dq or dk/dv kernel) attnfwd swiglu rope "
       "normfwd normrows dx fwdproducts ce logits.");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
@@ -732,21 +738,27 @@ int Main(int argc, char** argv) {
         "numbers below are not a valid training run\n",
         tuning.skipped_parts);
   }
-  if (kernels) {
-    if (KernelBench(tuning) != 0) return 1;
-    std::printf("\n== kernels at coppelius shapes (ms per call in a graph of 10, median of 30) ==\n");
-    std::printf("%-32s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
-    double total = 0;
-    for (const Row& r : g_rows) {
-      total += r.ms;
-      std::printf("%-32s %10.4f %10.1f %10.1f\n", r.name.c_str(), r.ms,
-                  r.bytes > 0 ? r.bytes / r.ms / 1e6 : 0.0,
-                  r.flops > 0 ? r.flops / r.ms / 1e9 : 0.0);
-    }
-    std::printf("\n== cuBLASLt heuristic candidates per product (us per call in a graph of 10, median of 30) ==\n");
-    for (const std::string& line : g_candidates) std::printf("%s\n", line.c_str());
+  // The backend first: run after the kernel rows, in the same process, it
+  // measured 2.333–2.341 ms/step against 2.235–2.243 without them, with the
+  // same kernel durations and 75 µs of idle device time per step against
+  // 16 (longer gaps between graph nodes; docs/PERFORMANCE.md run 23). The
+  // figure should be the one `train` gets, which runs no kernel rows.
+  if (const int rc = BackendBench(config, steps); rc != 0 || !kernels) {
+    return rc;
   }
-  return BackendBench(config, steps);
+  if (KernelBench(tuning) != 0) return 1;
+  std::printf("\n== kernels at coppelius shapes (ms per call in a graph of 10, median of 30) ==\n");
+  std::printf("%-32s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
+  double total = 0;
+  for (const Row& r : g_rows) {
+    total += r.ms;
+    std::printf("%-32s %10.4f %10.1f %10.1f\n", r.name.c_str(), r.ms,
+                r.bytes > 0 ? r.bytes / r.ms / 1e6 : 0.0,
+                r.flops > 0 ? r.flops / r.ms / 1e9 : 0.0);
+  }
+  std::printf("\n== cuBLASLt heuristic candidates per product (us per call in a graph of 10, median of 30) ==\n");
+  for (const std::string& line : g_candidates) std::printf("%s\n", line.c_str());
+  return 0;
 }
 
 }  // namespace
