@@ -218,13 +218,14 @@ fi
 if [ -n "${NCU_KERNELS:-}" ] && command -v ncu >/dev/null && [ -x stage/bin/step_bench ]; then
   echo "== ncu kernels ${NCU_KERNELS}" | tee -a "$log"
   # (--kernel-name-base mangled: match e.g. "13ForwardKernelILi64" exactly,
-  # not LayerNormForwardKernel.)
+  # not LayerNormForwardKernel. --backend=false: the kernel rows alone, so
+  # that the first matching launches are theirs, not the step graph's.)
   timeout 300 ncu --kernel-name-base mangled --kernel-name "regex:${NCU_KERNELS}" \
     --launch-count "${NCU_COUNT:-3}" \
     --section SpeedOfLight --section Occupancy --section SchedulerStats \
     --section WarpStateStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-    stage/bin/step_bench --steps=1 > "$out/ncu_kernels.txt" 2>&1
+    stage/bin/step_bench --backend=false > "$out/ncu_kernels.txt" 2>&1
   note "ncu kernels" "rc=$? ($out/ncu_kernels.txt)"
 fi
 

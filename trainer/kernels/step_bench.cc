@@ -11,7 +11,7 @@
 //      into one CUDA graph (graph node gaps included, host launch latency
 //      not), median of 30 graph launches timed with CUDA events. After the
 //      backend, because the kernel rows slow a backend run in the same
-//      process (Main).
+//      process (Main); --backend=false leaves the backend out.
 // Usage: step_bench --help (flags below).
 // Inputs are random (never zeros); output is a table on stdout.
 #include <cuda_bf16.h>
@@ -53,7 +53,11 @@
 
 ABSL_FLAG(std::string, config, "coppelius", "model config of the backend run");
 ABSL_FLAG(int, steps, 300, "timed steps of the backend run (after 20 warm-up)");
-ABSL_FLAG(bool, kernels, true, "time each kernel and product first");
+ABSL_FLAG(bool, kernels, true,
+          "after the backend run, time each kernel and product alone");
+ABSL_FLAG(bool, backend, true,
+          "run the backend benchmark (false: the kernel rows only, e.g. for "
+          "a profiler that should see their launches first)");
 ABSL_FLAG(bool, pdl, false, "programmatic dependent launch");
 ABSL_FLAG(int, adamw_blocks,
           coppelius::CudaStepTuning().adamw_overlap_blocks,
@@ -660,7 +664,7 @@ constexpr StepPartName kStepParts[] = {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "step_bench [--config=coppelius] [--steps=300] [--kernels=true] "
-      "[--pdl=false] [--adamw_blocks=N] [--side_schedule=N] "
+      "[--backend=true] [--pdl=false] [--adamw_blocks=N] [--side_schedule=N] "
       "[--adamw_schedule=N] [--side_priority=N] [--adamw_priority=N] "
       "[--attention_{forward,query,keys}_split=N] [--graph_dot=FILE] "
       "[--skip=PART,...] [--trace=FILE [--trace_steps=N]]\nms/step of the "
@@ -739,13 +743,15 @@ int Main(int argc, char** argv) {
         tuning.skipped_parts);
   }
   // The backend first: run after the kernel rows, in the same process, it
-  // measured 2.333–2.341 ms/step against 2.235–2.243 without them, with the
-  // same kernel durations and 75 µs of idle device time per step against
-  // 16 (longer gaps between graph nodes; docs/PERFORMANCE.md run 23). The
-  // figure should be the one `train` gets, which runs no kernel rows.
-  if (const int rc = BackendBench(config, steps); rc != 0 || !kernels) {
-    return rc;
+  // measured 2.333–2.341 ms/step against 2.235–2.243 without them (longer
+  // gaps between graph nodes and less overlap in the backward;
+  // docs/PERFORMANCE.md run 23, cause not isolated). Its figure should be
+  // the one `train` gets, which runs no kernel rows. (The rows, run second,
+  // read 2–9 % slower than when they ran first.)
+  if (absl::GetFlag(FLAGS_backend)) {
+    if (const int rc = BackendBench(config, steps); rc != 0) return rc;
   }
+  if (!kernels) return 0;
   if (KernelBench(tuning) != 0) return 1;
   std::printf("\n== kernels at coppelius shapes (ms per call in a graph of 10, median of 30) ==\n");
   std::printf("%-32s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
