@@ -12,9 +12,11 @@
 #include <climits>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <new>
 #include <random>
 #include <stdexcept>
@@ -73,6 +75,35 @@ void ProtectStandardStreams() {
 }
 
 bool StandardOutputWasClosed() { return g_stdout_closed; }
+
+absl::Status CloseStandardOutput() {
+  absl::Status status;
+  // C stdio first, for errno's reason (std::cout, synchronized with stdio,
+  // flushes through it).
+  if (std::fflush(stdout) != 0) {
+    status = ErrnoStatus(errno, "writing", "<stdout>");
+  }
+  std::cout.flush();
+  if (!std::cout.good() && status.ok()) {
+    status = absl::InternalError("writing <stdout>: std::cout failed");
+  }
+  // /dev/null opened first (above fd 2, so that it cannot be fd 1 itself
+  // when fd 1 is not open), to refill fd 1 once it is closed.
+  int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null_fd >= 0 && null_fd <= STDERR_FILENO) {
+    const int moved = fcntl(null_fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    close(null_fd);
+    null_fd = moved;
+  }
+  if (close(STDOUT_FILENO) != 0 && status.ok()) {
+    status = ErrnoStatus(errno, "closing", "<stdout>");
+  }
+  if (null_fd >= 0) {
+    dup2(null_fd, STDOUT_FILENO);
+    close(null_fd);
+  }
+  return status;
+}
 
 uint64_t StandardOutputFileBytes() {
   struct stat st;

@@ -109,6 +109,16 @@ void UnregisterMapping(const void* begin);
 // before doing any work.
 bool StandardOutputWasClosed();
 
+// For every binary's main(), last, after its work succeeded: flushes
+// std::cout and C stdio, then closes standard output (fd 1) and reports
+// what that close returns, so that a write error the system reports only
+// at close (a network file system's deferred write, a quota) fails the run
+// instead of passing unseen (the practice of gnulib's close_stdout). Fd 1 is
+// then /dev/null again, so no file opened later takes its number. Errors:
+// ErrnoStatus's codes, "closing <stdout>: reason" (a flush that fails:
+// InternalError "writing <stdout>: ...").
+absl::Status CloseStandardOutput();
+
 // The size of the file standard output writes to when that is a regular
 // file (`>> FILE`: FILE's bytes so far); 0 for anything else (a terminal, a
 // pipe) and for an empty file.

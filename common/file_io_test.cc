@@ -12,12 +12,16 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <iostream>
 #include <new>
 #include <sstream>
 #include <thread>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
@@ -94,6 +98,70 @@ TEST(WriteFileAtomically, MissingDirectoryErrorNamesThePath) {
   const absl::Status s = WriteFileAtomically(path, "a");
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.message().rfind("writing " + path + ": ", 0), 0u) << s;
+}
+
+// CloseStandardOutput, in children whose fd 1 is a file, closed, or
+// /dev/full: what std::cout and printf buffered reaches the file, in order,
+// before the close; a close that fails and a flush that fails are reported
+// by name; fd 1 is /dev/null afterwards.
+TEST(CloseStandardOutput, FlushesClosesAndReportsFailures) {
+  const std::string path = TestDir() + "/stdout-file";
+  // Runs `body` in a child and returns its exit code (−1 if it did not exit).
+  auto in_child = [](const std::function<int()>& body) {
+    std::cout.flush();
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) _exit(body());
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) {
+      return -1;
+    }
+    return WEXITSTATUS(status);
+  };
+  EXPECT_EQ(in_child([&] {
+              const int fd = open(path.c_str(),
+                                  O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) return 10;
+              close(fd);
+              std::cout << "cout;";
+              std::printf("printf;");
+              if (!CloseStandardOutput().ok()) return 11;
+              struct stat out, null;
+              if (fstat(STDOUT_FILENO, &out) != 0 ||
+                  stat("/dev/null", &null) != 0 || out.st_rdev != null.st_rdev) {
+                return 12;  // fd 1 is not /dev/null afterwards
+              }
+              return 0;
+            }),
+            0);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "cout;printf;");
+  // A close that fails (fd 1 not open): "closing <stdout>: ...".
+  EXPECT_EQ(in_child([] {
+              close(STDOUT_FILENO);
+              const absl::Status s = CloseStandardOutput();
+              return !s.ok() && s.message() == "closing <stdout>: " +
+                                                   std::string(strerror(EBADF))
+                         ? 0
+                         : 20;
+            }),
+            0);
+  // A flush that fails (/dev/full): "writing <stdout>: ...", as
+  // ResourceExhausted (ENOSPC).
+  EXPECT_EQ(in_child([] {
+              const int fd = open("/dev/full", O_WRONLY);
+              if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) return 30;
+              close(fd);
+              std::printf("lost");
+              const absl::Status s = CloseStandardOutput();
+              return s.code() == absl::StatusCode::kResourceExhausted &&
+                             absl::StartsWith(s.message(), "writing <stdout>: ")
+                         ? 0
+                         : 31;
+            }),
+            0);
 }
 
 // A child registers two temporaries, unregisters one and is interrupted:

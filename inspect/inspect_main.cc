@@ -215,7 +215,12 @@ int main(int argc, char** argv) {
   }
   out.flush();
   const absl::Status written = coppelius::StreamStatus(out, stdout_use);
-  if (written.ok()) return status.ok() ? 0 : Fail(status);
+  if (written.ok() && status.ok()) {
+    // A deferred write error of the report surfaces at the close.
+    const absl::Status closed = coppelius::CloseStandardOutput();
+    return closed.ok() ? 0 : Fail(closed);
+  }
+  if (written.ok()) return Fail(status);
   if (status.ok()) return Fail(written);
   // Verify, plot and export return the failed write themselves.
   if (!out.status().ok() &&

@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
     options.progress = isatty(STDERR_FILENO) == 1;
     status = coppelius::RunMakeCache(options);
   }
+  // A deferred write error of `-o -` surfaces at the close.
+  if (status.ok()) status = coppelius::CloseStandardOutput();
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("make-cache", status) << std::endl;
     return coppelius::ExitCodeOf(status);

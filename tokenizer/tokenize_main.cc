@@ -195,6 +195,8 @@ int main(int argc, char** argv) {
   if (parsed->usage_answered) return 0;  // usage on stdout
   const std::vector<char*>& args = parsed->args;
   absl::Status status = Run(args, given_flags);
+  // A deferred write error of `-o -` surfaces at the close.
+  if (status.ok()) status = coppelius::CloseStandardOutput();
   if (!status.ok()) {
     std::cerr << coppelius::StatusLine("tokenize", status) << std::endl;
     return coppelius::ExitCodeOf(status);
