@@ -654,6 +654,10 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
       "); expected a regular file path"));
 }
 
+namespace {
+std::string FileTemporaryName(const std::string& path);
+}  // namespace
+
 absl::Status CheckOutputPathUsable(const std::string& path_or_link,
                                    absl::string_view what) {
   // A symbolic link is published to its target (WriteFileAtomically), so
@@ -666,7 +670,9 @@ absl::Status CheckOutputPathUsable(const std::string& path_or_link,
   if (stat(path.c_str(), &st) == 0) {
     // A regular file is replaced through a temporary beside it; a device or
     // FIFO is written.
-    if (S_ISREG(st.st_mode)) return ProbeTemporaryInDirectory(path, what);
+    if (S_ISREG(st.st_mode)) {
+      return ProbeTemporaryInDirectory(path, what, TemporaryNaming::kFile);
+    }
     if (!S_ISDIR(st.st_mode)) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
         what, " ", path, ": is a directory, expected a file path"));
@@ -684,12 +690,15 @@ absl::Status CheckOutputPathUsable(const std::string& path_or_link,
     return absl::InvalidArgumentError(
         absl::StrCat(what, " ", path, ": ", dir, " is not a directory"));
   }
-  return ProbeTemporaryInDirectory(path, what);
+  return ProbeTemporaryInDirectory(path, what, TemporaryNaming::kFile);
 }
 
 absl::Status ProbeTemporaryInDirectory(const std::string& path,
-                                       absl::string_view what) {
-  const std::string probe = PublicationTemporaryPath(path);
+                                       absl::string_view what,
+                                       TemporaryNaming naming) {
+  const std::string probe = naming == TemporaryNaming::kPublication
+                                ? PublicationTemporaryPath(path)
+                                : FileTemporaryName(path);
   const std::string dir = DirName(path);
   int fd = -1, err = 0;
   {
@@ -836,10 +845,17 @@ std::string PublicationTemporaryPath(const std::string& path) {
   return absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), r);
 }
 
-std::string NewTemporaryPath(const std::string& path) {
-  RemoveStaleTemporaries(path);
+namespace {
+// NewTemporaryPath's name, without its clearing of stale temporaries.
+std::string FileTemporaryName(const std::string& path) {
   std::random_device rd;
   return absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
+}
+}  // namespace
+
+std::string NewTemporaryPath(const std::string& path) {
+  RemoveStaleTemporaries(path);
+  return FileTemporaryName(path);
 }
 
 }  // namespace coppelius

@@ -154,7 +154,7 @@ std::string NewTemporaryPath(const std::string& path);
 // A fresh temporary name for a checkpoint publication of `path`:
 // "<path>.tmp.<pid>.<16 hex digits>" (random). The one place that format
 // is made (checkpoint/publisher.h's IsTemporaryName parses it); the longest
-// temporary name of any writer here, which ProbeTemporaryInDirectory tries.
+// temporary name of any writer here.
 std::string PublicationTemporaryPath(const std::string& path);
 
 // The most a stream (standard input, a pipe, a FIFO, the shell's `<(...)`)
@@ -336,28 +336,34 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
 
 // Checks an output path before any work is done, so that a typo costs
 // nothing: OK for "-" and for a path that is not a directory and whose
-// directory exists and takes the path's temporaries
-// (ProbeTemporaryInDirectory; an existing device or FIFO is fine: it is
-// written, not replaced). A symbolic link is checked as its target
-// (OutputTarget: a link to nothing is InvalidArgument "WHAT PATH: a
-// symbolic link to a missing file or a loop ..."). InvalidArgument "WHAT PATH: is a directory, expected a file
-// path" or "WHAT PATH: DIR is not a directory"; NotFound "WHAT PATH:
-// directory DIR does not exist".
+// directory exists and takes the path's temporaries (NewTemporaryPath's,
+// as WriteFileAtomically and the token cache writer make them:
+// ProbeTemporaryInDirectory with kFile; an existing device or FIFO is
+// fine: it is written, not replaced). A symbolic link is checked as its
+// target (OutputTarget: a link to nothing is InvalidArgument "WHAT PATH: a
+// symbolic link to a missing file or a loop ..."). InvalidArgument "WHAT
+// PATH: is a directory, expected a file path" or "WHAT PATH: DIR is not a
+// directory"; NotFound "WHAT PATH: directory DIR does not exist".
 absl::Status CheckOutputPathUsable(const std::string& path,
                                    absl::string_view what);
 
+// Which temporaries a writer of a path makes: NewTemporaryPath's
+// ("<path>.tmp-<pid>-<8 hex>") or PublicationTemporaryPath's, 8 bytes
+// longer ("<path>.tmp.<pid>.<16 hex>").
+enum class TemporaryNaming { kFile, kPublication };
+
 // Creates and at once removes, in the directory of `path`, a file named
-// like the longest temporary a writer of `path` uses
-// (PublicationTemporaryPath; NewTemporaryPath's is shorter), so that
-// an output that cannot be published is refused before the work rather
-// than after it. InvalidArgument "WHAT PATH: too long a name for its
+// like the temporary a writer of `path` uses (`naming`; the checkpoint
+// publisher's by default), so that an output that cannot be published is
+// refused before the work rather than after it. InvalidArgument "WHAT PATH: too long a name for its
 // temporary (... bytes; the directory allows N)"; PermissionDenied "WHAT
 // PATH: cannot create files in directory DIR (reason)" (read-only file
 // system, no write permission); NotFound when the directory is missing;
 // other errors as ErrnoStatus. CheckOutputPathUsable calls it for a path
 // that is absent or a regular file.
-absl::Status ProbeTemporaryInDirectory(const std::string& path,
-                                       absl::string_view what);
+absl::Status ProbeTemporaryInDirectory(
+    const std::string& path, absl::string_view what,
+    TemporaryNaming naming = TemporaryNaming::kPublication);
 
 // The directory part of `path` ("." when it has none).
 std::string DirName(const std::string& path);

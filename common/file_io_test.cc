@@ -511,12 +511,13 @@ TEST(CheckOutputPathUsable, DirectoriesAndMissingParentsAreRefused) {
   EXPECT_EQ(s.message(), "--result " + file + "/x: " + file + " is not a directory");
 }
 
-// A name that fits the directory but whose temporary ("NAME.tmp.PID.<16
-// hex>") does not is refused up front, not after the work.
+// A name that fits the directory but whose temporary ("NAME.tmp-PID-<8
+// hex>", NewTemporaryPath's) does not is refused up front, not after the
+// work.
 TEST(CheckOutputPathUsable, NamesWhoseTemporaryIsTooLongAreRefused) {
   const std::string fits = TestDir() + "/" + std::string(200, 'y');
   EXPECT_TRUE(CheckOutputPathUsable(fits, "-o").ok());
-  const std::string long_name = TestDir() + "/" + std::string(240, 'y');
+  const std::string long_name = TestDir() + "/" + std::string(245, 'y');
   absl::Status s = CheckOutputPathUsable(long_name, "-o");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(s.message(), testing::HasSubstr("too long a name for its "
@@ -688,12 +689,30 @@ TEST(WriteFileAtomically, StandardOutputByNameIsWrittenNotReplaced) {
   EXPECT_EQ(after.st_ino, before.st_ino);  // the same file, not a new one
 }
 
+// The tools' temporaries ("NAME.tmp-PID-<8 hex>") are 8 bytes shorter than
+// the checkpoint publisher's ("NAME.tmp.PID.<16 hex>"): with a pid of 1 to 7
+// digits a 233-byte name takes the first and not the second, and each
+// probe tries its own (CheckOutputPathUsable the first).
+TEST(CheckOutputPathUsable, ProbesTheTemporaryItsWriterMakes) {
+  const std::string name = TestDir() + "/" + std::string(233, 'e');
+  EXPECT_TRUE(CheckOutputPathUsable(name, "-o").ok());
+  EXPECT_TRUE(
+      ProbeTemporaryInDirectory(name, "-o", TemporaryNaming::kFile).ok());
+  const absl::Status s = ProbeTemporaryInDirectory(name, "--checkpoint-out");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), testing::HasSubstr("too long a name for its "
+                                              "temporary"));
+  // And the tools' writer publishes such a name.
+  EXPECT_TRUE(WriteFileAtomically(name, "x").ok());
+  unlink(name.c_str());
+}
+
 // A link's temporaries go beside its target: the target's directory is the
 // one checked (here its name is too long for a temporary beside it).
 TEST(CheckOutputPathUsable, ChecksALinksTarget) {
   const std::string dir = TestDir() + "/link_target_dir";
   mkdir(dir.c_str(), 0755);
-  const std::string long_target = dir + "/" + std::string(240, 'z');
+  const std::string long_target = dir + "/" + std::string(245, 'z');
   ASSERT_TRUE(WriteFileAtomically(dir + "/short", "x").ok());
   ASSERT_EQ(rename((dir + "/short").c_str(), long_target.c_str()), 0);
   const std::string link_path = TestDir() + "/link_to_long";
