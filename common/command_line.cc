@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ostream>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -203,6 +205,31 @@ NormalizedCommandLine::NormalizedCommandLine(
     args_.push_back(a);
   }
   for (std::string& a : args_) pointers_.push_back(&a[0]);
+}
+
+std::set<std::string> GivenFlagNames(int argc, char** argv) {
+  std::set<std::string> names;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-') continue;
+    a.remove_prefix(a[1] == '-' ? 2 : 1);
+    names.insert(std::string(a.substr(0, a.find('='))));
+  }
+  return names;
+}
+
+void WarnUnusedFlags(absl::string_view program, absl::string_view mode,
+                     const std::set<std::string>& given,
+                     const std::vector<FlagSpelling>& unused,
+                     std::ostream& err) {
+  for (const FlagSpelling& flag : unused) {
+    if (given.count(flag.name) != 0 ||
+        given.count(absl::StrCat("no", flag.name)) != 0) {
+      err << program << ": warning: " << flag.spelling << " is not used by "
+          << mode << ": ignored" << std::endl;
+    }
+  }
 }
 
 }  // namespace coppelius

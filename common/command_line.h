@@ -11,7 +11,9 @@
 #define COPPELIUS_COMMON_COMMAND_LINE_H_
 
 #include <initializer_list>
+#include <ostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,28 @@ std::string UsageText(const char* argv0, const UsageRequest& request);
 // build (NDEBUG not #defined)", described Debian's prebuilt libabsl).
 // No version number: the tools are not stamped with one.
 std::string VersionText(absl::string_view program);
+
+// The names in the flag arguments of a normalized command line (before
+// "--"): "-name", "--name", either with "=value"; a bool flag's "--noname"
+// gives "noname". (This Abseil keeps a flag's "specified on the command
+// line" bit private.) A separate value argument ("--vocab V") may add a
+// name that matches no flag, which is harmless.
+std::set<std::string> GivenFlagNames(int argc, char** argv);
+
+// A flag as Abseil names it ("vocab_size") and as the usage spells it
+// ("--vocab-size").
+struct FlagSpelling {
+  const char* name;
+  const char* spelling;
+};
+
+// For each flag of `unused` that `given` (GivenFlagNames) holds, by its
+// name or a bool's "no" form, the line "PROGRAM: warning: SPELLING is not
+// used by MODE: ignored" on `err`, in `unused`'s order.
+void WarnUnusedFlags(absl::string_view program, absl::string_view mode,
+                     const std::set<std::string>& given,
+                     const std::vector<FlagSpelling>& unused,
+                     std::ostream& err);
 
 class NormalizedCommandLine;
 

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -81,6 +83,30 @@ std::optional<UsageRequest> Find(std::vector<std::string> in) {
 
 // -h, -help and --help ask for the usage, and so do Abseil's other usage
 // flags; a flag's value ("--test_path -h") and what follows "--" do not.
+// GivenFlagNames: one or two dashes, with or without "=value", "--noname"
+// as given; positional arguments and anything after "--" are not flags.
+// WarnUnusedFlags: one line per unused flag given (by name or "no" form),
+// in the list's order, nothing for one not given.
+TEST(GivenFlagNames, NamesAndWarnings) {
+  std::vector<std::string> args = {"x",       "in.txt",  "-vocab=v",
+                                   "--noprogress", "--threads", "4",
+                                   "--",      "--json"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  const std::set<std::string> given =
+      GivenFlagNames(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(given, (std::set<std::string>{"vocab", "noprogress", "threads"}));
+  std::ostringstream err;
+  WarnUnusedFlags("tool", "mode", given,
+                  {{"threads", "--threads"},
+                   {"json", "--json"},
+                   {"progress", "--progress"}},
+                  err);
+  EXPECT_EQ(err.str(),
+            "tool: warning: --threads is not used by mode: ignored\n"
+            "tool: warning: --progress is not used by mode: ignored\n");
+}
+
 TEST(FindUsageRequest, FlagsOnlyNotValuesNorAfterDoubleDash) {
   const struct {
     std::vector<std::string> args;

@@ -216,6 +216,24 @@ grep -qx 'inspect: warning: --json is not used by plot: ignored' "$d/w.err" \
   && grep -qx 'inspect: warning: --vocab is not used by plot: ignored' "$d/w.err" \
   || fail "plot --json --vocab warnings: $(cat "$d/w.err")"
 "$inspect" --config=tiny --json --kind=result "$d/complete.res" > /dev/null || fail "--kind=result"
+# -o with the report or verify is a usage error (their output goes to
+# standard output; the file asked for would not be written), and no file
+# appears; every other flag a mode does not use gets its warning (here
+# verify's --safetensors and --smoothing, the report's --safetensors).
+for mode in "" verify; do
+  "$inspect" $mode --config=tiny "$d/complete.res" -o "$d/report.out" > /dev/null 2> "$d/o.err"; rc=$?
+  [[ $rc == 2 && $(wc -l < "$d/o.err") == 1 && ! -e "$d/report.out" ]] \
+    && grep -q '^inspect: INVALID_ARGUMENT: -o: .*standard output' "$d/o.err" \
+    || fail "inspect $mode -o: rc $rc, $(cat "$d/o.err")"
+done
+"$inspect" verify --config=tiny --safetensors="$d/model.ckpt" --smoothing=7 "$d/complete.res" > /dev/null 2> "$d/w.err" \
+  || fail "verify with unused flags: $(cat "$d/w.err")"
+[[ "$(cat "$d/w.err")" == "inspect: warning: --safetensors is not used by verify: ignored
+inspect: warning: --smoothing is not used by verify: ignored" ]] || fail "verify warnings: $(cat "$d/w.err")"
+"$inspect" --config=tiny --safetensors "$d/model.ckpt" "$d/complete.res" > /dev/null 2> "$d/w.err" \
+  || fail "report with --safetensors: $(cat "$d/w.err")"
+grep -qx 'inspect: warning: --safetensors is not used by the report: ignored' "$d/w.err" \
+  || fail "report --safetensors warning: $(cat "$d/w.err")"
 
 # Plot: a corrupt result is refused as verify reads it (exit 1, one line),
 # not drawn: a NaN loss in window 0 that the error notifier does not count,

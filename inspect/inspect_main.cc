@@ -23,13 +23,14 @@
 // such as --threads outside 0..1024 or --smoothing < 1, a missing FILE), 1
 // for any other error (a bad input, a failed verify), as in every tool
 // (README); -h and --help print the usage on stdout and exit 0. A flag
-// the mode or file kind does not use (--source, --vocab) gets a one-line
-// warning.
+// the mode does not use gets a one-line warning (kFlagUses), but -o in the
+// report or verify is a usage error: their output goes to standard output.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
+#include <set>
 #include <thread>
 #include <string>
 #include <vector>
@@ -76,11 +77,35 @@ constexpr char kUsage[] =
     "  inspect export --safetensors CKPT -o model.safetensors "
     "[--kind=checkpoint]";
 
-// A one-line warning for a flag the mode does not use.
-void WarnUnused(absl::string_view mode, bool given, absl::string_view flag) {
-  if (!given) return;
-  std::cerr << "inspect: warning: " << flag << " is not used by " << mode
-            << ": ignored" << std::endl;
+// Which modes use each flag (--config and --kind: all of them). -o in the
+// report or verify is refused instead (main): the output goes to standard
+// output there, and a file asked for would silently not be written.
+struct FlagUse {
+  coppelius::FlagSpelling flag;
+  bool report, verify, plot, export_;
+};
+constexpr FlagUse kFlagUses[] = {
+    {{"json", "--json"}, true, true, false, false},
+    {{"source", "--source"}, true, true, false, false},
+    {{"vocab", "--vocab"}, true, true, false, false},
+    {{"safetensors", "--safetensors"}, false, false, false, true},
+    {{"smoothing", "--smoothing"}, true, false, true, false},
+    {{"threads", "--threads"}, true, true, false, true},
+};
+
+// A one-line warning for each flag of `given` that `mode` (the report,
+// verify, plot or export) does not use.
+void WarnUnusedFlags(absl::string_view mode,
+                     const std::set<std::string>& given) {
+  std::vector<coppelius::FlagSpelling> unused;
+  for (const FlagUse& use : kFlagUses) {
+    const bool used = mode == "verify"   ? use.verify
+                      : mode == "plot"   ? use.plot
+                      : mode == "export" ? use.export_
+                                         : use.report;
+    if (!used) unused.push_back(use.flag);
+  }
+  coppelius::WarnUnusedFlags("inspect", mode, given, unused, std::cerr);
 }
 
 int Fail(const absl::Status& status) {
@@ -98,6 +123,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(
       argc, argv, {"safetensors", "source", "vocab"});
+  const std::set<std::string> given_flags =
+      coppelius::GivenFlagNames(command_line.argc(), command_line.argv());
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
   absl::StatusOr<coppelius::ParsedFlags> parsed =
       coppelius::ParseFlags("inspect", command_line);
@@ -144,15 +171,14 @@ int main(int argc, char** argv) {
   // Not std::cout: a write that fails (a full disk) is reported with its
   // reason (common/file_io.h).
   coppelius::FdOutputStream out(STDOUT_FILENO, "<stdout>");
-  const bool source = !absl::GetFlag(FLAGS_source).empty();
-  const bool vocab = !absl::GetFlag(FLAGS_vocab).empty();
-  if (mode == "plot" || mode == "export") {
-    WarnUnused(mode, source, "--source");
-    WarnUnused(mode, vocab, "--vocab");
-    WarnUnused(mode, absl::GetFlag(FLAGS_json), "--json");
-  }
   absl::Status status;
   if (mode == "verify") {
+    if (!absl::GetFlag(FLAGS_o).empty()) {
+      return Fail(coppelius::UsageError(
+          "-o: verify writes its report to standard output (inspect verify "
+          "... > FILE); -o names plot's and export's output"));
+    }
+    WarnUnusedFlags(mode, given_flags);
     coppelius::VerifyOptions o;
     o.paths.assign(rest.begin() + 1, rest.end());
     o.kind = *kind;
@@ -163,6 +189,7 @@ int main(int argc, char** argv) {
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunVerify(o, out);
   } else if (mode == "plot") {
+    WarnUnusedFlags(mode, given_flags);
     coppelius::PlotOptions o;
     o.results.assign(rest.begin() + 1, rest.end());
     o.output = absl::GetFlag(FLAGS_o);
@@ -176,6 +203,7 @@ int main(int argc, char** argv) {
           "export: unexpected arguments; usage: inspect export --safetensors "
           "CKPT -o OUT"));
     }
+    WarnUnusedFlags(mode, given_flags);
     coppelius::ExportOptions o;
     o.checkpoint = absl::GetFlag(FLAGS_safetensors);
     o.output = absl::GetFlag(FLAGS_o);
@@ -202,6 +230,12 @@ int main(int argc, char** argv) {
           "expected exactly one FILE, got ", rest.size(),
           " (inspect --help lists the usage and the flags)")));
     }
+    if (!absl::GetFlag(FLAGS_o).empty()) {
+      return Fail(coppelius::UsageError(
+          "-o: the report goes to standard output (inspect FILE > OUT); -o "
+          "names plot's and export's output"));
+    }
+    WarnUnusedFlags("the report", given_flags);
     coppelius::InspectOptions o;
     o.path = rest[0];
     o.kind = *kind;

@@ -65,38 +65,18 @@ constexpr FlagUse kFlagUses[] = {
     {"progress", "--progress", false, false, true},
 };
 
-// The names in the flag arguments of a normalized command line (before
-// "--"): "-name", "--name", either with "=value"; a bool flag's "--noname"
-// gives "noname". (This Abseil keeps a flag's "specified on the command
-// line" bit private.) A separate value argument ("--vocab V") may add a
-// name that matches no flag, which is harmless.
-std::set<std::string> GivenFlagNames(int argc, char** argv) {
-  std::set<std::string> names;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view a = argv[i];
-    if (a == "--") break;
-    if (a.size() < 2 || a[0] != '-') continue;
-    a.remove_prefix(a[1] == '-' ? 2 : 1);
-    names.insert(std::string(a.substr(0, a.find('='))));
-  }
-  return names;
-}
-
 // A one-line warning on stderr for each flag in `given` that `command` does
 // not use (inspect does the same for its modes).
 void WarnUnusedFlags(absl::string_view command,
                      const std::set<std::string>& given) {
+  std::vector<coppelius::FlagSpelling> unused;
   for (const FlagUse& use : kFlagUses) {
     const bool used = command == "encode"   ? use.encode
                       : command == "decode" ? use.decode
                                             : use.train;
-    if (used) continue;
-    if (given.count(use.name) != 0 ||
-        given.count(absl::StrCat("no", use.name)) != 0) {
-      std::cerr << "tokenize: warning: " << use.spelling << " is not used by "
-                << command << ": ignored" << std::endl;
-    }
+    if (!used) unused.push_back({use.name, use.spelling});
   }
+  coppelius::WarnUnusedFlags("tokenize", command, given, unused, std::cerr);
 }
 
 absl::Status Run(const std::vector<char*>& args,
@@ -183,7 +163,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   coppelius::NormalizedCommandLine command_line(argc, argv);
   const std::set<std::string> given_flags =
-      GivenFlagNames(command_line.argc(), command_line.argv());
+      coppelius::GivenFlagNames(command_line.argc(), command_line.argv());
   // Unknown flags and unparsable values: usage errors (exit 2), as ours.
   absl::StatusOr<coppelius::ParsedFlags> parsed =
       coppelius::ParseFlags("tokenize", command_line);
