@@ -152,7 +152,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   SourceStat source_stat;
   if (!from_stdin) {
     absl::StatusOr<SourceStat> stat = StatSource(options.source_path);
-    if (absl::IsInvalidArgument(stat.status())) {
+    struct stat st;
+    if (absl::IsInvalidArgument(stat.status()) &&
+        ::stat(options.source_path.c_str(), &st) == 0 &&
+        !S_ISDIR(st.st_mode)) {
       // A named pipe or `<(...)`: the header records the source's size and
       // modification time, which a stream does not have; standard input is
       // the way to give one (the README's rule reads pipes elsewhere).

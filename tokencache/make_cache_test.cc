@@ -520,6 +520,18 @@ TEST(RunMakeCache, NamedPipeSourceIsRefusedWithTheWayToGiveAStream) {
   unlink(fifo.c_str());
 }
 
+// A directory as SOURCE is named as one, without the pipes' advice.
+TEST(RunMakeCache, DirectorySourceIsNamedAsADirectory) {
+  const std::string dir = TestDir() + "/src_dir";
+  mkdir(dir.c_str(), 0755);
+  MakeCacheOptions o = Options(dir, TestDir() + "/dir.tok");
+  const absl::Status s = RunMakeCache(o, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(),
+            "source: " + dir + ": is a directory, expected a text file");
+  EXPECT_NE(access((TestDir() + "/dir.tok").c_str(), F_OK), 0);
+}
+
 TEST(RunMakeCache, RefusesToReplaceTheVocabularyOrADevice) {
   const std::string source = TestDir() + "/src_refuse.txt";
   WriteFile(source, "hello world");

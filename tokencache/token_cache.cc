@@ -26,6 +26,10 @@ constexpr size_t kWriteBufferBytes = 1 << 20;
 absl::StatusOr<SourceStat> StatSource(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "stat of", path);
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, expected a text file"));
+  }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a regular file, expected a text file"));
