@@ -121,10 +121,18 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
       in_st.st_ino != out_st.st_ino) {
     return absl::OkStatus();
   }
+  // `>> input` opens standard output for appending and leaves the input
+  // as it was; `> input` empties it first.
+  const int flags = fcntl(STDOUT_FILENO, F_GETFL);
+  const bool appends = flags != -1 && (flags & O_APPEND) != 0;
   return absl::InvalidArgumentError(absl::StrCat(
-      what, " ", input, " is also the output (standard output, -o -): a ",
-      "shell `> ", input, "` empties it before the program starts; write ",
-      "the output to another file"));
+      what, " ", input, " is also the output (standard output, -o -): ",
+      appends ? absl::StrCat("a shell `>> ", input,
+                             "` would append the output to it while it is "
+                             "read")
+              : absl::StrCat("a shell `> ", input,
+                             "` empties it before the program starts"),
+      "; write the output to another file"));
 }
 
 absl::Status CheckNotATokenCache(const std::string& output,

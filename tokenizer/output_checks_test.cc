@@ -83,9 +83,11 @@ TEST(CheckNotCoppeliusFile, AcceptsEverythingElse) {
 absl::Status CheckWithStdoutOn(const std::string& stdout_path,
                                const std::string& output,
                                absl::string_view what,
-                               const std::string& input) {
+                               const std::string& input,
+                               bool append = false) {
   const int saved = dup(STDOUT_FILENO);
-  const int fd = open(stdout_path.c_str(), O_WRONLY | O_CREAT, 0644);
+  const int fd = open(stdout_path.c_str(),
+                      O_WRONLY | O_CREAT | (append ? O_APPEND : 0), 0644);
   EXPECT_GE(saved, 0);
   EXPECT_GE(fd, 0);
   dup2(fd, STDOUT_FILENO);
@@ -105,6 +107,15 @@ TEST(CheckOutputIsNotInput, RefusesStandardOutputThatIsTheInput) {
                         " is also the output (standard "
                         "output, -o -)"));
   EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("a shell `> " + in +
+                        "` empties it before the program starts"));
+  // `>> in` (O_APPEND): refused too, said as what it would do.
+  s = CheckWithStdoutOn(in, "-", "input file", in, /*append=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("a shell `>> " + in +
+                        "` would append the output to it while it is read"));
   // Through another name of the same file (a hard link).
   const std::string link = TmpPath("stdout_link.txt");
   unlink(link.c_str());
