@@ -216,6 +216,16 @@ grep -qx 'inspect: warning: --json is not used by plot: ignored' "$d/w.err" \
   && grep -qx 'inspect: warning: --vocab is not used by plot: ignored' "$d/w.err" \
   || fail "plot --json --vocab warnings: $(cat "$d/w.err")"
 "$inspect" --config=tiny --json --kind=result "$d/complete.res" > /dev/null || fail "--kind=result"
+# Standard output on an input (`... -o - > X`, `inspect X > X`): the shell
+# emptied X before inspect started; the one line says so, exit 1, instead
+# of reporting a 0-byte X.
+for args in "plot --config=tiny X -o -" "export --config=tiny --safetensors X -o -" "--config=tiny X" "verify --config=tiny X"; do
+  cp "$d/complete.res" "$d/x.in"; [[ $args == export* ]] && cp "$d/model.ckpt" "$d/x.in"
+  "$inspect" ${args//X/$d/x.in} > "$d/x.in" 2> "$d/x.err"; rc=$?
+  [[ $rc == 1 && $(wc -l < "$d/x.err") == 1 ]] \
+    && grep -qF "inspect: INVALID_ARGUMENT: input file $d/x.in is also the output (standard output, -o -): a shell \`> $d/x.in\` empties it before the program starts" "$d/x.err" \
+    || fail "inspect $args > X: rc $rc, $(cat "$d/x.err")"
+done
 # -o with the report or verify is a usage error (their output goes to
 # standard output; the file asked for would not be written), and no file
 # appears; every other flag a mode does not use gets its warning (here

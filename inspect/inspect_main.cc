@@ -47,6 +47,7 @@
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "inspect/inspect.h"
+#include "tokenizer/output_checks.h"
 
 ABSL_FLAG(bool, json, false, "one JSON object on stdout instead of text");
 ABSL_FLAG(std::string, source, "",
@@ -158,6 +159,25 @@ int main(int argc, char** argv) {
     return Fail(absl::FailedPreconditionError(
         absl::StrCat(stdout_use, ": standard output is closed; expected "
                                  "somewhere to write")));
+  }
+  // Nor an input (`inspect export --safetensors X -o - > X`: the shell
+  // emptied X before the program started, which would then report a 0-byte
+  // X, not the mistake).
+  if (writes_stdout) {
+    std::vector<std::string> inputs;
+    if (mode == "export") {
+      inputs.push_back(absl::GetFlag(FLAGS_safetensors));
+    } else {
+      inputs.assign(rest.begin() + (mode == "verify" || mode == "plot"),
+                    rest.end());
+    }
+    for (const std::string& in : inputs) {
+      if (absl::Status s =
+              coppelius::CheckOutputIsNotInput("-", "input file", in);
+          !s.ok()) {
+        return Fail(s);
+      }
+    }
   }
   // Nor an existing checkpoint, result or cache (`>> run.ckpt`): what is
   // published is never damaged.
