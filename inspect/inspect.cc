@@ -191,7 +191,19 @@ struct CacheReport {
   // rule that a vocabulary file modified after the cache makes it stale
   // (tokencache/decode_check.h VocabularyNewerThanCache), or "".
   std::string vocabulary_newer;
+  // That rule could not be applied: the vocabulary or the cache came from a
+  // stream (a pipe), which has no modification time. The ids are still
+  // decoded against the source.
+  bool vocabulary_time_unknown = false;
 };
+
+// The spools of streams that had no modification time (pipes), as
+// WithStreamsSpooled made them for the command running; a spool of a
+// regular file on standard input carries that file's times instead.
+std::set<std::string>& TimelessSpools() {
+  static std::set<std::string>* spools = new std::set<std::string>();
+  return *spools;
+}
 
 // The vocabulary and the source text of the decode check (--vocab with
 // --source), read when the first cache that is checked needs them and kept
@@ -265,11 +277,16 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
       r.decode_skipped = "the header cannot be a source's";
     } else if (r.staleness && r.staleness->staleness != Staleness::kFresh) {
       r.decode_skipped = "the header is stale";
-    } else if (r.vocabulary_newer = VocabularyNewerThanCache(
-                   decode_inputs.vocab_path(), info.file_mtime);
-               !r.vocabulary_newer.empty()) {
+    } else if (const std::optional<std::string> newer =
+                   VocabularyNewerThanCache(decode_inputs.vocab_path(),
+                                            info.file_mtime);
+               newer && !newer->empty() &&
+               TimelessSpools().count(path) == 0) {
+      r.vocabulary_newer = *newer;
       r.decode_skipped = "the vocabulary is newer than the cache";
     } else {
+      r.vocabulary_time_unknown =
+          !newer || TimelessSpools().count(path) != 0;
       RETURN_IF_ERROR(decode_inputs.Load());
       decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
                      "");
@@ -388,9 +405,21 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
       j.Key("staleness");
       j.BeginObject();
       j.Field("state", StalenessName(r.staleness->staleness));
-      j.FieldBool("fresh", r.staleness->staleness == Staleness::kFresh &&
-                               r.vocabulary_newer.empty());
-      j.FieldBool("vocabulary_newer", !r.vocabulary_newer.empty());
+      // null: the vocabulary rule could not be applied (a stream's time).
+      j.Key("fresh");
+      if (r.vocabulary_time_unknown &&
+          r.staleness->staleness == Staleness::kFresh) {
+        j.Null();
+      } else {
+        j.Bool(r.staleness->staleness == Staleness::kFresh &&
+               r.vocabulary_newer.empty());
+      }
+      j.Key("vocabulary_newer");
+      if (r.vocabulary_time_unknown) {
+        j.Null();
+      } else {
+        j.Bool(!r.vocabulary_newer.empty());
+      }
       j.FieldInt("source_mtime_ns",
                  static_cast<int64_t>(r.staleness->source.mtime_ns));
       j.FieldUint("source_size_bytes", r.staleness->source.size_bytes);
@@ -424,6 +453,9 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
   if (!r.vocabulary_newer.empty()) {
     out << "  vocabulary: stale: " << r.vocabulary_newer
         << " (make-cache rebuilds it)\n";
+  } else if (r.vocabulary_time_unknown) {
+    out << "  vocabulary: not compared with the cache's time (a stream has "
+           "none; make-cache rebuilds when its vocabulary is one)\n";
   }
   if (r.decode_difference) {
     out << "  ids decoded against the source: "
@@ -1378,7 +1410,11 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
                              "vocabulary; --config=NAME checks another"));
       // Fresh against --source: by the header alone, or also by its ids
       // decoded against the source (--vocab).
-      if (cache->decode_difference) {
+      if (cache->decode_difference && cache->vocabulary_time_unknown) {
+        absl::StrAppend(&v.checked,
+                        "; its ids decode to the source (the vocabulary's "
+                        "time not compared: a stream has none)");
+      } else if (cache->decode_difference) {
         absl::StrAppend(&v.checked, "; fresh: its ids decode to the source");
       } else if (cache->staleness &&
                  cache->staleness->staleness == Staleness::kFresh &&
@@ -1467,6 +1503,7 @@ absl::Status WithStreamsSpooled(
     for (const auto& [spool, stream] : names) {
       unlink(spool.c_str());
       KeepOnInterrupt(spool);
+      TimelessSpools().erase(spool);
     }
   };
   for (size_t i = 0; i < paths.size(); ++i) {
@@ -1497,6 +1534,19 @@ absl::Status WithStreamsSpooled(
     // Copied piece by piece: memory stays small whatever the stream holds
     // (up to kMaxStreamBytes, common/file_io.h, as every tool reads one).
     absl::Status w = CopyStream(path, fd, spool_name(spool), kMaxStreamBytes);
+    // The stream's times, where it has them (a regular file redirected to
+    // standard input), so that the copy is judged as the file would be;
+    // a pipe's spool is marked as having none (TimelessSpools).
+    struct stat stream_st;
+    const int got = path == "-" ? fstat(STDIN_FILENO, &stream_st)
+                                : stat(path.c_str(), &stream_st);
+    if (w.ok() && got == 0 && S_ISREG(stream_st.st_mode)) {
+      const struct timespec times[2] = {stream_st.st_atim,
+                                        stream_st.st_mtim};
+      futimens(fd, times);
+    } else {
+      TimelessSpools().insert(spool);
+    }
     close(fd);
     if (!w.ok()) return w;
     spooled[i] = spool;

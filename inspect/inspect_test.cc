@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -1607,6 +1608,14 @@ class InspectDecodeTest : public InspectTest {
                         " (cache; ids < 512, the V of config tiny; fresh: "
                         "its ids decode to the source)\n");
   }
+  // The line of a cache that passed whose vocabulary or self came from a
+  // pipe: the vocabulary's time could not be compared. `shown` as named.
+  static std::string OkTimeless(const std::string& shown) {
+    return absl::StrCat("OK ", shown,
+                        " (cache; ids < 512, the V of config tiny; its ids "
+                        "decode to the source (the vocabulary's time not "
+                        "compared: a stream has none))\n");
+  }
   SourceStat source_;
 };
 
@@ -1629,7 +1638,9 @@ TEST_F(InspectDecodeTest, VerifyReadsTheVocabularyOnceForAllCaches) {
   dup2(saved_stdin, STDIN_FILENO);
   close(saved_stdin);
   EXPECT_TRUE(s.ok()) << s << "\n" << report;
-  EXPECT_EQ(report, Ok("abab.tok") + Ok("again.tok") + Ok("abab.tok"));
+  EXPECT_EQ(report, OkTimeless(Path("abab.tok")) +
+                        OkTimeless(Path("again.tok")) +
+                        OkTimeless(Path("abab.tok")));
 }
 
 // A cache that already failed a check (a stale header, a header no source
@@ -1826,6 +1837,121 @@ TEST_F(InspectDecodeTest, AVocabularyNewerThanTheCacheIsStaleAsInMakeCache) {
                                      " is newer than the cache (make-cache "
                                      "rebuilds it)\n")));
   EXPECT_FALSE(make_cache_keeps(Path("newer.tiktoken")));
+}
+
+// The same rule with the vocabulary or the cache on standard input: a
+// regular file redirected there (`< FILE`) is judged by its time, as its
+// path would be; a pipe has no time, so the rule is reported as not
+// applied (the ids are still decoded; JSON null), where it had silently
+// passed, and make-cache rebuilds rather than keep a cache it cannot judge.
+TEST_F(InspectDecodeTest, TheVocabularyRuleOnStandardInput) {
+  struct stat st;
+  ASSERT_EQ(stat(Path("abab.tok").c_str(), &st), 0);
+  const auto set_mtime = [](const std::string& path, struct timespec t) {
+    const struct timespec times[2] = {t, t};
+    EXPECT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+  };
+  struct timespec before = st.st_mtim, after = st.st_mtim;
+  before.tv_sec -= 10;
+  after.tv_sec += 10;
+  ASSERT_TRUE(WriteFileAtomically(Path("newer2.tiktoken"),
+                                  *ReadFile(Path("ab.tiktoken")))
+                  .ok());
+  set_mtime(Path("ab.tiktoken"), before);
+  set_mtime(Path("newer2.tiktoken"), after);
+  // Runs `body` with standard input on `file` (a regular file) or, when
+  // `pipe_bytes`, on a pipe holding its bytes.
+  const auto with_stdin = [](const std::string& file, bool pipe_bytes,
+                             const std::function<void()>& body) {
+    const int saved = dup(STDIN_FILENO);
+    if (pipe_bytes) {
+      const std::string bytes = *ReadFile(file);
+      int p[2];
+      ASSERT_EQ(pipe(p), 0);
+      ASSERT_EQ(write(p[1], bytes.data(), bytes.size()),
+                static_cast<ssize_t>(bytes.size()));  // fits the buffer
+      close(p[1]);
+      dup2(p[0], STDIN_FILENO);
+      close(p[0]);
+    } else {
+      const int fd = open(file.c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      dup2(fd, STDIN_FILENO);
+      close(fd);
+    }
+    body();
+    dup2(saved, STDIN_FILENO);
+    close(saved);
+  };
+  std::string report;
+  // --vocab=- < newer: stale, as by its path; < older: fresh.
+  with_stdin(Path("newer2.tiktoken"), false, [&] {
+    EXPECT_EQ(VerifyDecoding({"abab.tok"}, "-", &report).code(),
+              absl::StatusCode::kDataLoss);
+    EXPECT_THAT(report, HasSubstr("the vocabulary - is newer than the cache"));
+  });
+  with_stdin(Path("ab.tiktoken"), false, [&] {
+    EXPECT_TRUE(VerifyDecoding({"abab.tok"}, "-", &report).ok()) << report;
+    EXPECT_EQ(report, Ok("abab.tok"));
+  });
+  // The cache on standard input (`- < abab.tok`): judged by its time.
+  const auto verify_stdin_cache = [&](const std::string& vocab) {
+    VerifyOptions o;
+    o.paths = {"-"};
+    o.config = "tiny";
+    o.source = Path("abab.txt");
+    o.vocab = vocab;
+    std::ostringstream out;
+    const absl::Status s = RunVerify(o, out);
+    report = out.str();
+    return s;
+  };
+  with_stdin(Path("abab.tok"), false, [&] {
+    EXPECT_EQ(verify_stdin_cache(Path("newer2.tiktoken")).code(),
+              absl::StatusCode::kDataLoss);
+    EXPECT_THAT(report, HasSubstr("is newer than the cache"));
+  });
+  // From a pipe: not compared, said so; the decode still runs.
+  with_stdin(Path("abab.tok"), true, [&] {
+    EXPECT_TRUE(verify_stdin_cache(Path("newer2.tiktoken")).ok()) << report;
+    EXPECT_EQ(report, OkTimeless("-"));
+  });
+  // The report's JSON: null where the rule was not applied.
+  with_stdin(Path("ab.tiktoken"), true, [&] {
+    InspectOptions o;
+    o.path = Path("abab.tok");
+    o.config = "tiny";
+    o.source = Path("abab.txt");
+    o.vocab = "-";
+    o.json = true;
+    std::ostringstream out;
+    EXPECT_TRUE(RunInspect(o, out).ok());
+    EXPECT_THAT(out.str(), HasSubstr("\"fresh\":null"));
+    EXPECT_THAT(out.str(), HasSubstr("\"vocabulary_newer\":null"));
+    EXPECT_THAT(out.str(), HasSubstr("\"decodes_to_source\":true"));
+  });
+  // make-cache: the older vocabulary as `< FILE` keeps the cache; from a
+  // pipe it rebuilds.
+  const auto make_cache_keeps = [&] {
+    EXPECT_TRUE(WriteFileAtomically(Path("mc2.tok"),
+                                    *ReadFile(Path("abab.tok")))
+                    .ok());
+    set_mtime(Path("mc2.tok"), st.st_mtim);
+    MakeCacheOptions m;
+    m.vocab_path = "-";
+    m.source_path = Path("abab.txt");
+    m.output_path = Path("mc2.tok");
+    m.threads = 1;
+    m.summary = false;
+    MakeCacheReport r;
+    const absl::Status s = RunMakeCache(m, &r);
+    EXPECT_TRUE(s.ok()) << s;
+    return r.was_fresh;
+  };
+  with_stdin(Path("ab.tiktoken"), false,
+             [&] { EXPECT_TRUE(make_cache_keeps()); });
+  with_stdin(Path("ab.tiktoken"), true,
+             [&] { EXPECT_FALSE(make_cache_keeps()); });
 }
 
 }  // namespace

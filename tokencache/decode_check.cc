@@ -1,6 +1,7 @@
 #include "tokencache/decode_check.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -25,11 +26,16 @@ int64_t Nanoseconds(const struct timespec& t) {
 
 }  // namespace
 
-std::string VocabularyNewerThanCache(const std::string& vocab_path,
-                                     const struct timespec& cache_mtime) {
+std::optional<std::string> VocabularyNewerThanCache(
+    const std::string& vocab_path, const struct timespec& cache_mtime) {
   struct stat vocab_st;
-  if (stat(vocab_path.c_str(), &vocab_st) != 0) return "";
-  if (Nanoseconds(vocab_st.st_mtim) <= Nanoseconds(cache_mtime)) return "";
+  const int got = vocab_path == "-" ? fstat(STDIN_FILENO, &vocab_st)
+                                    : stat(vocab_path.c_str(), &vocab_st);
+  if (got != 0) return std::string();
+  if (!S_ISREG(vocab_st.st_mode)) return std::nullopt;
+  if (Nanoseconds(vocab_st.st_mtim) <= Nanoseconds(cache_mtime)) {
+    return std::string();
+  }
   return absl::StrCat("the vocabulary ", vocab_path,
                       " is newer than the cache");
 }

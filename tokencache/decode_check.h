@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -38,9 +39,12 @@ namespace coppelius {
 // `vocab_path` was modified after the cache (`cache_mtime`, its st_mtim):
 // make(1)'s rule for a prerequisite, since the header does not name its
 // vocabulary. "" when it was not, or when `vocab_path` cannot be stat'ed
-// (standard input, "-").
-std::string VocabularyNewerThanCache(const std::string& vocab_path,
-                                     const struct timespec& cache_mtime);
+// (loading it fails then). std::nullopt when the vocabulary has no
+// modification time to compare: a stream ("-" on a pipe, a named pipe);
+// "-" with a regular file redirected to standard input (`< v.tiktoken`) is
+// compared by that file's time.
+std::optional<std::string> VocabularyNewerThanCache(
+    const std::string& vocab_path, const struct timespec& cache_mtime);
 
 // Compares a cache's ids, fed in file order, decoded with `vocabulary`,
 // against `source` (the whole source text; both must outlive this object).

@@ -75,8 +75,14 @@ absl::StatusOr<std::string> StaleReason(const TokenCache& cache,
                                         const SourceStat& source,
                                         std::optional<std::string>* text) {
   // The rule inspect --source --vocab applies too (decode_check.h).
-  std::string newer = VocabularyNewerThanCache(vocab_path, cache_st.st_mtim);
-  if (!newer.empty()) return newer;
+  const std::optional<std::string> newer =
+      VocabularyNewerThanCache(vocab_path, cache_st.st_mtim);
+  if (!newer) {
+    return std::string(
+        "the vocabulary comes from a stream, whose modification time is "
+        "unknown (give it as a file to keep a fresh cache)");
+  }
+  if (!newer->empty()) return *newer;
   if (source.size_bytes > 0 && cache.num_tokens() == 0) {
     return absl::StrCat("it holds no tokens for ", source.size_bytes,
                         " source bytes");
