@@ -1616,6 +1616,44 @@ class InspectDecodeTest : public InspectTest {
                         "decode to the source (the vocabulary's time not "
                         "compared: a stream has none))\n");
   }
+  static void SetMtime(const std::string& path, struct timespec t) {
+    const struct timespec times[2] = {t, t};
+    EXPECT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+  }
+  // abab.tok's modification time, after ab.tiktoken is dated 10 s before
+  // it and a copy of it, `newer`, 10 s after it.
+  static struct timespec DateVocabulariesAroundTheCache(
+      const std::string& newer) {
+    struct stat st;
+    EXPECT_EQ(stat(Path("abab.tok").c_str(), &st), 0);
+    struct timespec before = st.st_mtim, after = st.st_mtim;
+    before.tv_sec -= 10;
+    after.tv_sec += 10;
+    EXPECT_TRUE(WriteFileAtomically(Path(newer),
+                                    *ReadFile(Path("ab.tiktoken")))
+                    .ok());
+    SetMtime(Path("ab.tiktoken"), before);
+    SetMtime(Path(newer), after);
+    return st.st_mtim;
+  }
+  // make-cache (vocabulary `vocab`) on `copy`, a copy of abab.tok dated
+  // `cache_mtime`: whether it kept the cache as fresh.
+  static bool MakeCacheKeeps(const std::string& vocab, const std::string& copy,
+                             struct timespec cache_mtime) {
+    EXPECT_TRUE(
+        WriteFileAtomically(Path(copy), *ReadFile(Path("abab.tok"))).ok());
+    SetMtime(Path(copy), cache_mtime);
+    MakeCacheOptions m;
+    m.vocab_path = vocab;
+    m.source_path = Path("abab.txt");
+    m.output_path = Path(copy);
+    m.threads = 1;
+    m.summary = false;
+    MakeCacheReport r;
+    const absl::Status s = RunMakeCache(m, &r);
+    EXPECT_TRUE(s.ok()) << s;
+    return r.was_fresh;
+  }
   SourceStat source_;
 };
 
@@ -1773,36 +1811,10 @@ TEST_F(InspectDecodeTest, ReportOfAStaleCacheFails) {
 // for both (verify said "OK ...; fresh: its ids decode to the source" where
 // make-cache rebuilt), the vocabulary older than it fresh for both.
 TEST_F(InspectDecodeTest, AVocabularyNewerThanTheCacheIsStaleAsInMakeCache) {
-  struct stat st;
-  ASSERT_EQ(stat(Path("abab.tok").c_str(), &st), 0);
-  const auto set_mtime = [](const std::string& path, struct timespec t) {
-    const struct timespec times[2] = {t, t};
-    EXPECT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
-  };
-  struct timespec before = st.st_mtim, after = st.st_mtim;
-  before.tv_sec -= 10;
-  after.tv_sec += 10;
-  ASSERT_TRUE(WriteFileAtomically(Path("newer.tiktoken"),
-                                  *ReadFile(Path("ab.tiktoken")))
-                  .ok());
-  set_mtime(Path("ab.tiktoken"), before);
-  set_mtime(Path("newer.tiktoken"), after);
-  // make-cache on a copy of the cache with its mtime: fresh (kept) or not.
+  const struct timespec cache_mtime =
+      DateVocabulariesAroundTheCache("newer.tiktoken");
   const auto make_cache_keeps = [&](const std::string& vocab) {
-    EXPECT_TRUE(WriteFileAtomically(Path("mc.tok"),
-                                    *ReadFile(Path("abab.tok")))
-                    .ok());
-    set_mtime(Path("mc.tok"), st.st_mtim);
-    MakeCacheOptions m;
-    m.vocab_path = vocab;
-    m.source_path = Path("abab.txt");
-    m.output_path = Path("mc.tok");
-    m.threads = 1;
-    m.summary = false;
-    MakeCacheReport r;
-    const absl::Status s = RunMakeCache(m, &r);
-    EXPECT_TRUE(s.ok()) << s;
-    return r.was_fresh;
+    return MakeCacheKeeps(vocab, "mc.tok", cache_mtime);
   };
   std::string report;
   // Older than the cache: fresh for both.
@@ -1845,20 +1857,8 @@ TEST_F(InspectDecodeTest, AVocabularyNewerThanTheCacheIsStaleAsInMakeCache) {
 // applied (the ids are still decoded; JSON null), where it had silently
 // passed, and make-cache rebuilds rather than keep a cache it cannot judge.
 TEST_F(InspectDecodeTest, TheVocabularyRuleOnStandardInput) {
-  struct stat st;
-  ASSERT_EQ(stat(Path("abab.tok").c_str(), &st), 0);
-  const auto set_mtime = [](const std::string& path, struct timespec t) {
-    const struct timespec times[2] = {t, t};
-    EXPECT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
-  };
-  struct timespec before = st.st_mtim, after = st.st_mtim;
-  before.tv_sec -= 10;
-  after.tv_sec += 10;
-  ASSERT_TRUE(WriteFileAtomically(Path("newer2.tiktoken"),
-                                  *ReadFile(Path("ab.tiktoken")))
-                  .ok());
-  set_mtime(Path("ab.tiktoken"), before);
-  set_mtime(Path("newer2.tiktoken"), after);
+  const struct timespec cache_mtime =
+      DateVocabulariesAroundTheCache("newer2.tiktoken");
   // Runs `body` with standard input on `file` (a regular file) or, when
   // `pipe_bytes`, on a pipe holding its bytes.
   const auto with_stdin = [](const std::string& file, bool pipe_bytes,
@@ -1933,20 +1933,7 @@ TEST_F(InspectDecodeTest, TheVocabularyRuleOnStandardInput) {
   // make-cache: the older vocabulary as `< FILE` keeps the cache; from a
   // pipe it rebuilds.
   const auto make_cache_keeps = [&] {
-    EXPECT_TRUE(WriteFileAtomically(Path("mc2.tok"),
-                                    *ReadFile(Path("abab.tok")))
-                    .ok());
-    set_mtime(Path("mc2.tok"), st.st_mtim);
-    MakeCacheOptions m;
-    m.vocab_path = "-";
-    m.source_path = Path("abab.txt");
-    m.output_path = Path("mc2.tok");
-    m.threads = 1;
-    m.summary = false;
-    MakeCacheReport r;
-    const absl::Status s = RunMakeCache(m, &r);
-    EXPECT_TRUE(s.ok()) << s;
-    return r.was_fresh;
+    return MakeCacheKeeps("-", "mc2.tok", cache_mtime);
   };
   with_stdin(Path("ab.tiktoken"), false,
              [&] { EXPECT_TRUE(make_cache_keeps()); });
