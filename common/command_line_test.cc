@@ -81,8 +81,6 @@ std::optional<UsageRequest> Find(std::vector<std::string> in) {
   return FindUsageRequest(static_cast<int>(argv.size()), argv.data());
 }
 
-// -h, -help and --help ask for the usage, and so do Abseil's other usage
-// flags; a flag's value ("--test_path -h") and what follows "--" do not.
 // GivenFlagNames: one or two dashes, with or without "=value", "--noname"
 // as given; positional arguments and anything after "--" are not flags.
 // WarnUnusedFlags: one line per unused flag given (by name or "no" form),
@@ -107,6 +105,8 @@ TEST(GivenFlagNames, NamesAndWarnings) {
             "tool: warning: --progress is not used by mode: ignored\n");
 }
 
+// -h, -help and --help ask for the usage, and so do Abseil's other usage
+// flags; a flag's value ("--test_path -h") and what follows "--" do not.
 TEST(FindUsageRequest, FlagsOnlyNotValuesNorAfterDoubleDash) {
   const struct {
     std::vector<std::string> args;

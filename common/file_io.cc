@@ -82,6 +82,10 @@ absl::Status CloseStandardOutput() {
   // flushes through it).
   if (std::fflush(stdout) != 0) {
     status = ErrnoStatus(errno, "writing", "<stdout>");
+  } else if (std::ferror(stdout)) {
+    // An earlier write failed; glibc dropped its buffer, so the flush now
+    // succeeds with nothing to write.
+    status = absl::InternalError("writing <stdout>: an earlier write failed");
   }
   std::cout.flush();
   if (!std::cout.good() && status.ok()) {

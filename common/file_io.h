@@ -115,8 +115,9 @@ bool StandardOutputWasClosed();
 // at close (a network file system's deferred write, a quota) fails the run
 // instead of passing unseen (the practice of gnulib's close_stdout). Fd 1 is
 // then /dev/null again, so no file opened later takes its number. Errors:
-// ErrnoStatus's codes, "closing <stdout>: reason" (a flush that fails:
-// InternalError "writing <stdout>: ...").
+// "closing <stdout>: reason" or, for a flush that fails, "writing <stdout>:
+// reason", with ErrnoStatus's codes; InternalError "writing <stdout>: ..."
+// for a stream already in error (stdio's error flag, std::cout's state).
 absl::Status CloseStandardOutput();
 
 // The size of the file standard output writes to when that is a regular

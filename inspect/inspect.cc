@@ -13,6 +13,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -1540,11 +1541,9 @@ absl::Status WithStreamsSpooled(
     struct stat stream_st;
     const int got = path == "-" ? fstat(STDIN_FILENO, &stream_st)
                                 : stat(path.c_str(), &stream_st);
-    if (w.ok() && got == 0 && S_ISREG(stream_st.st_mode)) {
-      const struct timespec times[2] = {stream_st.st_atim,
-                                        stream_st.st_mtim};
-      futimens(fd, times);
-    } else {
+    const struct timespec times[2] = {stream_st.st_atim, stream_st.st_mtim};
+    if (!(w.ok() && got == 0 && S_ISREG(stream_st.st_mode) &&
+          futimens(fd, times) == 0)) {
       TimelessSpools().insert(spool);
     }
     close(fd);

@@ -189,9 +189,10 @@ struct VerifyOptions {
 // not after tomorrow, at least one source byte per id) and is fresh against
 // `source` when given (by its header's mtime and size; with `vocab` too,
 // make-cache's rule, tokencache/decode_check.h: the vocabulary file not
-// modified after the cache, and its ids decoding to exactly the source's
-// bytes: what a cache cut to 16 + 4k bytes or made with another vocabulary
-// fails; the vocabulary and
+// modified after the cache — not compared, and said so in the OK line,
+// when the vocabulary or the cache comes from a pipe, which has no time —
+// and its ids decoding to exactly the source's bytes: what a cache cut to
+// 16 + 4k bytes or made with another vocabulary fails; the vocabulary and
 // the source are read once, for all the caches, and a cache that failed
 // an earlier check, stale, a header no source has, ids >= V, is not
 // decoded, its first failure line saying so). Writes "OK <path>

@@ -219,13 +219,23 @@ grep -qx 'inspect: warning: --json is not used by plot: ignored' "$d/w.err" \
 # Standard output on an input (`... -o - > X`, `inspect X > X`): the shell
 # emptied X before inspect started; the one line says so, exit 1, instead
 # of reporting a 0-byte X.
-for args in "plot --config=tiny X -o -" "export --config=tiny --safetensors X -o -" "--config=tiny X" "verify --config=tiny X"; do
+# (--vocab too, for the report and verify.)
+for args in "plot --config=tiny X -o -" "export --config=tiny --safetensors X -o -" "--config=tiny X" "verify --config=tiny X" \
+            "--config=tiny RES --vocab=X" "verify --config=tiny RES --vocab X"; do
   cp "$d/complete.res" "$d/x.in"; [[ $args == export* ]] && cp "$d/model.ckpt" "$d/x.in"
-  "$inspect" ${args//X/$d/x.in} > "$d/x.in" 2> "$d/x.err"; rc=$?
+  [[ $args == *--vocab* ]] && cp "$d/vocab.tiktoken" "$d/x.in"
+  label="standard output"; [[ $args == *"-o -"* ]] && label="standard output, -o -"
+  args=${args//X/$d/x.in}
+  "$inspect" ${args//RES/$d/complete.res} > "$d/x.in" 2> "$d/x.err"; rc=$?
   [[ $rc == 1 && $(wc -l < "$d/x.err") == 1 ]] \
-    && grep -qF "inspect: INVALID_ARGUMENT: input file $d/x.in is also the output (standard output, -o -): a shell \`> $d/x.in\` empties it before the program starts" "$d/x.err" \
+    && grep -qF "inspect: INVALID_ARGUMENT: input file $d/x.in is also the output ($label): a shell \`> $d/x.in\` empties it before the program starts" "$d/x.err" \
     || fail "inspect $args > X: rc $rc, $(cat "$d/x.err")"
 done
+# A usage error is one whatever standard output is: -o with the report,
+# standard output on its FILE.
+cp "$d/complete.res" "$d/x.in"
+"$inspect" --config=tiny "$d/x.in" -o "$d/report.out" > "$d/x.in" 2> "$d/x.err"; rc=$?
+[[ $rc == 2 ]] || fail "-o with > FILE: rc $rc, $(cat "$d/x.err")"
 # -o with the report or verify is a usage error (their output goes to
 # standard output; the file asked for would not be written), and no file
 # appears; every other flag a mode does not use gets its warning (here
@@ -233,8 +243,11 @@ done
 for mode in "" verify; do
   "$inspect" $mode --config=tiny "$d/complete.res" -o "$d/report.out" > /dev/null 2> "$d/o.err"; rc=$?
   [[ $rc == 2 && $(wc -l < "$d/o.err") == 1 && ! -e "$d/report.out" ]] \
-    && grep -q '^inspect: INVALID_ARGUMENT: -o: .*standard output' "$d/o.err" \
+    && grep -q "^inspect: INVALID_ARGUMENT: -o $d/report.out: .*standard output" "$d/o.err" \
     || fail "inspect $mode -o: rc $rc, $(cat "$d/o.err")"
+  # -o - names standard output, where they write anyway: accepted.
+  "$inspect" $mode --config=tiny "$d/complete.res" -o - > /dev/null 2> "$d/o.err" \
+    || fail "inspect $mode -o -: $(cat "$d/o.err")"
 done
 "$inspect" verify --config=tiny --safetensors="$d/model.ckpt" --smoothing=7 "$d/complete.res" > /dev/null 2> "$d/w.err" \
   || fail "verify with unused flags: $(cat "$d/w.err")"

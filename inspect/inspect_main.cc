@@ -114,6 +114,55 @@ int Fail(const absl::Status& status) {
   return coppelius::ExitCodeOf(status);
 }
 
+// The usage errors of `mode` (rest: the positional arguments, the mode
+// word first when there is one) that no file or stream can change: export's
+// extra arguments; the report's mistyped subcommand and its one FILE; -o
+// for the report and verify, which write to standard output (-o - is
+// accepted: it names where they write anyway). Plot's are RunPlot's.
+absl::Status CheckModeUsage(const std::string& mode,
+                            const std::vector<std::string>& rest) {
+  const std::string output = absl::GetFlag(FLAGS_o);
+  if (mode == "export") {
+    if (rest.size() != 1) {
+      return coppelius::UsageError(
+          "export: unexpected arguments; usage: inspect export --safetensors "
+          "CKPT -o OUT");
+    }
+    return absl::OkStatus();
+  }
+  if (mode == "plot") return absl::OkStatus();
+  if (mode != "verify") {
+    // A word that names no file, followed by more arguments or given plot's
+    // or export's flags, is a mistyped subcommand ("inspect verfiy x.res").
+    struct stat st;
+    if (!rest.empty() && rest[0] != "-" &&
+        rest[0].find_first_of("/.") == std::string::npos &&
+        stat(rest[0].c_str(), &st) != 0 &&
+        (rest.size() > 1 || !output.empty() ||
+         !absl::GetFlag(FLAGS_safetensors).empty())) {
+      return coppelius::UsageError(absl::StrCat(
+          "unknown subcommand \"", rest[0],
+          "\": expected verify, plot or export, or one FILE to report on "
+          "(inspect --help lists the usage)"));
+    }
+    if (rest.size() != 1) {
+      return coppelius::UsageError(absl::StrCat(
+          "expected exactly one FILE, got ", rest.size(),
+          " (inspect --help lists the usage and the flags)"));
+    }
+  }
+  if (!output.empty() && output != "-") {
+    return coppelius::UsageError(absl::StrCat(
+        "-o ", output, ": ",
+        mode == "verify" ? "verify writes its report to standard output "
+                           "(inspect verify ... > FILE)"
+                         : "the report goes to standard output (inspect "
+                           "FILE > FILE2)",
+        "; -o names plot's and export's output"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,6 +198,9 @@ int main(int argc, char** argv) {
         "--smoothing=", absl::GetFlag(FLAGS_smoothing),
         ": expected an integer >= 1")));
   }
+  // The command line's own errors first (exit 2 whatever the files and
+  // standard output).
+  if (absl::Status s = CheckModeUsage(mode, rest); !s.ok()) return Fail(s);
   // Reports go to stdout, and plot / export with -o -: with stdout closed
   // they would go nowhere (ProtectStandardStreams reopened it on /dev/null).
   const bool writes_stdout =
@@ -171,9 +223,17 @@ int main(int argc, char** argv) {
       inputs.assign(rest.begin() + (mode == "verify" || mode == "plot"),
                     rest.end());
     }
+    if (mode != "plot" && mode != "export") {
+      for (const std::string& in :
+           {absl::GetFlag(FLAGS_source), absl::GetFlag(FLAGS_vocab)}) {
+        if (!in.empty()) inputs.push_back(in);
+      }
+    }
+    const bool to_dash_o = mode == "plot" || mode == "export";
     for (const std::string& in : inputs) {
-      if (absl::Status s =
-              coppelius::CheckOutputIsNotInput("-", "input file", in);
+      if (absl::Status s = coppelius::CheckOutputIsNotInput(
+              "-", "input file", in,
+              to_dash_o ? "standard output, -o -" : "standard output");
           !s.ok()) {
         return Fail(s);
       }
@@ -193,11 +253,6 @@ int main(int argc, char** argv) {
   coppelius::FdOutputStream out(STDOUT_FILENO, "<stdout>");
   absl::Status status;
   if (mode == "verify") {
-    if (!absl::GetFlag(FLAGS_o).empty()) {
-      return Fail(coppelius::UsageError(
-          "-o: verify writes its report to standard output (inspect verify "
-          "... > FILE); -o names plot's and export's output"));
-    }
     WarnUnusedFlags(mode, given_flags);
     coppelius::VerifyOptions o;
     o.paths.assign(rest.begin() + 1, rest.end());
@@ -218,11 +273,6 @@ int main(int argc, char** argv) {
     o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
     status = coppelius::RunPlot(o, out);
   } else if (mode == "export") {
-    if (rest.size() != 1) {
-      return Fail(coppelius::UsageError(
-          "export: unexpected arguments; usage: inspect export --safetensors "
-          "CKPT -o OUT"));
-    }
     WarnUnusedFlags(mode, given_flags);
     coppelius::ExportOptions o;
     o.checkpoint = absl::GetFlag(FLAGS_safetensors);
@@ -232,29 +282,6 @@ int main(int argc, char** argv) {
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunExport(o, out);
   } else {
-    // A word that names no file, followed by more arguments or given plot's
-    // or export's flags, is a mistyped subcommand ("inspect verfiy x.res").
-    struct stat st;
-    if (!rest.empty() && rest[0] != "-" &&
-        rest[0].find_first_of("/.") == std::string::npos &&
-        stat(rest[0].c_str(), &st) != 0 &&
-        (rest.size() > 1 || !absl::GetFlag(FLAGS_o).empty() ||
-         !absl::GetFlag(FLAGS_safetensors).empty())) {
-      return Fail(coppelius::UsageError(absl::StrCat(
-          "unknown subcommand \"", rest[0],
-          "\": expected verify, plot or export, or one FILE to report on "
-          "(inspect --help lists the usage)")));
-    }
-    if (rest.size() != 1) {
-      return Fail(coppelius::UsageError(absl::StrCat(
-          "expected exactly one FILE, got ", rest.size(),
-          " (inspect --help lists the usage and the flags)")));
-    }
-    if (!absl::GetFlag(FLAGS_o).empty()) {
-      return Fail(coppelius::UsageError(
-          "-o: the report goes to standard output (inspect FILE > OUT); -o "
-          "names plot's and export's output"));
-    }
     WarnUnusedFlags("the report", given_flags);
     coppelius::InspectOptions o;
     o.path = rest[0];

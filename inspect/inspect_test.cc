@@ -1603,8 +1603,10 @@ class InspectDecodeTest : public InspectTest {
     *report = out.str();
     return s;
   }
-  static std::string Ok(const std::string& name) {
-    return absl::StrCat("OK ", Path(name),
+  static std::string Ok(const std::string& name) { return OkShown(Path(name)); }
+  // The line of a cache that passed, `shown` as the report names it.
+  static std::string OkShown(const std::string& shown) {
+    return absl::StrCat("OK ", shown,
                         " (cache; ids < 512, the V of config tiny; fresh: "
                         "its ids decode to the source)\n");
   }
@@ -1906,11 +1908,29 @@ TEST_F(InspectDecodeTest, TheVocabularyRuleOnStandardInput) {
     report = out.str();
     return s;
   };
-  with_stdin(Path("abab.tok"), false, [&] {
+  // Its spool is given the file's times: with the cache dated an hour
+  // back, a vocabulary dated half an hour back is newer (the spool's own
+  // time, now, would have hidden that), one dated two hours back is not.
+  ASSERT_TRUE(WriteFileAtomically(Path("old.tok"),
+                                  *ReadFile(Path("abab.tok")))
+                  .ok());
+  struct timespec hour_ago = {time(nullptr) - 3600, 0};
+  struct timespec half_hour_ago = {time(nullptr) - 1800, 0};
+  struct timespec two_hours_ago = {time(nullptr) - 7200, 0};
+  SetMtime(Path("old.tok"), hour_ago);
+  SetMtime(Path("newer2.tiktoken"), half_hour_ago);
+  with_stdin(Path("old.tok"), false, [&] {
     EXPECT_EQ(verify_stdin_cache(Path("newer2.tiktoken")).code(),
               absl::StatusCode::kDataLoss);
     EXPECT_THAT(report, HasSubstr("is newer than the cache"));
   });
+  SetMtime(Path("newer2.tiktoken"), two_hours_ago);
+  with_stdin(Path("old.tok"), false, [&] {
+    EXPECT_TRUE(verify_stdin_cache(Path("newer2.tiktoken")).ok()) << report;
+    EXPECT_EQ(report, OkShown("-"));
+  });
+  SetMtime(Path("newer2.tiktoken"),
+           {cache_mtime.tv_sec + 10, cache_mtime.tv_nsec});
   // From a pipe: not compared, said so; the decode still runs.
   with_stdin(Path("abab.tok"), true, [&] {
     EXPECT_TRUE(verify_stdin_cache(Path("newer2.tiktoken")).ok()) << report;

@@ -16,7 +16,8 @@
 // If the output exists and its header equals the source's current mtime and
 // size, nothing is done (the cache is fresh) unless `force`, or unless the
 // cache still fails to be this source's: the vocabulary file is newer than
-// the cache (as make(1) treats a prerequisite), the cache has no ids for a
+// the cache (as make(1) treats a prerequisite; a vocabulary from a pipe,
+// which has no time to compare, counts as newer), the cache has no ids for a
 // non-empty source or an id >= V, or its ids, decoded with the vocabulary,
 // are not exactly the source's bytes (tokencache/decode_check.h: a cache
 // cut short at any id, or made with another vocabulary; this reads the

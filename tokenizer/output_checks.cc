@@ -108,7 +108,8 @@ absl::Status CheckNotAResultFile(const std::string& output) {
 
 absl::Status CheckOutputIsNotInput(const std::string& output,
                                    absl::string_view what,
-                                   const std::string& input) {
+                                   const std::string& input,
+                                   absl::string_view stdout_name) {
   if (input == "-") return absl::OkStatus();
   if (output != "-") {
     if (!SameFile(output, input)) return absl::OkStatus();
@@ -126,7 +127,7 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
   const int flags = fcntl(STDOUT_FILENO, F_GETFL);
   const bool appends = flags != -1 && (flags & O_APPEND) != 0;
   return absl::InvalidArgumentError(absl::StrCat(
-      what, " ", input, " is also the output (standard output, -o -): ",
+      what, " ", input, " is also the output (", stdout_name, "): ",
       appends ? absl::StrCat("a shell `>> ", input,
                              "` would append the output to it while it is "
                              "read")

@@ -60,15 +60,16 @@ absl::Status CheckNotAResultFile(const std::string& output);
 //   - `output` is a path naming the same existing file as `input` (same
 //     st_dev and st_ino): "-o OUTPUT: names the WHAT INPUT";
 //   - `output` is "-" and standard output (fd 1, fstat) is the regular file
-//     `input` names: "WHAT INPUT is also the output (standard output) ...".
+//     `input` names: "WHAT INPUT is also the output (STDOUT_NAME) ...".
 //     This is `tokenize ... X -o - > X`, where the shell has already
 //     emptied X when tokenize starts (or `>> X`, which would append to X
 //     while it is read: the message says which). Only a regular input is
 //     compared (a terminal may be standard input and output at once).
 // OK when `input` is "-" or does not exist.
-absl::Status CheckOutputIsNotInput(const std::string& output,
-                                   absl::string_view what,
-                                   const std::string& input);
+absl::Status CheckOutputIsNotInput(
+    const std::string& output, absl::string_view what,
+    const std::string& input,
+    absl::string_view stdout_name = "standard output, -o -");
 
 // Refuses (FailedPrecondition "-o OUTPUT: exists and is a Coppelius token
 // cache (N ids); refusing to replace it ...") to replace an existing file

@@ -73,9 +73,13 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   }
   RETURN_IF_ERROR(CheckRegularFileOrAbsent(path, absl::StrCat("--", flag)));
   // Checked now rather than at the first publication, many steps later:
-  // the directory takes a file named like the publisher's temporaries.
-  RETURN_IF_ERROR(
-      ProbeTemporaryInDirectory(path, absl::StrCat("--", flag)));
+  // the directory takes a file named like the output's temporaries (the
+  // checkpoint publisher's; the result file's, NewTemporaryPath's, are
+  // shorter).
+  RETURN_IF_ERROR(ProbeTemporaryInDirectory(
+      path, absl::StrCat("--", flag),
+      flag == "result" ? TemporaryNaming::kFile
+                       : TemporaryNaming::kPublication));
   // Another output's lock file (".NAME.lock" holding a pid) is never an
   // output, --overwrite or not: replacing it would leave that output's
   // next run refused ("exists and is not a lock file").

@@ -160,6 +160,20 @@ TEST_F(RunTrainTest, CheckpointNameTooLongForItsTemporaryIsRefusedUpFront) {
   EXPECT_FALSE(Exists(options_.result_path));
 }
 
+// The result file is written through NewTemporaryPath's temporary, 8 bytes
+// shorter than the publisher's: a 233-byte name, which the publisher's
+// would not fit (233 + 22 + the pid's digits > 255), is not refused for it.
+TEST_F(RunTrainTest, ResultNameIsProbedWithItsOwnTemporary) {
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  options_.result_path = dir_ + "/" + std::string(233, 'r');
+  std::ostringstream progress;
+  const absl::Status s = RunTrain(options_, NoBackend, progress);
+  EXPECT_EQ(s.message().find("too long a name for its temporary"),
+            std::string::npos)
+      << s;
+}
+
 TEST_F(RunTrainTest, NegativeCrashAfterPublicationsIsInvalidArgument) {
   options_.checkpoint_in = dir_ + "/fresh.ckpt";
   WriteBytes(options_.checkpoint_in, "");
