@@ -659,7 +659,11 @@ absl::Status CheckRegularFileOrAbsent(const std::string& path,
 }
 
 namespace {
-std::string FileTemporaryName(const std::string& path);
+// NewTemporaryPath's name, without its clearing of stale temporaries.
+std::string FileTemporaryName(const std::string& path) {
+  std::random_device rd;
+  return absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
+}
 }  // namespace
 
 absl::Status CheckOutputPathUsable(const std::string& path_or_link,
@@ -848,14 +852,6 @@ std::string PublicationTemporaryPath(const std::string& path) {
   const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   return absl::StrFormat("%s.tmp.%d.%016x", path, getpid(), r);
 }
-
-namespace {
-// NewTemporaryPath's name, without its clearing of stale temporaries.
-std::string FileTemporaryName(const std::string& path) {
-  std::random_device rd;
-  return absl::StrFormat("%s.tmp-%d-%08x", path, getpid(), rd());
-}
-}  // namespace
 
 std::string NewTemporaryPath(const std::string& path) {
   RemoveStaleTemporaries(path);

@@ -279,15 +279,15 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
     } else if (r.staleness && r.staleness->staleness != Staleness::kFresh) {
       r.decode_skipped = "the header is stale";
     } else if (const std::optional<std::string> newer =
-                   VocabularyNewerThanCache(decode_inputs.vocab_path(),
-                                            info.file_mtime);
-               newer && !newer->empty() &&
-               TimelessSpools().count(path) == 0) {
+                   TimelessSpools().count(path) != 0
+                       ? std::nullopt
+                       : VocabularyNewerThanCache(decode_inputs.vocab_path(),
+                                                  info.file_mtime);
+               newer && !newer->empty()) {
       r.vocabulary_newer = *newer;
       r.decode_skipped = "the vocabulary is newer than the cache";
     } else {
-      r.vocabulary_time_unknown =
-          !newer || TimelessSpools().count(path) != 0;
+      r.vocabulary_time_unknown = !newer;
       RETURN_IF_ERROR(decode_inputs.Load());
       decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
                      "");

@@ -201,12 +201,13 @@ int main(int argc, char** argv) {
   // The command line's own errors first (exit 2 whatever the files and
   // standard output).
   if (absl::Status s = CheckModeUsage(mode, rest); !s.ok()) return Fail(s);
+  // Plot and export write where -o says; the report and verify write to
+  // standard output.
+  const bool to_dash_o = mode == "plot" || mode == "export";
   // Reports go to stdout, and plot / export with -o -: with stdout closed
   // they would go nowhere (ProtectStandardStreams reopened it on /dev/null).
-  const bool writes_stdout =
-      (mode != "plot" && mode != "export") || absl::GetFlag(FLAGS_o) == "-";
-  const char* const stdout_use =
-      mode == "plot" || mode == "export" ? "-o -" : "the report";
+  const bool writes_stdout = !to_dash_o || absl::GetFlag(FLAGS_o) == "-";
+  const char* const stdout_use = to_dash_o ? "-o -" : "the report";
   if (writes_stdout && coppelius::StandardOutputWasClosed()) {
     return Fail(absl::FailedPreconditionError(
         absl::StrCat(stdout_use, ": standard output is closed; expected "
@@ -223,13 +224,12 @@ int main(int argc, char** argv) {
       inputs.assign(rest.begin() + (mode == "verify" || mode == "plot"),
                     rest.end());
     }
-    if (mode != "plot" && mode != "export") {
+    if (!to_dash_o) {
       for (const std::string& in :
            {absl::GetFlag(FLAGS_source), absl::GetFlag(FLAGS_vocab)}) {
         if (!in.empty()) inputs.push_back(in);
       }
     }
-    const bool to_dash_o = mode == "plot" || mode == "export";
     for (const std::string& in : inputs) {
       if (absl::Status s = coppelius::CheckOutputIsNotInput(
               "-", "input file", in,
@@ -238,22 +238,22 @@ int main(int argc, char** argv) {
         return Fail(s);
       }
     }
-  }
-  // Nor an existing checkpoint, result or cache (`>> run.ckpt`): what is
-  // published is never damaged.
-  if (writes_stdout) {
+    // Nor an existing checkpoint, result or cache (`>> run.ckpt`): what is
+    // published is never damaged.
     if (absl::Status s =
             coppelius::CheckStandardOutputIsNotCoppeliusFile(stdout_use);
         !s.ok()) {
       return Fail(s);
     }
   }
+  WarnUnusedFlags(to_dash_o || mode == "verify" ? absl::string_view(mode)
+                                                : "the report",
+                  given_flags);
   // Not std::cout: a write that fails (a full disk) is reported with its
   // reason (common/file_io.h).
   coppelius::FdOutputStream out(STDOUT_FILENO, "<stdout>");
   absl::Status status;
   if (mode == "verify") {
-    WarnUnusedFlags(mode, given_flags);
     coppelius::VerifyOptions o;
     o.paths.assign(rest.begin() + 1, rest.end());
     o.kind = *kind;
@@ -264,7 +264,6 @@ int main(int argc, char** argv) {
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunVerify(o, out);
   } else if (mode == "plot") {
-    WarnUnusedFlags(mode, given_flags);
     coppelius::PlotOptions o;
     o.results.assign(rest.begin() + 1, rest.end());
     o.output = absl::GetFlag(FLAGS_o);
@@ -273,7 +272,6 @@ int main(int argc, char** argv) {
     o.smoothing_steps = absl::GetFlag(FLAGS_smoothing);
     status = coppelius::RunPlot(o, out);
   } else if (mode == "export") {
-    WarnUnusedFlags(mode, given_flags);
     coppelius::ExportOptions o;
     o.checkpoint = absl::GetFlag(FLAGS_safetensors);
     o.output = absl::GetFlag(FLAGS_o);
@@ -282,7 +280,6 @@ int main(int argc, char** argv) {
     o.threads = absl::GetFlag(FLAGS_threads);
     status = coppelius::RunExport(o, out);
   } else {
-    WarnUnusedFlags("the report", given_flags);
     coppelius::InspectOptions o;
     o.path = rest[0];
     o.kind = *kind;

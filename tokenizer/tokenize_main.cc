@@ -52,17 +52,16 @@ constexpr char kUsage[] =
 
 // Which subcommands use each flag (-o: all of them).
 struct FlagUse {
-  const char* name;      // Abseil's name
-  const char* spelling;  // as the usage spells it
+  coppelius::FlagSpelling flag;
   bool encode, decode, train;
 };
 constexpr FlagUse kFlagUses[] = {
-    {"vocab", "--vocab", true, true, false},
-    {"allow_special", "--allow-special", true, false, false},
-    {"format", "--format", true, true, false},
-    {"threads", "--threads", true, false, true},
-    {"vocab_size", "--vocab-size", false, false, true},
-    {"progress", "--progress", false, false, true},
+    {{"vocab", "--vocab"}, true, true, false},
+    {{"allow_special", "--allow-special"}, true, false, false},
+    {{"format", "--format"}, true, true, false},
+    {{"threads", "--threads"}, true, false, true},
+    {{"vocab_size", "--vocab-size"}, false, false, true},
+    {{"progress", "--progress"}, false, false, true},
 };
 
 // A one-line warning on stderr for each flag in `given` that `command` does
@@ -74,7 +73,7 @@ void WarnUnusedFlags(absl::string_view command,
     const bool used = command == "encode"   ? use.encode
                       : command == "decode" ? use.decode
                                             : use.train;
-    if (!used) unused.push_back({use.name, use.spelling});
+    if (!used) unused.push_back(use.flag);
   }
   coppelius::WarnUnusedFlags("tokenize", command, given, unused, std::cerr);
 }
