@@ -130,6 +130,11 @@ ABSL_FLAG(std::string, graph_dot, "",
 ABSL_FLAG(int, context, 0,
           "benchmark-only: run the backend with this context length T instead "
           "of the config's (0: the config's)");
+ABSL_FLAG(int, concurrent_backends, 1,
+          "benchmark-only: run this many backends side by side (each its own "
+          "streams and step graph, steps enqueued in turn) and report the "
+          "wall time per round of one step each (a proxy for splitting the "
+          "context's rows into concurrent chains)");
 ABSL_FLAG(std::vector<std::string>, skip, {},
           "ablation: parts left out of the step graph (results wrong)");
 
@@ -523,6 +528,57 @@ int KernelBench(const CudaStepTuning& tuning) {
   return 0;
 }
 
+// --concurrent_backends=N (N ≥ 2): N backends of the same config, each with
+// its own token stream, a step of each enqueued in turn; host wall time per
+// round (one step of every backend), after 20 warm-up rounds.
+int ConcurrentBackendBench(const std::string& config_name, int steps,
+                           int count) {
+  auto config = ModelConfigByName(config_name);
+  CHECK_OK(config.status());
+  if (const int context = absl::GetFlag(FLAGS_context); context > 0) {
+    config->T = context;
+  }
+  const int64_t n = NumParameters(*config);
+  std::vector<float> pmv(3 * n);
+  CHECK_OK(InitializeImage(*config, 16, pmv.data()));
+  const int warm = 20;
+  const int contexts = warm + steps + 1;
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::vector<uint32_t>> tokens(count);
+  for (int i = 0; i < count; ++i) {
+    std::mt19937_64 rng(2 + i);
+    tokens[i].resize(static_cast<size_t>(config->T) * contexts + 1);
+    for (auto& t : tokens[i]) t = rng() % config->V;
+    auto backend = CreateCudaBackend(*config);
+    CHECK_OK(backend.status());
+    CHECK_OK((*backend)->Load(pmv.data(), 0));
+    CHECK_OK((*backend)->SetTokens(tokens[i].data(), tokens[i].size(), 0));
+    backends.push_back(std::move(*backend));
+  }
+  std::vector<float> losses(config->T);
+  const int in_flight = std::max(1, backends[0]->max_steps_in_flight());
+  int64_t next = 0, polled = 0;
+  auto run = [&](int64_t upto) {
+    while (polled < upto) {
+      while (next < upto && next - polled < in_flight) {
+        for (auto& b : backends) CHECK_OK(b->EnqueueStep(next));
+        ++next;
+      }
+      for (auto& b : backends) CHECK_OK(b->PollStep(polled, losses.data()));
+      ++polled;
+    }
+  };
+  run(warm);
+  const auto t0 = std::chrono::steady_clock::now();
+  run(warm + steps);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::printf("%d backends side by side, T = %d: ms/round (host wall) %.3f\n",
+              count, config->T,
+              std::chrono::duration<double, std::milli>(t1 - t0).count() /
+                  steps);
+  return 0;
+}
+
 int BackendBench(const std::string& config_name, int steps) {
   auto config = ModelConfigByName(config_name);
   CHECK_OK(config.status());
@@ -749,6 +805,10 @@ int Main(int argc, char** argv) {
   // the one `train` gets, which runs no kernel rows. (The rows, run second,
   // read 2–9 % slower than when they ran first.)
   if (absl::GetFlag(FLAGS_backend)) {
+    if (const int count = absl::GetFlag(FLAGS_concurrent_backends);
+        count > 1) {
+      return ConcurrentBackendBench(config, steps, count);
+    }
     if (const int rc = BackendBench(config, steps); rc != 0) return rc;
   }
   if (!kernels) return 0;
