@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 #include "tokencache/token_cache.h"
 #include "trainer/model_config.h"
 #include "trainer/result_file.h"
@@ -39,11 +40,35 @@ std::string OutputName(const std::string& output) {
   return output == "-" ? "- (standard output, an existing file)" : output;
 }
 
+// FailedPrecondition when `path` (what `output` names) is an existing,
+// non-empty regular file that cannot be opened for reading: what it holds
+// cannot be checked, and the publication by rename needs only the
+// directory's permission, so it would be replaced unseen.
+absl::Status CheckReadable(const std::string& output, const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size == 0) {
+    return absl::OkStatus();
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd >= 0) {
+    close(fd);
+    return absl::OkStatus();
+  }
+  const int e = errno;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "-o ", OutputName(output), ": exists (", st.st_size,
+      " bytes) and cannot be read to check that it is not a Coppelius file (",
+      std::strerror(e),
+      "); not replaced (choose another output path, or make it readable)"));
+}
+
 }  // namespace
 
 absl::Status CheckNotCoppeliusFile(const std::string& output) {
   const std::string path = ExaminedPath(output);
   if (path.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckReadable(output, path));
   unsigned char head[8];
   if (!ReadFileHead(path, head, sizeof(head))) return absl::OkStatus();
   const char* kind = nullptr;
@@ -65,6 +90,7 @@ absl::Status CheckNotCoppeliusFile(const std::string& output) {
 absl::Status CheckNotAResultFile(const std::string& output) {
   const std::string path = ExaminedPath(output);
   if (path.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckReadable(output, path));
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::OkStatus();
@@ -110,7 +136,27 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
                                    absl::string_view what,
                                    const std::string& input,
                                    absl::string_view stdout_name) {
-  if (input == "-") return absl::OkStatus();
+  if (input == "-") {
+    // Standard input redirected from the output file (`-o F < F`): F would
+    // be replaced (or, for -o - into the same file, written) while it is
+    // read. Only regular files compare (a terminal may be both ends).
+    struct stat in_st, out_st;
+    const bool same =
+        fstat(STDIN_FILENO, &in_st) == 0 && S_ISREG(in_st.st_mode) &&
+        (output == "-" ? fstat(STDOUT_FILENO, &out_st) == 0
+                       : stat(output.c_str(), &out_st) == 0) &&
+        in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino;
+    if (!same) return absl::OkStatus();
+    if (output == "-") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " - (standard input) and the output (", stdout_name,
+          ") are the same file; write the output to another file"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-o ", output, ": names the ", what,
+        " - (standard input is redirected from it); write the output to "
+        "another file"));
+  }
   if (output != "-") {
     if (!SameFile(output, input)) return absl::OkStatus();
     return absl::InvalidArgumentError(

@@ -34,10 +34,13 @@ namespace coppelius {
 // Either match: FailedPrecondition "-o OUTPUT: exists and is a Coppelius
 // checkpoint|result file (... at offset 0); never replaced, whatever the
 // flags (choose another output path)". `tokenize` and `make-cache` (even
-// with --force) call it. Anything else is OK: a missing, empty or shorter file, a
-// non-regular file (a device or FIFO, which is written, not replaced), a file
-// that cannot be opened for reading (the write reports its own error), and
-// any other content. Not detected: a result file whose forward record has
+// with --force) call it. A non-empty regular file that cannot be opened for
+// reading is refused too (FailedPrecondition "-o OUTPUT: exists (N bytes)
+// and cannot be read to check that it is not a Coppelius file (REASON); not
+// replaced ..."): the publication by rename needs only the directory's
+// permission and would replace it unseen. Anything else is OK: a missing,
+// empty or shorter file, a non-regular file (a device or FIFO, which is
+// written, not replaced), and any other content. Not detected: a result file whose forward record has
 // been written (it starts with fp32 logits; its tag "CPLSRES1" lies at a
 // config-dependent offset).
 absl::Status CheckNotCoppeliusFile(const std::string& output);
@@ -50,8 +53,8 @@ absl::Status CheckNotCoppeliusFile(const std::string& output);
 // detection uses: the host tag "CPLSRES1" at the host status offset, or a
 // killed run's size with a forward record of logits) for one of the configs
 // `train` runs (trainer/model_config.h ModelConfigNames; docs/FORMATS.md
-// "Result file"). OK for anything that is not a regular file or cannot
-// be opened, and any other content.
+// "Result file"); an unreadable one as CheckNotCoppeliusFile. OK for
+// anything that is not a regular file, and any other content.
 absl::Status CheckNotAResultFile(const std::string& output);
 
 // Refuses an output that would destroy the input `input` before or while it
@@ -64,8 +67,13 @@ absl::Status CheckNotAResultFile(const std::string& output);
 //     This is `tokenize ... X -o - > X`, where the shell has already
 //     emptied X when tokenize starts (or `>> X`, which would append to X
 //     while it is read: the message says which). Only a regular input is
-//     compared (a terminal may be standard input and output at once).
-// OK when `input` is "-" or does not exist.
+//     compared (a terminal may be standard input and output at once);
+//   - `input` is "-" and standard input (fd 0) is the regular file
+//     `output` names, "-o OUTPUT: names the WHAT - (standard input is
+//     redirected from it)", or for an `output` of "-" the file standard
+//     output writes to, "WHAT - (standard input) and the output
+//     (STDOUT_NAME) are the same file" (`tokenize train - -o F < F`).
+// OK when `input` does not exist, or is "-" read from anything else.
 absl::Status CheckOutputIsNotInput(
     const std::string& output, absl::string_view what,
     const std::string& input,
