@@ -1697,7 +1697,8 @@ absl::StatusOr<const KnownLayout*> HostTagConfig(
 
 absl::StatusOr<FileKind> DetectKind(const std::string& path,
                                     const FileProbe& p,
-                                    const std::vector<KnownLayout>& known) {
+                                    const std::vector<KnownLayout>& known,
+                                    bool by_extension = true) {
   const absl::string_view head = p.head;
   // 1. Exact signatures.
   if (ByteDistance8(head, kCheckpointMagic) == 0) return FileKind::kCheckpoint;
@@ -1705,10 +1706,12 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
   ASSIGN_OR_RETURN(const KnownLayout* tagged,
                    HostTagConfig(path, p.size, known));
   if (tagged != nullptr) return FileKind::kResult;
-  // 2. The extension.
-  if (absl::EndsWith(path, ".ckpt")) return FileKind::kCheckpoint;
-  if (absl::EndsWith(path, ".tok")) return FileKind::kCache;
-  if (absl::EndsWith(path, ".res")) return FileKind::kResult;
+  // 2. The extension (unless only the content counts: CheckOutputPath).
+  if (by_extension) {
+    if (absl::EndsWith(path, ".ckpt")) return FileKind::kCheckpoint;
+    if (absl::EndsWith(path, ".tok")) return FileKind::kCache;
+    if (absl::EndsWith(path, ".res")) return FileKind::kResult;
+  }
   // 3. Empty: a fresh-start checkpoint input.
   if (p.size == 0) return FileKind::kCheckpoint;
   // 4. A checkpoint near miss.
@@ -2229,12 +2232,47 @@ absl::Status CheckOutputPath(const std::string& output,
     }
   }
   struct stat st;
-  if (stat(output.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    absl::StatusOr<FileDetection> d = DetectFile(output, FileKind::kAuto, config);
-    if (d.ok()) {
+  if (stat(output.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size == 0) {
+    return absl::OkStatus();
+  }
+  // What the file holds decides; a file it cannot read (the publication by
+  // rename would replace it unseen) and one named like a Coppelius file are
+  // refused as well, each said as what it is.
+  absl::StatusOr<FileProbe> p = Probe(output);
+  if (!p.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "-o ", output, ": exists (", st.st_size,
+        " bytes) and cannot be read to check that it is not a Coppelius "
+        "file (",
+        p.status().message(),
+        "); not replaced (choose another output path, or make it readable)"));
+  }
+  ASSIGN_OR_RETURN(std::vector<KnownLayout> known, KnownLayouts());
+  auto named = [](FileKind kind) {
+    return kind == FileKind::kCache      ? "token cache"
+           : kind == FileKind::kResult   ? "result file"
+                                         : "checkpoint";
+  };
+  if (absl::StatusOr<FileKind> kind =
+          DetectKind(output, *p, known, /*by_extension=*/false);
+      kind.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("-o ", output, ": exists and holds a Coppelius ",
+                     named(*kind),
+                     "; refusing to replace it (choose another output path)"));
+  }
+  for (const auto& [extension, kind] :
+       {std::pair<const char*, FileKind>{".ckpt", FileKind::kCheckpoint},
+        {".tok", FileKind::kCache},
+        {".res", FileKind::kResult}}) {
+    if (absl::EndsWith(output, extension)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "-o ", output, ": exists and is a Coppelius ", FileKindName(d->kind),
-          " file; refusing to replace it (choose another output path)"));
+          "-o ", output, ": exists (", p->size, " bytes",
+          LooksLikeText(p->head) ? ", text" : "",
+          ") and is named like a Coppelius ", named(kind),
+          ", though it does not hold one; refusing to replace it "
+          "(choose another output path, or remove it first)"));
     }
   }
   return absl::OkStatus();

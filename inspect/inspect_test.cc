@@ -1481,7 +1481,8 @@ TEST_F(InspectTest, PlotAndExportRefuseToReplaceInputsOrCoppeliusFiles) {
   e.output = Path("complete.res");
   s = RunExport(e, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("is a Coppelius result file"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("exists and holds a Coppelius result file"));
   PlotOptions p;
   p.results = {Path("complete.res")};
   p.output = Path("complete.res");
@@ -1489,8 +1490,29 @@ TEST_F(InspectTest, PlotAndExportRefuseToReplaceInputsOrCoppeliusFiles) {
   p.output = Path("model.ckpt");
   EXPECT_EQ(RunPlot(p, out).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(*ReadFile(Path("model.ckpt")), before);
-  // An ordinary new path is fine.
+  // What a file holds decides what it is called (break-it, session 21: a
+  // text file named *.ckpt was "a Coppelius checkpoint"); one only named
+  // like a Coppelius file is refused all the same.
+  ASSERT_TRUE(WriteFileAtomically(Path("notes.ckpt"), "hello\n").ok());
+  p.output = Path("notes.ckpt");
+  s = RunPlot(p, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("exists (6 bytes, text) and is named like a Coppelius "
+                        "checkpoint, though it does not hold one"));
+  EXPECT_EQ(*ReadFile(Path("notes.ckpt")), "hello\n");
+  ASSERT_TRUE(
+      WriteFileAtomically(Path("model_copy.res"), *ReadFile(Path("model.ckpt")))
+          .ok());
+  p.output = Path("model_copy.res");
+  s = RunPlot(p, out);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("exists and holds a Coppelius checkpoint;"));
+  // An ordinary new path is fine, and so is an ordinary existing file.
   p.output = Path("new_plot.svg");
+  EXPECT_TRUE(RunPlot(p, out).ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("notes.txt"), "hello\n").ok());
+  p.output = Path("notes.txt");
   EXPECT_TRUE(RunPlot(p, out).ok());
 }
 
