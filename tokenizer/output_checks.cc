@@ -11,12 +11,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "tokencache/token_cache.h"
-#include "trainer/model_config.h"
 #include "trainer/result_file.h"
 
 namespace coppelius {
@@ -91,44 +89,11 @@ absl::Status CheckNotAResultFile(const std::string& output) {
   const std::string path = ExaminedPath(output);
   if (path.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(CheckReadable(output, path));
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::OkStatus();
-  }
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::OkStatus();  // the write reports its own error
-  // The first bytes, for the forward record of any config (at most 4,096).
-  std::string head(4096, '\0');
-  const ssize_t head_bytes = pread(fd, head.data(), head.size(), 0);
-  head.resize(head_bytes > 0 ? head_bytes : 0);
-  std::string found;
-  for (const std::string& name : ModelConfigNames()) {  // train's configs
-    absl::StatusOr<ModelConfig> config = ModelConfigByName(name);
-    if (!config.ok()) continue;
-    const ResultLayout layout = ComputeResultLayout(ResultGeometryOf(*config));
-    char tag[8] = {};
-    const bool tag_read = st.st_size >= layout.complete_bytes &&
-                          pread(fd, tag, sizeof(tag), layout.host_offset) == 8;
-    switch (ResultSignatureOf(
-        static_cast<uint64_t>(st.st_size), head,
-        tag_read ? absl::string_view(tag, 8) : absl::string_view(),
-        ResultGeometryOf(*config))) {
-      case ResultSignature::kHostTag:
-        found = absl::StrCat(name, ", host tag at byte ", layout.host_offset);
-        break;
-      case ResultSignature::kForwardRecord:
-        found = absl::StrCat(name, ", incomplete: a killed run's");
-        break;
-      case ResultSignature::kNone:
-        break;
-    }
-    if (!found.empty()) break;
-  }
-  close(fd);
+  const std::string found = ResultFileEvidence(path);
   if (found.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "-o ", OutputName(output), ": exists and is a Coppelius result file "
-      "(config ", found,
+      "-o ", OutputName(output), ": exists and is a Coppelius result file (",
+      found,
       "); never replaced, whatever the flags (choose another output path)"));
 }
 

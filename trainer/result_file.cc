@@ -922,4 +922,42 @@ std::vector<double> StepMeanLosses(const ResultFile& result) {
   return means;
 }
 
+std::string ResultFileEvidence(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "";
+  // The first bytes, for the forward record of any config (at most 4,096).
+  std::string head(4096, '\0');
+  const ssize_t head_bytes = pread(fd, head.data(), head.size(), 0);
+  head.resize(head_bytes > 0 ? head_bytes : 0);
+  std::string found;
+  for (const std::string& name : ModelConfigNames()) {  // train's configs
+    absl::StatusOr<ModelConfig> config = ModelConfigByName(name);
+    if (!config.ok()) continue;
+    const ResultGeometry geometry = ResultGeometryOf(*config);
+    const ResultLayout layout = ComputeResultLayout(geometry);
+    char tag[8] = {};
+    const bool tag_read = st.st_size >= layout.complete_bytes &&
+                          pread(fd, tag, sizeof(tag), layout.host_offset) == 8;
+    switch (ResultSignatureOf(
+        static_cast<uint64_t>(st.st_size), head,
+        tag_read ? absl::string_view(tag, 8) : absl::string_view(),
+        geometry)) {
+      case ResultSignature::kHostTag:
+        found = absl::StrCat("config ", name, ", host tag at byte ",
+                             layout.host_offset);
+        break;
+      case ResultSignature::kForwardRecord:
+        found = absl::StrCat("config ", name, ", incomplete: a killed run's");
+        break;
+      case ResultSignature::kNone:
+        break;
+    }
+    if (!found.empty()) break;
+  }
+  close(fd);
+  return found;
+}
+
 }  // namespace coppelius

@@ -313,6 +313,15 @@ ResultSignature ResultSignatureOf(uint64_t size, absl::string_view head,
                                   absl::string_view host_tag,
                                   const ResultGeometry& geometry);
 
+// What the regular file at `path` shows of a result file whose marker is
+// gone, for any of the configs `train` runs (ModelConfigNames), as a phrase
+// for messages: "config NAME, host tag at byte N" (kHostTag) or "config
+// NAME, incomplete: a killed run's" (kForwardRecord); "" when it shows
+// neither, is not a regular file or cannot be read. The test tokenize's
+// refusal to replace results (tokenizer/output_checks.h
+// CheckNotAResultFile) and train's --overwrite (trainer/run.h) share.
+std::string ResultFileEvidence(const std::string& path);
+
 // Whether the first bytes of `head` (at most `forward_bytes`, the forward
 // record's 12 V) read as fp32 logits: every value is 0, non-finite (a run
 // that diverged) or of magnitude 2^-64 .. 2^64 (biased exponent 63 .. 190),
