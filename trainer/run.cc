@@ -1,6 +1,7 @@
 #include "trainer/run.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,8 +61,12 @@ int HostThreads(int requested) {
 }
 
 
-// Refuses to replace a non-empty `path` (another run's output) unless
-// `overwrite`, or unless it is the input checkpoint being continued.
+// Refuses to replace a non-empty `path` unless it is the input checkpoint
+// being continued, or `overwrite` and it holds another run's output of the
+// kind `flag` writes (a checkpoint: the magic at offset 0; a result file:
+// its marker at offset 0 or ResultFileEvidence). Any other file (a token
+// cache, a vocabulary, text) is never replaced, and neither is one that
+// cannot be read (the publication by rename would replace it unseen).
 // Precondition: `path` is not empty (RunTrain checks that first).
 absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
                              const std::string& input, bool overwrite) {
@@ -91,13 +96,44 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   }
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return absl::OkStatus();
-  if (st.st_size == 0 || overwrite) return absl::OkStatus();
+  if (st.st_size == 0) return absl::OkStatus();
   if (!input.empty() && SameFile(path, input)) return absl::OkStatus();
+  const bool checkpoint = flag == "checkpoint-out";
+  const char* kind = checkpoint ? "checkpoint" : "result file";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--%s=%s: exists (%d bytes) and cannot be read to check that it is "
+        "another run's %s (%s); not replaced, whatever the flags",
+        flag, path, static_cast<int64_t>(st.st_size), kind,
+        std::strerror(e)));
+  }
+  unsigned char head[8] = {};
+  const bool head_read = pread(fd, head, sizeof(head), 0) == sizeof(head);
+  close(fd);
+  const bool is_kind =
+      checkpoint
+          ? head_read && std::memcmp(head, kCheckpointMagic, 8) == 0
+          : (head_read && std::memcmp(head, kResultMarker, 8) == 0) ||
+                !ResultFileEvidence(path).empty();
+  if (!is_kind) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--%s=%s: exists (%d bytes) and is not a Coppelius %s (%s); "
+        "--overwrite replaces only another run's %s, never other files "
+        "(choose another path, or remove it first)",
+        flag, path, static_cast<int64_t>(st.st_size), kind,
+        checkpoint ? "no \"COPPCKPT\" at offset 0"
+                   : "neither its marker at offset 0 nor its host tag or "
+                     "forward record",
+        kind));
+  }
+  if (overwrite) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
-      "--%s=%s: exists with %d bytes%s; refusing to replace another run's "
-      "output (pass --overwrite)",
-      flag, path, static_cast<int64_t>(st.st_size),
-      input.empty() ? "" : " and is not the input checkpoint"));
+      "--%s=%s: exists and is another run's %s (%d bytes)%s; refusing to "
+      "replace it (pass --overwrite)",
+      flag, path, kind, static_cast<int64_t>(st.st_size),
+      input.empty() ? "" : ", not the input checkpoint"));
 }
 
 // `path` made absolute with its directory resolved (symbolic links, "..");
@@ -926,6 +962,17 @@ absl::Status RunTrain(const TrainOptions& given,
              << std::endl;
   }
   if (created_history.has_value()) created_history->Keep();
+  // Loss is telemetry: non-finite losses never stop the run, but a run
+  // that had them did not succeed, and says so by its status (its result
+  // records them, and inspect verify fails it).
+  if (tail.errors.nonfinite_steps > 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%d of %d steps had a non-finite loss (the first: step %d of the "
+        "run); the run completed and published its checkpoints, and its "
+        "result %s records them in its error notifier",
+        tail.errors.nonfinite_steps, steps, tail.errors.first_nonfinite_step,
+        options.result_path));
+  }
   return absl::OkStatus();
 }
 

@@ -17,9 +17,13 @@
 // identity equal to the run's, field by field; every chunk digest), and the
 // outputs (an existing non-empty --checkpoint-out that is not the input
 // file, or an existing non-empty result file, is refused unless
-// `overwrite`; replaced, both are new files renamed over the old, which is
-// never written: its hard links keep their bytes). Loss is telemetry: non-finite losses are counted in the
-// result's error notifier, never a reason to stop.
+// `overwrite` and it holds another run's checkpoint or result file; any
+// other file, or one that cannot be read, is refused whatever the flags;
+// replaced, both are new files renamed over the old, which is never
+// written: its hard links keep their bytes). Loss is telemetry: non-finite
+// losses are counted in the result's error notifier, never a reason to
+// stop; a run that had any returns DataLoss once it has completed and
+// published everything.
 #ifndef COPPELIUS_TRAINER_RUN_H_
 #define COPPELIUS_TRAINER_RUN_H_
 

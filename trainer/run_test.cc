@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -23,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "tokencache/token_cache.h"
 #include "trainer/model_config.h"
+#include "trainer/reference_backend.h"
 #include "trainer/run_identity.h"
 
 namespace coppelius {
@@ -363,6 +365,43 @@ TEST_F(RunTrainTest, ReadOnlyHistoryDirectoryIsRefusedBeforeAnyWork) {
   EXPECT_FALSE(Exists(o.result_path));
   chmod(o.checkpoint_history_dir.c_str(), 0755);
   std::system(("rm -rf " + base).c_str());
+}
+
+// Loss is telemetry: a run whose losses are not finite (here: NaN
+// parameters in a well-formed checkpoint) runs to its end and publishes
+// everything, then returns DataLoss, as inspect verify fails its result
+// (break-it, session 21: train exited 0).
+TEST_F(RunTrainTest, NonFiniteLossesCompleteTheRunThenReturnDataLoss) {
+  WriteTokenCache(dir_ + "/long.tok",
+                  (config_.run_steps + 1) * static_cast<uint64_t>(config_.T) +
+                      1);
+  options_.tokens_path = dir_ + "/long.tok";
+  const CheckpointIdentity identity = RunCheckpointIdentity(config_);
+  std::vector<float> payload(identity.payload_bytes / sizeof(float),
+                             std::nanf(""));
+  options_.checkpoint_in = dir_ + "/nan.ckpt";
+  ASSERT_TRUE(PublishCheckpoint(options_.checkpoint_in, identity, 0,
+                                payload.data(), identity.payload_bytes, {})
+                  .ok());
+  auto reference = [](const std::string&, const ModelConfig& config)
+      -> absl::StatusOr<std::unique_ptr<Backend>> {
+    ReferenceOptions o;
+    o.num_threads = 2;
+    return CreateReferenceBackend(config, o);
+  };
+  std::ostringstream progress;
+  const absl::Status s = RunTrain(options_, reference, progress);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(absl::StrCat(config_.run_steps, " of ",
+                                          config_.run_steps,
+                                          " steps had a non-finite loss (the "
+                                          "first: step 0 of the run)")),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(Exists(options_.checkpoint_out));
+  struct stat st;
+  ASSERT_EQ(stat(options_.result_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 27744);  // a complete tiny result (FORMATS.md)
 }
 
 }  // namespace

@@ -177,6 +177,22 @@ run --checkpoint-in=fresh.ckpt --checkpoint-out=o.ckpt --result=t1.res --overwri
 [[ $(stat -c %i t1.res) != $(stat -c %i t1-kept.res) ]] || { echo "FAIL: t1.res is still the old inode"; fail=1; }
 [[ $(stat -c %s t1.res) == 27744 ]] || { echo "FAIL: t1.res is not a complete tiny result"; fail=1; }
 echo "ok: --overwrite left the old result's hard link as it was"
+# --overwrite replaces only another run's output of the flag's kind: a
+# token cache or a text file in its place is never replaced (break-it,
+# session 21: both were); without --overwrite the refusal says what the
+# file is.
+cp t.tok cache-copy.tok
+printf 'not a result\n' > notes.txt
+for args in "--checkpoint-out=cache-copy.tok --result=ow1.res" \
+            "--checkpoint-out=ow2.ckpt --result=notes.txt"; do
+  before=$(sha256sum cache-copy.tok notes.txt)
+  out=$(run --checkpoint-in=fresh.ckpt $args --overwrite 2>&1) && { echo "FAIL: --overwrite $args: exit 0"; fail=1; }
+  [[ "$out" == *"and is not a Coppelius"*"--overwrite replaces only another run's"* ]] || { echo "FAIL: --overwrite $args: $out"; fail=1; }
+  [[ $(sha256sum cache-copy.tok notes.txt) == "$before" ]] || { echo "FAIL: --overwrite $args changed a file"; fail=1; }
+  echo "ok: --overwrite $args refused: $out"
+done
+expect_refusal "checkpoint-out = another run's checkpoint" "--checkpoint-out=o.ckpt: exists and is another run's checkpoint" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=o.ckpt --result=ow3.res
 
 # Killed after its second publication, with the history link of that
 # publication missing (as a kill between the rename and the link leaves
