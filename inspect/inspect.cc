@@ -498,10 +498,21 @@ void PrintStatsJson(JsonWriter& j, absl::string_view key,
                     const TensorStats& s) {
   j.Key(key);
   j.BeginObject();
-  j.FieldDouble("mean", s.mean);
-  j.FieldDouble("std", s.std);
-  j.FieldDouble("min", s.min);
-  j.FieldDouble("max", s.max);
+  // Statistics of the finite values; null when there is none (every value
+  // NaN or infinite), not zeros that read as a tensor of zeros.
+  const bool any_finite = s.nonfinite < s.count;
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"mean", s.mean},
+        {"std", s.std},
+        {"min", s.min},
+        {"max", s.max}}) {
+    if (any_finite) {
+      j.FieldDouble(name, value);
+    } else {
+      j.Key(name);
+      j.Null();
+    }
+  }
   j.FieldInt("nonfinite", s.nonfinite);
   j.EndObject();
 }
@@ -524,6 +535,10 @@ void PrintIdentitiesJson(JsonWriter& j, absl::string_view key,
 }
 
 std::string StatsText(const TensorStats& s) {
+  if (s.count > 0 && s.nonfinite == s.count) {
+    return absl::StrFormat("no finite value (nonfinite %d of %d)", s.nonfinite,
+                           s.count);
+  }
   return absl::StrFormat("mean %+.6g std %.6g min %+.6g max %+.6g nonfinite %d",
                          s.mean, s.std, s.min, s.max, s.nonfinite);
 }
@@ -973,12 +988,24 @@ std::vector<std::string> ResultProblems(const std::string& path,
         " (error notifier.invalid_token_seen): 1, expected 0 (the run met a "
         "token id >= V)"));
   }
-  if (t.errors.cuda_error != 0 || !t.errors.text.empty()) {
+  if (t.errors.cuda_error != 0) {
     problems.push_back(absl::StrCat(
         path, ": offset ", layout.error_offset + 20,
         " (error notifier.cuda_error): ", t.errors.cuda_error, " with text \"",
-        t.errors.text, "\", expected 0 and no text (the run recorded an "
-        "error)"));
+        t.errors.text, "\", expected 0 (the run met a CUDA error)"));
+  } else if (!t.errors.text.empty()) {
+    // The text without a CUDA error: "non-finite loss" (train completes
+    // such a run, then exits 1).
+    problems.push_back(absl::StrCat(
+        path, ": offset ", layout.error_offset + 24,
+        " (error notifier.text): \"", t.errors.text,
+        "\", expected no text (the run recorded an error",
+        t.errors.nonfinite_steps > 0
+            ? absl::StrCat(": ", t.errors.nonfinite_steps,
+                           " steps with a non-finite loss, the first step ",
+                           t.errors.first_nonfinite_step)
+            : "",
+        ")"));
   }
   return problems;
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/publisher.h"
 #include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -23,6 +24,8 @@
 #include "tokencache/make_cache.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
+#include "trainer/model_config.h"
+#include "trainer/run_identity.h"
 
 namespace coppelius {
 namespace {
@@ -535,7 +538,20 @@ TEST_F(InspectTest, VerifyFailsAResultRecordingAnError) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(report,
               HasSubstr("offset 26900 (error notifier.cuda_error): 700 with "
-                        "text \"illegal address\", expected 0 and no text"));
+                        "text \"illegal address\", expected 0 (the run met a "
+                        "CUDA error)"));
+  // The text alone (what a run with non-finite losses records) is named as
+  // the text field, not as a CUDA error (break-it, session 21).
+  std::string texted = good;
+  const std::string nonfinite = "non-finite loss";
+  std::copy(nonfinite.begin(), nonfinite.end(), texted.begin() + 26904);
+  ASSERT_TRUE(WriteFileAtomically(Path("text_only.res"), texted).ok());
+  s = Verify({"text_only.res"}, &report);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(report,
+              HasSubstr("offset 26904 (error notifier.text): \"non-finite "
+                        "loss\", expected no text (the run recorded an "
+                        "error)"));
   std::string token = good;
   token[26896] = 1;
   ASSERT_TRUE(WriteFileAtomically(Path("invalid_token.res"), token).ok());
@@ -1366,6 +1382,25 @@ TEST(TensorStats, ByHand) {
   TensorStats none = ComputeTensorStats(v + 4, 2);
   EXPECT_EQ(none.nonfinite, 2);
   EXPECT_EQ(none.mean, 0);
+}
+
+// A tensor with no finite value reports no statistics rather than zeros
+// that read as a tensor of zeros (break-it, session 21: "P mean +0 std 0
+// min +0 max +0 nonfinite 32768"); in JSON they are null.
+TEST_F(InspectTest, TensorsWithoutFiniteValuesHaveNoStatistics) {
+  const ModelConfig config = *ModelConfigByName("tiny");
+  const CheckpointIdentity id = RunCheckpointIdentity(config);
+  std::vector<float> pmv(id.payload_bytes / sizeof(float), std::nanf(""));
+  ASSERT_TRUE(PublishCheckpoint(Path("all_nan.ckpt"), id, 16, pmv.data(),
+                                id.payload_bytes, {})
+                  .ok());
+  std::string report;
+  EXPECT_TRUE(Inspect("all_nan.ckpt", &report).ok()) << report;
+  EXPECT_THAT(report, HasSubstr("P no finite value (nonfinite "));
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("mean +0 std 0")));
+  const std::string json = Report("all_nan.ckpt", /*json=*/true);
+  EXPECT_THAT(json, HasSubstr("\"mean\":null"));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("\"mean\":0,")));
 }
 
 TEST(SmoothedCurve, TrailingMean) {
