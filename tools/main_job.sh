@@ -5,13 +5,23 @@
 #   tools/main_job.sh --continue   second run: continues from the checkpoint,
 #                                  contexts 10,000..19,999
 #
-# Options (environment): DATA=dir (default data/), BIN=dir of prebuilt
-# binaries (default: build with Bazel), CORPUS=path of a prebuilt corpus
-# (default: build it with tools/build_corpus.py), THREADS=N.
+# Options (environment): DATA=dir (default data/ in the repository),
+# BIN=dir of prebuilt binaries (default: build with Bazel), CORPUS=path of
+# a prebuilt corpus (default: build it with tools/build_corpus.py), paths
+# relative to the directory the script is started from; THREADS=N, the
+# host threads of tokenize train, make-cache and train (default: theirs).
 #
 # Without an NVIDIA GPU it stops before training with a message; it never
 # trains on the host.
 set -euo pipefail
+# The caller's relative paths, made absolute before the script moves to the
+# repository root.
+absolute() { [[ "$1" == /* ]] && printf '%s' "$1" || printf '%s/%s' "$PWD" "$1"; }
+[[ -n "${DATA:-}" ]] && DATA=$(absolute "$DATA")
+[[ -n "${BIN:-}" ]] && BIN=$(absolute "$BIN")
+[[ -n "${CORPUS:-}" ]] && CORPUS=$(absolute "$CORPUS")
+threads=()
+[[ -n "${THREADS:-}" ]] && threads=(--threads="$THREADS")
 cd "$(dirname "$0")/.."
 continue_run=0
 for arg in "$@"; do
@@ -42,9 +52,9 @@ VOCAB=$DATA/vocab.tiktoken
 CACHE=$DATA/corpus.tok
 if [[ ! -s "$VOCAB" ]]; then
   log "training the vocabulary on $CORPUS"
-  "$BIN/tokenize" train --vocab-size=12288 "$CORPUS" -o "$VOCAB"
+  "$BIN/tokenize" train "${threads[@]}" --vocab-size=12288 "$CORPUS" -o "$VOCAB"
 fi
-"$BIN/make_cache" --vocab="$VOCAB" "$CORPUS" -o "$CACHE"
+"$BIN/make_cache" "${threads[@]}" --vocab="$VOCAB" "$CORPUS" -o "$CACHE"
 "$BIN/inspect" "$CACHE" --source="$CORPUS" --vocab="$VOCAB" --config=coppelius
 
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
@@ -86,7 +96,7 @@ if [[ -e "$RESULT" ]] && ! "$BIN/inspect" verify "$RESULT" >/dev/null 2>&1; then
   log "moved the incomplete $RESULT of a killed run to $aside"
 fi
 log "training contexts $c0.. from $IN"
-"$BIN/train" --config=coppelius --tokens="$CACHE" --checkpoint-in="$IN" \
+"$BIN/train" "${threads[@]}" --config=coppelius --tokens="$CACHE" --checkpoint-in="$IN" \
   --checkpoint-out="$CKPT" --result="$RESULT" --checkpoint-history="$DATA/run/history"
 "$BIN/inspect" verify "$CKPT" "$RESULT"
 "$BIN/inspect" "$CKPT"
