@@ -558,19 +558,26 @@ int ConcurrentBackendBench(const std::string& config_name, int steps,
   std::vector<float> losses(config->T);
   const int in_flight = std::max(1, backends[0]->max_steps_in_flight());
   int64_t next = 0, polled = 0;
-  auto run = [&](int64_t upto) {
+  auto run = [&](int64_t upto) -> absl::Status {
     while (polled < upto) {
       while (next < upto && next - polled < in_flight) {
-        for (auto& b : backends) CHECK_OK(b->EnqueueStep(next));
+        for (auto& b : backends) {
+          absl::Status s = b->EnqueueStep(next);
+          if (!s.ok()) return s;
+        }
         ++next;
       }
-      for (auto& b : backends) CHECK_OK(b->PollStep(polled, losses.data()));
+      for (auto& b : backends) {
+        absl::Status s = b->PollStep(polled, losses.data());
+        if (!s.ok()) return s;
+      }
       ++polled;
     }
+    return absl::OkStatus();
   };
-  run(warm);
+  CHECK_OK(run(warm));
   const auto t0 = std::chrono::steady_clock::now();
-  run(warm + steps);
+  CHECK_OK(run(warm + steps));
   const auto t1 = std::chrono::steady_clock::now();
   std::printf("%d backends side by side, T = %d: ms/round (host wall) %.3f\n",
               count, config->T,
