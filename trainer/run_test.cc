@@ -364,7 +364,7 @@ TEST_F(RunTrainTest, ReadOnlyHistoryDirectoryIsRefusedBeforeAnyWork) {
   EXPECT_FALSE(Exists(o.checkpoint_out));
   EXPECT_FALSE(Exists(o.result_path));
   chmod(o.checkpoint_history_dir.c_str(), 0755);
-  std::system(("rm -rf " + base).c_str());
+  EXPECT_EQ(std::system(("rm -rf " + base).c_str()), 0);
 }
 
 // Loss is telemetry: a run whose losses are not finite (here: NaN
