@@ -948,9 +948,28 @@ std::string ResultFileEvidence(const std::string& path) {
         found = absl::StrCat("config ", name, ", host tag at byte ",
                              layout.host_offset);
         break;
-      case ResultSignature::kForwardRecord:
-        found = absl::StrCat("config ", name, ", incomplete: a killed run's");
+      case ResultSignature::kForwardRecord: {
+        // Logits alone can be any fp32 array (an exported tensor): where
+        // the first step window is there, its values must read as losses
+        // too (no finite value below 0; a preallocated window is zeros).
+        const uint64_t present = std::min<uint64_t>(
+            static_cast<uint64_t>(st.st_size) - layout.windows_offset,
+            layout.window_bytes);
+        std::string window(present / 4 * 4, '\0');
+        const bool window_read =
+            pread(fd, window.data(), window.size(), layout.windows_offset) ==
+            static_cast<ssize_t>(window.size());
+        bool losses = window_read;
+        for (size_t at = 0; losses && at + 4 <= window.size(); at += 4) {
+          float value;
+          std::memcpy(&value, window.data() + at, sizeof(value));
+          if (std::isfinite(value) && value < 0.0f) losses = false;
+        }
+        if (losses) {
+          found = absl::StrCat("config ", name, ", incomplete: a killed run's");
+        }
         break;
+      }
       case ResultSignature::kNone:
         break;
     }

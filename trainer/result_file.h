@@ -316,8 +316,10 @@ ResultSignature ResultSignatureOf(uint64_t size, absl::string_view head,
 // What the regular file at `path` shows of a result file whose marker is
 // gone, for any of the configs `train` runs (ModelConfigNames), as a phrase
 // for messages: "config NAME, host tag at byte N" (kHostTag) or "config
-// NAME, incomplete: a killed run's" (kForwardRecord); "" when it shows
-// neither, is not a regular file or cannot be read. The test tokenize's
+// NAME, incomplete: a killed run's" (kForwardRecord, and where the first
+// step window is present its values read as losses: none finite and below
+// 0, so that an exported fp32 array of such a size does not pass); "" when
+// it shows neither, is not a regular file or cannot be read. The test tokenize's
 // refusal to replace results (tokenizer/output_checks.h
 // CheckNotAResultFile) and train's --overwrite (trainer/run.h) share.
 std::string ResultFileEvidence(const std::string& path);

@@ -616,5 +616,40 @@ TEST(ResultSignatureOf, HostTagOrForwardRecordBySize) {
             ResultSignature::kForwardRecord);
 }
 
+// ResultFileEvidence: a killed run's file is evidence; an fp32 array of a
+// killed run's size whose first "window" holds negative values (an
+// exported tensor, break-it session 21: train --overwrite replaced one) is
+// not, nor is text; a complete file names its host tag.
+TEST(ResultFileEvidence, KilledRunsButNotOtherFloatArrays) {
+  const std::string killed = TempPath("evidence_killed.res");
+  {
+    auto w = ResultWriter::Create(killed, kTiny);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->WriteForwardRecord(Forward(kTiny).data()).ok());
+    ASSERT_TRUE((*w)->AppendStepWindow(0, Window(kTiny, 0).data()).ok());
+  }
+  EXPECT_EQ(ResultFileEvidence(killed),
+            "config tiny, incomplete: a killed run's");
+  // The same bytes with one negative value in the step window.
+  std::string bytes = Slurp(killed);
+  const float negative = -0.5f;
+  std::memcpy(&bytes[6144 + 40], &negative, 4);
+  const std::string array = TempPath("evidence_array.f32");
+  std::ofstream(array, std::ios::binary) << bytes;
+  EXPECT_EQ(ResultFileEvidence(array), "");
+  // Logits alone, no window yet: still a killed run's.
+  const std::string forward_only = TempPath("evidence_forward.res");
+  std::ofstream(forward_only, std::ios::binary) << bytes.substr(0, 6144);
+  EXPECT_EQ(ResultFileEvidence(forward_only),
+            "config tiny, incomplete: a killed run's");
+  const std::string text = TempPath("evidence.txt");
+  std::ofstream(text, std::ios::binary) << std::string(7000, 'a');
+  EXPECT_EQ(ResultFileEvidence(text), "");
+  EXPECT_EQ(ResultFileEvidence(WriteComplete("evidence_done.res", kTiny,
+                                             MakeTail(kTiny))),
+            "config tiny, host tag at byte 26944");
+  EXPECT_EQ(ResultFileEvidence(TempPath("evidence_missing.res")), "");
+}
+
 }  // namespace
 }  // namespace coppelius
