@@ -57,8 +57,10 @@ absl::Status CheckReadable(const std::string& output, const std::string& path) {
   return absl::FailedPreconditionError(absl::StrCat(
       "-o ", OutputName(output), ": exists (", st.st_size,
       " bytes) and cannot be read to check that it is not a Coppelius file (",
-      std::strerror(e),
-      "); not replaced (choose another output path, or make it readable)"));
+      std::strerror(e), "); ",
+      output == "-" ? "refusing to append to it (write the output elsewhere"
+                    : "not replaced (choose another output path",
+      ", or make it readable)"));
 }
 
 }  // namespace
@@ -88,7 +90,6 @@ absl::Status CheckNotCoppeliusFile(const std::string& output) {
 absl::Status CheckNotAResultFile(const std::string& output) {
   const std::string path = ExaminedPath(output);
   if (path.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckReadable(output, path));
   const std::string found = ResultFileEvidence(path);
   if (found.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(

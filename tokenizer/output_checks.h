@@ -37,8 +37,9 @@ namespace coppelius {
 // with --force) call it. A non-empty regular file that cannot be opened for
 // reading is refused too (FailedPrecondition "-o OUTPUT: exists (N bytes)
 // and cannot be read to check that it is not a Coppelius file (REASON); not
-// replaced ..."): the publication by rename needs only the directory's
-// permission and would replace it unseen. Anything else is OK: a missing,
+// replaced ...", for "-" "...; refusing to append to it ..."): the
+// publication by rename needs only the directory's permission and would
+// replace it unseen. Anything else is OK: a missing,
 // empty or shorter file, a non-regular file (a device or FIFO, which is
 // written, not replaced), and any other content. Not detected: a result file whose forward record has
 // been written (it starts with fp32 logits; its tag "CPLSRES1" lies at a
@@ -53,8 +54,9 @@ absl::Status CheckNotCoppeliusFile(const std::string& output);
 // detection uses: the host tag "CPLSRES1" at the host status offset, or a
 // killed run's size with a forward record of logits) for one of the configs
 // `train` runs (trainer/model_config.h ModelConfigNames; docs/FORMATS.md
-// "Result file"); an unreadable one as CheckNotCoppeliusFile. OK for
-// anything that is not a regular file, and any other content.
+// "Result file"). OK for anything that is not a regular file or cannot be
+// read (CheckNotCoppeliusFile, which every caller also runs, after the
+// command line's own checks, refuses that), and any other content.
 absl::Status CheckNotAResultFile(const std::string& output);
 
 // Refuses an output that would destroy the input `input` before or while it

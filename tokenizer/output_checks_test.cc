@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/as_nobody.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -261,22 +262,38 @@ TEST(CheckOutputIsNotInput, RefusesAnOutputThatStandardInputReads) {
 
 // An existing output the program cannot read cannot be checked, and the
 // publication by rename would replace it unseen: refused (break-it,
-// session 21). Root reads every file, so the case needs another user.
+// session 21), by a child that is not root (root reads every file). An
+// empty file holds nothing to lose; standard output appending to an
+// unreadable file is refused as an append.
 TEST(CheckNotCoppeliusFile, RefusesAnOutputItCannotRead) {
-  if (geteuid() == 0) GTEST_SKIP() << "root can read a mode-000 file";
-  const std::string path = Write("unreadable.ckpt", "COPPCKPT and more");
+  const std::string dir = NobodyDirectory("output_checks_test");
+  ASSERT_FALSE(dir.empty());
+  const std::string path = dir + "/unreadable.ckpt";
+  std::ofstream(path) << "COPPCKPT and more";
+  const std::string empty = dir + "/unreadable_empty";
+  std::ofstream(empty) << "";
   ASSERT_EQ(chmod(path.c_str(), 0), 0);
-  for (absl::Status s :
-       {CheckNotCoppeliusFile(path), CheckNotAResultFile(path)}) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr("-o " + path + ": exists (17 bytes) and cannot be "
-                          "read to check that it is not a Coppelius file"));
-  }
-  // An empty file holds nothing to lose.
-  const std::string empty = Write("unreadable_empty", "");
   ASSERT_EQ(chmod(empty.c_str(), 0), 0);
-  EXPECT_TRUE(CheckNotCoppeliusFile(empty).ok());
+  EXPECT_EQ(RunAsNobody([&] { return CheckNotCoppeliusFile(path).ToString(); }),
+            "FAILED_PRECONDITION: -o " + path +
+                ": exists (17 bytes) and cannot be read to check that it is "
+                "not a Coppelius file (Permission denied); not replaced "
+                "(choose another output path, or make it readable)");
+  EXPECT_EQ(RunAsNobody([&] { return CheckNotCoppeliusFile(empty).ToString(); }),
+            "OK");
+  // CheckNotAResultFile leaves the refusal to CheckNotCoppeliusFile.
+  EXPECT_EQ(RunAsNobody([&] { return CheckNotAResultFile(path).ToString(); }),
+            "OK");
+  ASSERT_EQ(chmod(path.c_str(), 0222), 0);  // writable, not readable
+  EXPECT_THAT(RunAsNobody([&] {
+                return CheckWithStdoutAppendingTo(path, [](const std::string& o) {
+                         return CheckNotCoppeliusFile(o);
+                       }).ToString();
+              }),
+              HasSubstr("-o - (standard output, an existing file): exists (17 "
+                        "bytes) and cannot be read to check that it is not a "
+                        "Coppelius file (Permission denied); refusing to "
+                        "append to it"));
   chmod(path.c_str(), 0644);
   chmod(empty.c_str(), 0644);
 }
