@@ -2248,8 +2248,7 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
 // existing Coppelius file (cache, checkpoint, result): writing it would
 // destroy data another run published.
 absl::Status CheckOutputPath(const std::string& output,
-                             const std::vector<std::string>& inputs,
-                             const std::string& config) {
+                             const std::vector<std::string>& inputs) {
   if (output == "-") return absl::OkStatus();
   RETURN_IF_ERROR(CheckOutputPathUsable(output, "-o"));
   for (const std::string& in : inputs) {
@@ -2266,15 +2265,18 @@ absl::Status CheckOutputPath(const std::string& output,
   // What the file holds decides; a file it cannot read (the publication by
   // rename would replace it unseen) and one named like a Coppelius file are
   // refused as well, each said as what it is.
-  absl::StatusOr<FileProbe> p = Probe(output);
-  if (!p.ok()) {
+  if (const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      fd >= 0) {
+    close(fd);
+  } else {
     return absl::FailedPreconditionError(absl::StrCat(
         "-o ", output, ": exists (", st.st_size,
         " bytes) and cannot be read to check that it is not a Coppelius "
         "file (",
-        p.status().message(),
+        std::strerror(errno),
         "); not replaced (choose another output path, or make it readable)"));
   }
+  ASSIGN_OR_RETURN(const FileProbe p, Probe(output));
   ASSIGN_OR_RETURN(std::vector<KnownLayout> known, KnownLayouts());
   auto named = [](FileKind kind) {
     return kind == FileKind::kCache      ? "token cache"
@@ -2282,12 +2284,20 @@ absl::Status CheckOutputPath(const std::string& output,
                                          : "checkpoint";
   };
   if (absl::StatusOr<FileKind> kind =
-          DetectKind(output, *p, known, /*by_extension=*/false);
+          DetectKind(output, p, known, /*by_extension=*/false);
       kind.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("-o ", output, ": exists and holds a Coppelius ",
-                     named(*kind),
-                     "; refusing to replace it (choose another output path)"));
+    // Its signature (the magic, the marker, a host tag) says so for
+    // certain; the other rules (a cache's shape, a result's size) guess.
+    ASSIGN_OR_RETURN(const KnownLayout* tagged,
+                     HostTagConfig(output, p.size, known));
+    const bool signed_file = ByteDistance8(p.head, kCheckpointMagic) == 0 ||
+                             ByteDistance8(p.head, kResultMarker) == 0 ||
+                             tagged != nullptr;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "-o ", output, ": exists (", p.size, " bytes) and ",
+        signed_file ? "is a Coppelius " : "looks like a Coppelius ",
+        named(*kind), signed_file ? "" : " by its content",
+        "; refusing to replace it (choose another output path)"));
   }
   for (const auto& [extension, kind] :
        {std::pair<const char*, FileKind>{".ckpt", FileKind::kCheckpoint},
@@ -2295,8 +2305,8 @@ absl::Status CheckOutputPath(const std::string& output,
         {".res", FileKind::kResult}}) {
     if (absl::EndsWith(output, extension)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "-o ", output, ": exists (", p->size, " bytes",
-          LooksLikeText(p->head) ? ", text" : "",
+          "-o ", output, ": exists (", p.size, " bytes",
+          LooksLikeText(p.head) ? ", text" : "",
           ") and is named like a Coppelius ", named(kind),
           ", though it does not hold one; refusing to replace it "
           "(choose another output path, or remove it first)"));
@@ -2326,7 +2336,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
           return RunPlot(spooled, svg_out);
         });
   }
-  RETURN_IF_ERROR(CheckOutputPath(o.output, o.results, o.config));
+  RETURN_IF_ERROR(CheckOutputPath(o.output, o.results));
   ModelConfig config;
   std::vector<double> means;
   std::vector<size_t> run_starts;
@@ -2500,7 +2510,7 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
           return RunExport(spooled, bytes_out);
         });
   }
-  RETURN_IF_ERROR(CheckOutputPath(o.output, {o.checkpoint}, o.config));
+  RETURN_IF_ERROR(CheckOutputPath(o.output, {o.checkpoint}));
   ASSIGN_OR_RETURN(FileDetection d,
                    DetectFile(o.checkpoint, o.kind, o.config));
   if (d.kind != FileKind::kCheckpoint) {

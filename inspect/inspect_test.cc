@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/publisher.h"
+#include "common/as_nobody.h"
 #include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -1517,7 +1518,8 @@ TEST_F(InspectTest, PlotAndExportRefuseToReplaceInputsOrCoppeliusFiles) {
   s = RunExport(e, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("exists and holds a Coppelius result file"));
+              HasSubstr("exists (27744 bytes) and is a Coppelius result "
+                        "file;"));
   PlotOptions p;
   p.results = {Path("complete.res")};
   p.output = Path("complete.res");
@@ -1542,7 +1544,39 @@ TEST_F(InspectTest, PlotAndExportRefuseToReplaceInputsOrCoppeliusFiles) {
   p.output = Path("model_copy.res");
   s = RunPlot(p, out);
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("exists and holds a Coppelius checkpoint;"));
+              HasSubstr("and is a Coppelius checkpoint;"));
+  // A u32 id file (what tokenize encode writes) is shaped like a cache: the
+  // refusal says it looks like one, not that it is one.
+  std::string ids;
+  for (uint32_t id = 300; id < 340; ++id) ids += std::string(U64(id), 0, 4);
+  ASSERT_TRUE(WriteFileAtomically(Path("ids.bin"), ids).ok());
+  p.output = Path("ids.bin");
+  s = RunPlot(p, out);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("exists (160 bytes) and looks like a Coppelius token "
+                        "cache by its content"));
+  // An output it cannot read (as a user other than root) is refused, not
+  // replaced unseen by the publication's rename.
+  const std::string dir = NobodyDirectory("inspect_test");
+  ASSERT_FALSE(dir.empty());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/in.res",
+                                  *ReadFile(Path("complete.res")))
+                  .ok());
+  ASSERT_EQ(chmod((dir + "/in.res").c_str(), 0644), 0);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/old.svg", "<svg/>").ok());
+  ASSERT_EQ(chmod((dir + "/old.svg").c_str(), 0), 0);
+  EXPECT_EQ(RunAsNobody([&] {
+              PlotOptions q;
+              q.results = {dir + "/in.res"};
+              q.output = dir + "/old.svg";
+              std::ostringstream sink;
+              return RunPlot(q, sink).ToString();
+            }),
+            "FAILED_PRECONDITION: -o " + dir +
+                "/old.svg: exists (6 bytes) and cannot be read to check that "
+                "it is not a Coppelius file (Permission denied); not replaced "
+                "(choose another output path, or make it readable)");
+  chmod((dir + "/old.svg").c_str(), 0644);
   // An ordinary new path is fine, and so is an ordinary existing file.
   p.output = Path("new_plot.svg");
   EXPECT_TRUE(RunPlot(p, out).ok());
