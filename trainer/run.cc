@@ -967,11 +967,11 @@ absl::Status RunTrain(const TrainOptions& given,
   // records them, and inspect verify fails it).
   if (tail.errors.nonfinite_steps > 0) {
     return absl::DataLossError(absl::StrFormat(
-        "%d of %d steps had a non-finite loss (the first: step %d of the "
-        "run); the run completed and published its checkpoints, and its "
-        "result %s records them in its error notifier",
+        "%d of %d steps had a non-finite loss (the first: step %d of this "
+        "run, on context %d); the run completed and published its "
+        "checkpoints, and its result %s records them in its error notifier",
         tail.errors.nonfinite_steps, steps, tail.errors.first_nonfinite_step,
-        options.result_path));
+        c0 + tail.errors.first_nonfinite_step, options.result_path));
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/publisher.h"
 #include "checkpoint/test_util.h"
+#include "common/as_nobody.h"
 #include "common/file_lock.h"
 #include "gtest/gtest.h"
 #include "tokencache/token_cache.h"
@@ -395,13 +396,46 @@ TEST_F(RunTrainTest, NonFiniteLossesCompleteTheRunThenReturnDataLoss) {
   EXPECT_NE(s.message().find(absl::StrCat(config_.run_steps, " of ",
                                           config_.run_steps,
                                           " steps had a non-finite loss (the "
-                                          "first: step 0 of the run)")),
+                                          "first: step 0 of this run, on "
+                                          "context 0)")),
             std::string::npos)
       << s;
   EXPECT_TRUE(Exists(options_.checkpoint_out));
   struct stat st;
   ASSERT_EQ(stat(options_.result_path.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 27744);  // a complete tiny result (FORMATS.md)
+}
+
+// An existing output train cannot read is refused, --overwrite or not:
+// what it holds cannot be checked, and the publication's rename would
+// replace it unseen (break-it, session 21). Checked by a child that is not
+// root (root reads every file).
+TEST_F(RunTrainTest, OutputItCannotReadIsRefusedWhateverTheFlags) {
+  const std::string dir = NobodyDirectory("run_test_unreadable");
+  ASSERT_FALSE(dir.empty());
+  TrainOptions o = options_;
+  o.tokens_path = dir + "/t.tok";
+  o.checkpoint_in = dir + "/fresh.ckpt";
+  o.checkpoint_out = dir + "/out.ckpt";
+  o.result_path = dir + "/out.res";
+  o.overwrite = true;
+  WriteTokenCache(o.tokens_path, config_.run_steps * config_.T + 1);
+  WriteBytes(o.checkpoint_in, "");
+  WriteBytes(o.checkpoint_out, "COPPCKPT, or so it says");
+  for (const std::string& p : {o.tokens_path, o.checkpoint_in}) {
+    ASSERT_EQ(chmod(p.c_str(), 0644), 0) << p;
+  }
+  ASSERT_EQ(chmod(o.checkpoint_out.c_str(), 0), 0);
+  EXPECT_EQ(RunAsNobody([&] {
+              std::ostringstream progress;
+              return RunTrain(o, NoBackend, progress).ToString();
+            }),
+            "FAILED_PRECONDITION: --checkpoint-out=" + o.checkpoint_out +
+                ": exists (23 bytes) and cannot be read to check that it is "
+                "another run's checkpoint (Permission denied); not replaced, "
+                "whatever the flags");
+  chmod(o.checkpoint_out.c_str(), 0644);
+  EXPECT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace
