@@ -20,6 +20,8 @@ absolute() { [[ "$1" == /* ]] && printf '%s' "$1" || printf '%s/%s' "$PWD" "$1";
 [[ -n "${DATA:-}" ]] && DATA=$(absolute "$DATA")
 [[ -n "${BIN:-}" ]] && BIN=$(absolute "$BIN")
 [[ -n "${CORPUS:-}" ]] && CORPUS=$(absolute "$CORPUS")
+# (Expanded as ${threads[@]+...}: an empty array is "unbound" under set -u
+# before bash 4.4.)
 threads=()
 [[ -n "${THREADS:-}" ]] && threads=(--threads="$THREADS")
 cd "$(dirname "$0")/.."
@@ -52,9 +54,9 @@ VOCAB=$DATA/vocab.tiktoken
 CACHE=$DATA/corpus.tok
 if [[ ! -s "$VOCAB" ]]; then
   log "training the vocabulary on $CORPUS"
-  "$BIN/tokenize" train "${threads[@]}" --vocab-size=12288 "$CORPUS" -o "$VOCAB"
+  "$BIN/tokenize" train ${threads[@]+"${threads[@]}"} --vocab-size=12288 "$CORPUS" -o "$VOCAB"
 fi
-"$BIN/make_cache" "${threads[@]}" --vocab="$VOCAB" "$CORPUS" -o "$CACHE"
+"$BIN/make_cache" ${threads[@]+"${threads[@]}"} --vocab="$VOCAB" "$CORPUS" -o "$CACHE"
 "$BIN/inspect" "$CACHE" --source="$CORPUS" --vocab="$VOCAB" --config=coppelius
 
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
@@ -96,7 +98,7 @@ if [[ -e "$RESULT" ]] && ! "$BIN/inspect" verify "$RESULT" >/dev/null 2>&1; then
   log "moved the incomplete $RESULT of a killed run to $aside"
 fi
 log "training contexts $c0.. from $IN"
-"$BIN/train" "${threads[@]}" --config=coppelius --tokens="$CACHE" --checkpoint-in="$IN" \
+"$BIN/train" ${threads[@]+"${threads[@]}"} --config=coppelius --tokens="$CACHE" --checkpoint-in="$IN" \
   --checkpoint-out="$CKPT" --result="$RESULT" --checkpoint-history="$DATA/run/history"
 "$BIN/inspect" verify "$CKPT" "$RESULT"
 "$BIN/inspect" "$CKPT"

@@ -533,6 +533,10 @@ int KernelBench(const CudaStepTuning& tuning) {
 // round (one step of every backend), after 20 warm-up rounds.
 int ConcurrentBackendBench(const std::string& config_name, int steps,
                            int count) {
+  std::printf(
+      "--concurrent_backends=%d: only the side-by-side rounds are timed (no "
+      "single-backend run, no kernel rows)\n",
+      count);
   auto config = ModelConfigByName(config_name);
   CHECK_OK(config.status());
   if (const int context = absl::GetFlag(FLAGS_context); context > 0) {
@@ -748,6 +752,13 @@ int Main(int argc, char** argv) {
   const bool kernels = absl::GetFlag(FLAGS_kernels);
   if (steps <= 0) {
     std::fprintf(stderr, "step_bench: --steps must be positive\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_concurrent_backends) > 1 &&
+      !absl::GetFlag(FLAGS_backend)) {
+    std::fprintf(stderr,
+                 "step_bench: --concurrent_backends runs backends; it needs "
+                 "--backend=true\n");
     return 2;
   }
   SetProgrammaticDependentLaunch(absl::GetFlag(FLAGS_pdl));
