@@ -528,6 +528,47 @@ int KernelBench(const CudaStepTuning& tuning) {
   return 0;
 }
 
+// Enqueues steps 0, 1, … of every backend in turn, each backend at most
+// max_steps_in_flight() ahead of the last step polled, and polls them in
+// step order; RunTo(upto) returns once step upto − 1 of every backend is
+// polled. `on_polled(step, row_losses)`, if given, sees the first
+// backend's T row losses of each step.
+class StepPump {
+ public:
+  StepPump(std::vector<Backend*> backends, int T)
+      : backends_(std::move(backends)),
+        in_flight_(std::max(1, backends_[0]->max_steps_in_flight())),
+        losses_(T) {}
+
+  absl::Status RunTo(
+      int64_t upto,
+      const std::function<void(int64_t, const std::vector<float>&)>&
+          on_polled = nullptr) {
+    while (polled_ < upto) {
+      while (next_ < upto && next_ - polled_ < in_flight_) {
+        for (Backend* b : backends_) {
+          absl::Status s = b->EnqueueStep(next_);
+          if (!s.ok()) return s;
+        }
+        ++next_;
+      }
+      for (size_t i = backends_.size(); i-- > 0;) {  // the first one last
+        absl::Status s = backends_[i]->PollStep(polled_, losses_.data());
+        if (!s.ok()) return s;
+      }
+      if (on_polled) on_polled(polled_, losses_);
+      ++polled_;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<Backend*> backends_;
+  int in_flight_;
+  std::vector<float> losses_;
+  int64_t next_ = 0, polled_ = 0;
+};
+
 // --concurrent_backends=N (N ≥ 2): N backends of the same config, each with
 // its own token stream, a step of each enqueued in turn; host wall time per
 // round (one step of every backend), after 20 warm-up rounds.
@@ -559,29 +600,12 @@ int ConcurrentBackendBench(const std::string& config_name, int steps,
     CHECK_OK((*backend)->SetTokens(tokens[i].data(), tokens[i].size(), 0));
     backends.push_back(std::move(*backend));
   }
-  std::vector<float> losses(config->T);
-  const int in_flight = std::max(1, backends[0]->max_steps_in_flight());
-  int64_t next = 0, polled = 0;
-  auto run = [&](int64_t upto) -> absl::Status {
-    while (polled < upto) {
-      while (next < upto && next - polled < in_flight) {
-        for (auto& b : backends) {
-          absl::Status s = b->EnqueueStep(next);
-          if (!s.ok()) return s;
-        }
-        ++next;
-      }
-      for (auto& b : backends) {
-        absl::Status s = b->PollStep(polled, losses.data());
-        if (!s.ok()) return s;
-      }
-      ++polled;
-    }
-    return absl::OkStatus();
-  };
-  CHECK_OK(run(warm));
+  std::vector<Backend*> pumped;
+  for (auto& b : backends) pumped.push_back(b.get());
+  StepPump pump(pumped, config->T);
+  CHECK_OK(pump.RunTo(warm));
   const auto t0 = std::chrono::steady_clock::now();
-  CHECK_OK(run(warm + steps));
+  CHECK_OK(pump.RunTo(warm + steps));
   const auto t1 = std::chrono::steady_clock::now();
   std::printf("%d backends side by side, T = %d: ms/round (host wall) %.3f\n",
               count, config->T,
@@ -616,27 +640,18 @@ int BackendBench(const std::string& config_name, int steps) {
   Backend* b = backend->get();
   CHECK_OK(b->Load(pmv.data(), 0));
   CHECK_OK(b->SetTokens(tokens.data(), tokens.size(), 0));
-  std::vector<float> rec(3 * config->V), losses(config->T);
+  std::vector<float> rec(3 * config->V);
   CHECK_OK(b->ForwardRecord(0, rec.data()));
-  const int in_flight = std::max(1, b->max_steps_in_flight());
-  int64_t next = 0, polled = 0;
   double first_loss = 0, last_loss = 0;
-  auto run = [&](int64_t upto) -> absl::Status {
-    while (polled < upto) {
-      while (next < upto && next - polled < in_flight) {
-        absl::Status s = b->EnqueueStep(next++);
-        if (!s.ok()) return s;
-      }
-      absl::Status s = b->PollStep(polled, losses.data());
-      if (!s.ok()) return s;
+  StepPump pump({b}, config->T);
+  auto run = [&](int64_t upto) {
+    return pump.RunTo(upto, [&](int64_t step, const std::vector<float>& rows) {
       double mean = 0;
-      for (float x : losses) mean += x;
-      mean /= config->T;
-      if (polled == 0) first_loss = mean;
+      for (float x : rows) mean += x;
+      mean /= rows.size();
+      if (step == 0) first_loss = mean;
       last_loss = mean;
-      ++polled;
-    }
-    return absl::OkStatus();
+    });
   };
   CHECK_OK(run(warm));
   const auto t0 = std::chrono::steady_clock::now();
