@@ -76,6 +76,17 @@ bool TakesNextArgument(const FlagArgument& f) {
   return flag != nullptr && !flag->IsRetired() && !flag->IsOfType<bool>();
 }
 
+// A flag as the tools' help and messages spell it: "-o", else "--" and the
+// name with dashes (the command line reaches this check normalized:
+// NormalizedCommandLine turns --vocab-size into --vocab_size, -o X into
+// --o=X).
+std::string Spelled(absl::string_view name) {
+  if (name == "o") return "-o";
+  std::string spelled = absl::StrCat("--", name);
+  std::replace(spelled.begin() + 2, spelled.end(), '_', '-');
+  return spelled;
+}
+
 }  // namespace
 
 absl::Status CheckCommandLineFlags(int argc, char** argv) {
@@ -90,7 +101,7 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
     }
     if (OneOf(kUnsupportedAbseilFlags, name)) {
       return UsageError(absl::StrCat(
-          "--", name,
+          Spelled(name),
           " is not supported; give the flags on the command line"));
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
@@ -99,7 +110,8 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
       if (negated != nullptr && negated->IsOfType<bool>()) continue;
     }
     if (flag == nullptr || flag->IsRetired()) {
-      return UsageError(absl::StrCat("unknown flag --", name, "; see --help"));
+      return UsageError(
+          absl::StrCat("unknown flag ", Spelled(name), "; see --help"));
     }
     absl::string_view value;
     if (f->has_value) {
@@ -110,11 +122,12 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
       value = argv[++i];  // --flag VALUE
     } else {
       return UsageError(
-          absl::StrCat("--", name, ": missing a value; see --help"));
+          absl::StrCat(Spelled(name), ": missing a value; see --help"));
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      return UsageError(absl::StrCat("--", name, "=", value, ": ", error));
+      return UsageError(
+          absl::StrCat(Spelled(name), "=", value, ": ", error));
     }
   }
   return absl::OkStatus();

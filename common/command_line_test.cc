@@ -47,16 +47,19 @@ TEST(CheckCommandLineFlags, UnknownFlagsAndBadValuesAreUsageErrors) {
     std::vector<std::string> args;
     std::string message;
   } cases[] = {
-      {{"x", "--test_cuont=3"}, "unknown flag --test_cuont; see --help"},
+      // Flags are named as help spells them, with dashes (the tools see
+      // the command line normalized: --vocab-size as --vocab_size).
+      {{"x", "--test_cuont=3"}, "unknown flag --test-cuont; see --help"},
       {{"x", "in", "-bogus"}, "unknown flag --bogus; see --help"},
-      {{"x", "--notest_count"}, "unknown flag --notest_count; see --help"},
+      {{"x", "--notest_count"}, "unknown flag --notest-count; see --help"},
       {{"x", "--test_count=abc"},
-       "--test_count=abc: Illegal value 'abc' specified for flag "
+       "--test-count=abc: Illegal value 'abc' specified for flag "
        "'test_count'"},
       {{"x", "--test_switch=maybe"},
-       "--test_switch=maybe: Illegal value 'maybe' specified for flag "
+       "--test-switch=maybe: Illegal value 'maybe' specified for flag "
        "'test_switch'"},
-      {{"x", "--test_count"}, "--test_count: missing a value; see --help"},
+      {{"x", "--test_count"}, "--test-count: missing a value; see --help"},
+      {{"x", "--o"}, "unknown flag -o; see --help"},
       // Abseil's flags that read flags from elsewhere: refused up front
       // (Abseil's parser ended a bad value with its own lines, exit 1).
       {{"x", "--flagfile=/no/such/file"},

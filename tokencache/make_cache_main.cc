@@ -72,11 +72,9 @@ int main(int argc, char** argv) {
   if (parsed->usage_answered) return 0;  // usage on stdout
   const std::vector<char*>& args = parsed->args;
   absl::Status status;
-  if (absl::GetFlag(FLAGS_threads) < 0) {
-    status = coppelius::UsageError(absl::StrCat(
-        "--threads=", absl::GetFlag(FLAGS_threads),
-        ": expected >= 0 (0 = all cores)"));
-  } else if (args.size() != 2) {
+  // (--threads is checked by RunMakeCache, as every tool checks it:
+  // common/threads.h CheckThreadsFlag.)
+  if (args.size() != 2) {
     status = coppelius::UsageError(absl::StrCat(
         "expected exactly one SOURCE path (or -), got ", args.size() - 1,
         "; see --help"));
