@@ -535,6 +535,21 @@ bool ReadFileHead(const std::string& path, void* head, size_t n) {
   return ok;
 }
 
+std::optional<UnreadableFile> FindUnreadableFile(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size == 0) {
+    return std::nullopt;
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd >= 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  return UnreadableFile{static_cast<uint64_t>(st.st_size),
+                        std::strerror(errno)};
+}
+
 absl::Status WriteAll(int fd, const void* data, size_t size,
                       absl::string_view path) {
   if (fd == STDOUT_FILENO && g_stdout_closed) {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <streambuf>
 #include <string>
@@ -300,6 +301,20 @@ absl::Status PreadAll(int fd, void* data, size_t size, uint64_t offset,
 // a regular file of at least `n` bytes that can be opened for reading (a
 // FIFO is not opened: that would block).
 bool ReadFileHead(const std::string& path, void* head, size_t n);
+
+// An existing, non-empty regular file that cannot be opened for reading:
+// its size and the system's reason ("Permission denied").
+struct UnreadableFile {
+  uint64_t size = 0;
+  std::string reason;
+};
+
+// What a tool checks before replacing a file it must first examine (is it
+// a checkpoint, another run's output?): a publication by rename needs only
+// the directory's permission, so a file the tool cannot read would be
+// replaced unseen. nullopt when `path` can be opened for reading, or is
+// missing, empty or not a regular file.
+std::optional<UnreadableFile> FindUnreadableFile(const std::string& path);
 
 // The file an output path publishes to: the target of a symbolic link
 // (resolved through every link), else `path` itself ("-" included, and a

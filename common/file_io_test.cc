@@ -17,12 +17,14 @@
 #include <functional>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/as_nobody.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -824,6 +826,35 @@ TEST(ReportShrunkMappingsTest, OnlyRegisteredMappingsAreReported) {
               "");
   EXPECT_EXIT(touch_cut_page(true, true), ::testing::KilledBySignal(SIGBUS),
               "");
+}
+
+// FindUnreadableFile: only an existing, non-empty regular file that cannot
+// be opened counts, with its size and reason (checked by a child that is
+// not root: root opens every file).
+TEST(FindUnreadableFile, OnlyANonEmptyFileItCannotOpen) {
+  const std::string dir = NobodyDirectory("file_io_test");
+  ASSERT_FALSE(dir.empty());
+  const std::string secret = dir + "/secret", empty = dir + "/empty",
+                    open_file = dir + "/open";
+  std::ofstream(secret) << "12345";
+  std::ofstream(empty) << "";
+  std::ofstream(open_file) << "x";
+  ASSERT_EQ(chmod(secret.c_str(), 0), 0);
+  ASSERT_EQ(chmod(empty.c_str(), 0), 0);
+  ASSERT_EQ(chmod(open_file.c_str(), 0644), 0);
+  const std::string seen = RunAsNobody([&] {
+    std::string out;
+    for (const std::string& p :
+         {secret, empty, open_file, dir, dir + "/missing"}) {
+      const std::optional<UnreadableFile> u = FindUnreadableFile(p);
+      out += u ? absl::StrCat(u->size, " ", u->reason, ";") : "-;";
+    }
+    return out;
+  });
+  EXPECT_EQ(seen, "5 Permission denied;-;-;-;-;");
+  chmod(secret.c_str(), 0644);
+  chmod(empty.c_str(), 0644);
+  EXPECT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
 }
 
 }  // namespace

@@ -2265,15 +2265,13 @@ absl::Status CheckOutputPath(const std::string& output,
   // What the file holds decides; a file it cannot read (the publication by
   // rename would replace it unseen) and one named like a Coppelius file are
   // refused as well, each said as what it is.
-  if (const int fd = open(output.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-      fd >= 0) {
-    close(fd);
-  } else {
+  if (const std::optional<UnreadableFile> unreadable =
+          FindUnreadableFile(output)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "-o ", output, ": exists (", st.st_size,
+        "-o ", output, ": exists (", unreadable->size,
         " bytes) and cannot be read to check that it is not a Coppelius "
         "file (",
-        std::strerror(errno),
+        unreadable->reason,
         "); not replaced (choose another output path, or make it readable)"));
   }
   ASSIGN_OR_RETURN(const FileProbe p, Probe(output));

@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -38,26 +38,15 @@ std::string OutputName(const std::string& output) {
   return output == "-" ? "- (standard output, an existing file)" : output;
 }
 
-// FailedPrecondition when `path` (what `output` names) is an existing,
-// non-empty regular file that cannot be opened for reading: what it holds
-// cannot be checked, and the publication by rename needs only the
-// directory's permission, so it would be replaced unseen.
+// FailedPrecondition when `path` (what `output` names) is a file that
+// cannot be read (FindUnreadableFile): what it holds cannot be checked.
 absl::Status CheckReadable(const std::string& output, const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_size == 0) {
-    return absl::OkStatus();
-  }
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd >= 0) {
-    close(fd);
-    return absl::OkStatus();
-  }
-  const int e = errno;
+  const std::optional<UnreadableFile> unreadable = FindUnreadableFile(path);
+  if (!unreadable) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "-o ", OutputName(output), ": exists (", st.st_size,
+      "-o ", OutputName(output), ": exists (", unreadable->size,
       " bytes) and cannot be read to check that it is not a Coppelius file (",
-      std::strerror(e), "); ",
+      unreadable->reason, "); ",
       output == "-" ? "refusing to append to it (write the output elsewhere"
                     : "not replaced (choose another output path",
       ", or make it readable)"));

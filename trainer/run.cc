@@ -1,7 +1,6 @@
 #include "trainer/run.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -100,18 +99,15 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   if (!input.empty() && SameFile(path, input)) return absl::OkStatus();
   const bool checkpoint = flag == "checkpoint-out";
   const char* kind = checkpoint ? "checkpoint" : "result file";
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int e = errno;
+  if (const std::optional<UnreadableFile> unreadable =
+          FindUnreadableFile(path)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "--%s=%s: exists (%d bytes) and cannot be read to check that it is "
         "another run's %s (%s); not replaced, whatever the flags",
-        flag, path, static_cast<int64_t>(st.st_size), kind,
-        std::strerror(e)));
+        flag, path, unreadable->size, kind, unreadable->reason));
   }
   unsigned char head[8] = {};
-  const bool head_read = pread(fd, head, sizeof(head), 0) == sizeof(head);
-  close(fd);
+  const bool head_read = ReadFileHead(path, head, sizeof(head));
   const bool is_kind =
       checkpoint
           ? head_read && std::memcmp(head, kCheckpointMagic, 8) == 0
