@@ -1800,13 +1800,7 @@ absl::StatusOr<bool> FirstWindowReadsAsLosses(
       std::min<uint64_t>(size - k.layout.windows_offset, k.layout.window_bytes);
   ASSIGN_OR_RETURN(const std::string window,
                    PreadString(path, k.layout.windows_offset, present / 4 * 4));
-  for (size_t at = 0; at + 4 <= window.size(); at += 4) {
-    const uint32_t bits = LeU32(window, at);
-    float value;
-    std::memcpy(&value, &bits, sizeof(value));
-    if (std::isfinite(value) && value < 0.0f) return false;
-  }
-  return true;
+  return ReadsAsLosses(window);
 }
 
 // The config the file's content names, if any; `evidence` says how.

@@ -922,6 +922,15 @@ std::vector<double> StepMeanLosses(const ResultFile& result) {
   return means;
 }
 
+bool ReadsAsLosses(absl::string_view window) {
+  for (size_t at = 0; at + 4 <= window.size(); at += 4) {
+    float value;
+    std::memcpy(&value, window.data() + at, sizeof(value));
+    if (std::isfinite(value) && value < 0.0f) return false;
+  }
+  return true;
+}
+
 std::string ResultFileEvidence(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
@@ -956,16 +965,9 @@ std::string ResultFileEvidence(const std::string& path) {
             static_cast<uint64_t>(st.st_size) - layout.windows_offset,
             layout.window_bytes);
         std::string window(present / 4 * 4, '\0');
-        const bool window_read =
-            pread(fd, window.data(), window.size(), layout.windows_offset) ==
-            static_cast<ssize_t>(window.size());
-        bool losses = window_read;
-        for (size_t at = 0; losses && at + 4 <= window.size(); at += 4) {
-          float value;
-          std::memcpy(&value, window.data() + at, sizeof(value));
-          if (std::isfinite(value) && value < 0.0f) losses = false;
-        }
-        if (losses) {
+        if (pread(fd, window.data(), window.size(), layout.windows_offset) ==
+                static_cast<ssize_t>(window.size()) &&
+            ReadsAsLosses(window)) {
           found = absl::StrCat("config ", name, ", incomplete: a killed run's");
         }
         break;

@@ -338,6 +338,13 @@ std::string ResultFileEvidence(const std::string& path);
 // ResultSignatureOf's test of a forward record.
 bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes);
 
+// Whether `window` (fp32 values, little-endian; a trailing partial value is
+// ignored) reads as per-row losses: no finite value below 0 (NaN and
+// infinities are a diverged run's; zeros a preallocated window's). What
+// tells a result's step window from another fp32 array (ResultFileEvidence,
+// inspect's kind detection).
+bool ReadsAsLosses(absl::string_view window);
+
 // Step s's mean loss over its T rows (a file's per-step curve).
 std::vector<double> StepMeanLosses(const ResultFile& result);
 

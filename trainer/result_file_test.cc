@@ -616,6 +616,20 @@ TEST(ResultSignatureOf, HostTagOrForwardRecordBySize) {
             ResultSignature::kForwardRecord);
 }
 
+// ReadsAsLosses, by hand: zeros, positives, NaN and infinities (a diverged
+// run) pass; one finite negative value fails; a trailing partial value is
+// ignored.
+TEST(ReadsAsLosses, NoFiniteNegativeValue) {
+  auto bytes = [](std::vector<float> v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size());
+  };
+  EXPECT_TRUE(ReadsAsLosses(""));
+  EXPECT_TRUE(ReadsAsLosses(bytes({0.0f, -0.0f, 1.5f, NAN, INFINITY,
+                                   -INFINITY})));
+  EXPECT_FALSE(ReadsAsLosses(bytes({1.0f, -0.5f, 2.0f})));
+  EXPECT_TRUE(ReadsAsLosses(bytes({1.0f}) + std::string("\x00\x00\x80", 3)));
+}
+
 // ResultFileEvidence: a killed run's file is evidence; an fp32 array of a
 // killed run's size whose first "window" holds negative values (an
 // exported tensor, break-it session 21: train --overwrite replaced one) is
