@@ -76,17 +76,6 @@ bool TakesNextArgument(const FlagArgument& f) {
   return flag != nullptr && !flag->IsRetired() && !flag->IsOfType<bool>();
 }
 
-// A flag as the tools' help and messages spell it: "-o", else "--" and the
-// name with dashes (the command line reaches this check normalized:
-// NormalizedCommandLine turns --vocab-size into --vocab_size, -o X into
-// --o=X).
-std::string Spelled(absl::string_view name) {
-  if (name == "o") return "-o";
-  std::string spelled = absl::StrCat("--", name);
-  std::replace(spelled.begin() + 2, spelled.end(), '_', '-');
-  return spelled;
-}
-
 }  // namespace
 
 absl::Status CheckCommandLineFlags(int argc, char** argv) {
@@ -101,7 +90,7 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
     }
     if (OneOf(kUnsupportedAbseilFlags, name)) {
       return UsageError(absl::StrCat(
-          Spelled(name),
+          FlagSpelled(name),
           " is not supported; give the flags on the command line"));
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
@@ -111,7 +100,7 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
     }
     if (flag == nullptr || flag->IsRetired()) {
       return UsageError(
-          absl::StrCat("unknown flag ", Spelled(name), "; see --help"));
+          absl::StrCat("unknown flag ", FlagSpelled(name), "; see --help"));
     }
     absl::string_view value;
     if (f->has_value) {
@@ -122,12 +111,12 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
       value = argv[++i];  // --flag VALUE
     } else {
       return UsageError(
-          absl::StrCat(Spelled(name), ": missing a value; see --help"));
+          absl::StrCat(FlagSpelled(name), ": missing a value; see --help"));
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
       return UsageError(
-          absl::StrCat(Spelled(name), "=", value, ": ", error));
+          absl::StrCat(FlagSpelled(name), "=", value, ": ", error));
     }
   }
   return absl::OkStatus();
@@ -220,6 +209,13 @@ NormalizedCommandLine::NormalizedCommandLine(
   for (std::string& a : args_) pointers_.push_back(&a[0]);
 }
 
+std::string FlagSpelled(absl::string_view name) {
+  if (name == "o") return "-o";
+  std::string spelled = absl::StrCat("--", name);
+  std::replace(spelled.begin() + 2, spelled.end(), '_', '-');
+  return spelled;
+}
+
 std::set<std::string> GivenFlagNames(int argc, char** argv) {
   std::set<std::string> names;
   for (int i = 1; i < argc; ++i) {
@@ -234,13 +230,12 @@ std::set<std::string> GivenFlagNames(int argc, char** argv) {
 
 void WarnUnusedFlags(absl::string_view program, absl::string_view mode,
                      const std::set<std::string>& given,
-                     const std::vector<FlagSpelling>& unused,
+                     const std::vector<const char*>& unused,
                      std::ostream& err) {
-  for (const FlagSpelling& flag : unused) {
-    if (given.count(flag.name) != 0 ||
-        given.count(absl::StrCat("no", flag.name)) != 0) {
-      err << program << ": warning: " << flag.spelling << " is not used by "
-          << mode << ": ignored" << std::endl;
+  for (const char* name : unused) {
+    if (given.count(name) != 0 || given.count(absl::StrCat("no", name)) != 0) {
+      err << program << ": warning: " << FlagSpelled(name)
+          << " is not used by " << mode << ": ignored" << std::endl;
     }
   }
 }

@@ -71,19 +71,18 @@ std::string VersionText(absl::string_view program);
 // name that matches no flag, which is harmless.
 std::set<std::string> GivenFlagNames(int argc, char** argv);
 
-// A flag as Abseil names it ("vocab_size") and as the usage spells it
-// ("--vocab-size").
-struct FlagSpelling {
-  const char* name;
-  const char* spelling;
-};
+// A flag named as Abseil names it ("vocab_size", "o") spelled as the
+// tools' usage and messages spell it: "-o", else "--" and the name with
+// dashes ("--vocab-size"; NormalizedCommandLine maps either back).
+std::string FlagSpelled(absl::string_view name);
 
-// For each flag of `unused` that `given` (GivenFlagNames) holds, by its
-// name or a bool's "no" form, the line "PROGRAM: warning: SPELLING is not
-// used by MODE: ignored" on `err`, in `unused`'s order.
+// For each flag of `unused` (Abseil's names) that `given` (GivenFlagNames)
+// holds, by its name or a bool's "no" form, the line "PROGRAM: warning:
+// SPELLING is not used by MODE: ignored" on `err` (FlagSpelled), in
+// `unused`'s order.
 void WarnUnusedFlags(absl::string_view program, absl::string_view mode,
                      const std::set<std::string>& given,
-                     const std::vector<FlagSpelling>& unused,
+                     const std::vector<const char*>& unused,
                      std::ostream& err);
 
 class NormalizedCommandLine;

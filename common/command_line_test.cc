@@ -99,9 +99,7 @@ TEST(GivenFlagNames, NamesAndWarnings) {
   EXPECT_EQ(given, (std::set<std::string>{"vocab", "noprogress", "threads"}));
   std::ostringstream err;
   WarnUnusedFlags("tool", "mode", given,
-                  {{"threads", "--threads"},
-                   {"json", "--json"},
-                   {"progress", "--progress"}},
+                  {"threads", "json", "progress"},
                   err);
   EXPECT_EQ(err.str(),
             "tool: warning: --threads is not used by mode: ignored\n"

@@ -82,23 +82,23 @@ constexpr char kUsage[] =
 // report or verify is refused instead (main): the output goes to standard
 // output there, and a file asked for would silently not be written.
 struct FlagUse {
-  coppelius::FlagSpelling flag;
+  const char* flag;  // Abseil's name
   bool report, verify, plot, export_;
 };
 constexpr FlagUse kFlagUses[] = {
-    {{"json", "--json"}, true, true, false, false},
-    {{"source", "--source"}, true, true, false, false},
-    {{"vocab", "--vocab"}, true, true, false, false},
-    {{"safetensors", "--safetensors"}, false, false, false, true},
-    {{"smoothing", "--smoothing"}, true, false, true, false},
-    {{"threads", "--threads"}, true, true, false, true},
+    {"json", true, true, false, false},
+    {"source", true, true, false, false},
+    {"vocab", true, true, false, false},
+    {"safetensors", false, false, false, true},
+    {"smoothing", true, false, true, false},
+    {"threads", true, true, false, true},
 };
 
 // A one-line warning for each flag of `given` that `mode` (the report,
 // verify, plot or export) does not use.
 void WarnUnusedFlags(absl::string_view mode,
                      const std::set<std::string>& given) {
-  std::vector<coppelius::FlagSpelling> unused;
+  std::vector<const char*> unused;
   for (const FlagUse& use : kFlagUses) {
     const bool used = mode == "verify"   ? use.verify
                       : mode == "plot"   ? use.plot

@@ -52,23 +52,23 @@ constexpr char kUsage[] =
 
 // Which subcommands use each flag (-o: all of them).
 struct FlagUse {
-  coppelius::FlagSpelling flag;
+  const char* flag;  // Abseil's name
   bool encode, decode, train;
 };
 constexpr FlagUse kFlagUses[] = {
-    {{"vocab", "--vocab"}, true, true, false},
-    {{"allow_special", "--allow-special"}, true, false, false},
-    {{"format", "--format"}, true, true, false},
-    {{"threads", "--threads"}, true, false, true},
-    {{"vocab_size", "--vocab-size"}, false, false, true},
-    {{"progress", "--progress"}, false, false, true},
+    {"vocab", true, true, false},
+    {"allow_special", true, false, false},
+    {"format", true, true, false},
+    {"threads", true, false, true},
+    {"vocab_size", false, false, true},
+    {"progress", false, false, true},
 };
 
 // A one-line warning on stderr for each flag in `given` that `command` does
 // not use (inspect does the same for its modes).
 void WarnUnusedFlags(absl::string_view command,
                      const std::set<std::string>& given) {
-  std::vector<coppelius::FlagSpelling> unused;
+  std::vector<const char*> unused;
   for (const FlagUse& use : kFlagUses) {
     const bool used = command == "encode"   ? use.encode
                       : command == "decode" ? use.decode
