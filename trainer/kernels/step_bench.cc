@@ -569,6 +569,33 @@ class StepPump {
   int64_t next_ = 0, polled_ = 0;
 };
 
+// The benchmark's model config: --config, with --context's T when given.
+absl::StatusOr<ModelConfig> BenchConfig(const std::string& name) {
+  absl::StatusOr<ModelConfig> config = ModelConfigByName(name);
+  if (!config.ok()) return config.status();
+  if (const int context = absl::GetFlag(FLAGS_context); context > 0) {
+    config->T = context;
+  }
+  return config;
+}
+
+// A CUDA backend of `config` loaded with `pmv` (update count 0) and
+// `contexts` contexts of random ids (the stream of `seed`; the backend
+// keeps its own copy).
+absl::StatusOr<std::unique_ptr<Backend>> LoadedBackend(
+    const ModelConfig& config, const std::vector<float>& pmv, int contexts,
+    uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> tokens(static_cast<size_t>(config.T) * contexts + 1);
+  for (auto& t : tokens) t = rng() % config.V;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(config);
+  if (!backend.ok()) return backend.status();
+  absl::Status s = (*backend)->Load(pmv.data(), 0);
+  if (s.ok()) s = (*backend)->SetTokens(tokens.data(), tokens.size(), 0);
+  if (!s.ok()) return s;
+  return backend;
+}
+
 // --concurrent_backends=N (N ≥ 2): N backends of the same config, each with
 // its own token stream, a step of each enqueued in turn; host wall time per
 // round (one step of every backend), after 20 warm-up rounds.
@@ -578,26 +605,17 @@ int ConcurrentBackendBench(const std::string& config_name, int steps,
       "--concurrent_backends=%d: only the side-by-side rounds are timed (no "
       "single-backend run, no kernel rows)\n",
       count);
-  auto config = ModelConfigByName(config_name);
+  auto config = BenchConfig(config_name);
   CHECK_OK(config.status());
-  if (const int context = absl::GetFlag(FLAGS_context); context > 0) {
-    config->T = context;
-  }
   const int64_t n = NumParameters(*config);
   std::vector<float> pmv(3 * n);
   CHECK_OK(InitializeImage(*config, 16, pmv.data()));
   const int warm = 20;
   const int contexts = warm + steps + 1;
   std::vector<std::unique_ptr<Backend>> backends;
-  std::vector<std::vector<uint32_t>> tokens(count);
   for (int i = 0; i < count; ++i) {
-    std::mt19937_64 rng(2 + i);
-    tokens[i].resize(static_cast<size_t>(config->T) * contexts + 1);
-    for (auto& t : tokens[i]) t = rng() % config->V;
-    auto backend = CreateCudaBackend(*config);
+    auto backend = LoadedBackend(*config, pmv, contexts, 2 + i);
     CHECK_OK(backend.status());
-    CHECK_OK((*backend)->Load(pmv.data(), 0));
-    CHECK_OK((*backend)->SetTokens(tokens[i].data(), tokens[i].size(), 0));
     backends.push_back(std::move(*backend));
   }
   std::vector<Backend*> pumped;
@@ -615,11 +633,10 @@ int ConcurrentBackendBench(const std::string& config_name, int steps,
 }
 
 int BackendBench(const std::string& config_name, int steps) {
-  auto config = ModelConfigByName(config_name);
+  auto config = BenchConfig(config_name);
   CHECK_OK(config.status());
-  if (const int context = absl::GetFlag(FLAGS_context); context > 0) {
-    config->T = context;
-    std::printf("context overridden: T = %d (not the config's)\n", context);
+  if (absl::GetFlag(FLAGS_context) > 0) {
+    std::printf("context overridden: T = %d (not the config's)\n", config->T);
   }
   const int64_t n = NumParameters(*config);
   std::vector<float> pmv(3 * n);
@@ -632,14 +649,9 @@ int BackendBench(const std::string& config_name, int steps) {
   if (!trace_path.empty() && absl::GetFlag(FLAGS_trace_from_start)) {
     CHECK_OK(StartKernelTrace());
   }
-  std::mt19937_64 rng(2);
-  std::vector<uint32_t> tokens(static_cast<size_t>(config->T) * contexts + 1);
-  for (auto& t : tokens) t = rng() % config->V;
-  auto backend = CreateCudaBackend(*config);
+  auto backend = LoadedBackend(*config, pmv, contexts, 2);
   CHECK_OK(backend.status());
   Backend* b = backend->get();
-  CHECK_OK(b->Load(pmv.data(), 0));
-  CHECK_OK(b->SetTokens(tokens.data(), tokens.size(), 0));
   std::vector<float> rec(3 * config->V);
   CHECK_OK(b->ForwardRecord(0, rec.data()));
   double first_loss = 0, last_loss = 0;
