@@ -25,8 +25,11 @@
 // threads per chunk (max_blocks = 0: the whole device, for updates nothing
 // else runs beside), or max_blocks blocks of 1,024 threads (each a whole
 // chunk per pass, taking chunks b, b + max_blocks, …): an update beside
-// other kernels then holds at most max_blocks SMs. The bits do not depend
-// on the grid.
+// other kernels then holds at most max_blocks SMs. Where the planes are
+// 16-byte aligned (p_bf16 8-byte) and a chunk (or embedding row) starts at
+// a multiple of 4 elements, a thread reads and writes 4 neighbouring
+// elements with one 16-byte access per plane; elsewhere element by element.
+// The bits do not depend on the grid or on the accesses.
 #ifndef COPPELIUS_TRAINER_KERNELS_ADAMW_H_
 #define COPPELIUS_TRAINER_KERNELS_ADAMW_H_
 

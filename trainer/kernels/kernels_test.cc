@@ -1239,7 +1239,11 @@ struct DevicePlanes {
 
 // Every grid: one 256-thread CTA per chunk (max_blocks 0) and capped grids
 // of 1,024-thread CTAs, fewer CTAs than chunks (a CTA takes several, the
-// last chunk of a tensor partial) and more.
+// last chunk of a tensor partial) and more. Chunks starting at element
+// offsets that are and are not multiples of 4, and of lengths that are and
+// are not (the kernels' 16-byte and element-wise accesses), with the planes
+// 16-byte aligned and, shifted by one element, not (element-wise only); the
+// planes' elements outside the chunks are left as they were.
 class AdamWTest : public testing::TestWithParam<int> {};
 
 TEST_P(AdamWTest, BitwiseEqualToHostRule) {
@@ -1249,55 +1253,77 @@ TEST_P(AdamWTest, BitwiseEqualToHostRule) {
     int64_t n;
     bool decayed;
   };
-  const std::vector<Tensor> tensors = {{5000, true}, {123, false}, {4097, true}};
-  std::vector<AdamWChunk> chunks;
-  int64_t n = 0;
-  for (const Tensor& t : tensors) {
-    for (int64_t b = 0; b < t.n; b += kAdamWChunk) {
-      chunks.push_back({n + b, static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, t.n - b)),
-                        t.decayed ? 1 : 0});
+  const std::vector<Tensor> tensors = {
+      {5000, true}, {123, false}, {4097, true}, {8192, true}, {6, false}};
+  for (const int64_t shift : {0, 1}) {
+    SCOPED_TRACE(testing::Message() << "planes shifted by " << shift);
+    std::vector<AdamWChunk> chunks;
+    int64_t n = 0;
+    for (const Tensor& t : tensors) {
+      for (int64_t b = 0; b < t.n; b += kAdamWChunk) {
+        chunks.push_back({n + b,
+                          static_cast<int32_t>(std::min<int64_t>(kAdamWChunk, t.n - b)),
+                          t.decayed ? 1 : 0});
+      }
+      n += t.n;
     }
-    n += t.n;
+    // The chunks' elements start at plane element `lead`: 16-byte aligned
+    // (shift 0) or 4 bytes past it (shift 1); the planes' first `lead` and
+    // last 8 − lead elements are not the chunks'.
+    const int64_t lead = 4 - shift, total = n + 8;
+    auto p = RandomNormal(total, 0.02f, &Rng());
+    auto m = RandomNormal(total, 0.001f, &Rng());
+    auto v = RandomNormal(total, 0.001f, &Rng());
+    for (float& x : v) x = x * x;
+    auto g = RandomNormal(total, 0.01f, &Rng());
+    const AdamWHyperparameters h;
+    std::vector<AdamWDeviceScalars> table;
+    for (uint64_t t : {1, 2, 1000}) {
+      const AdamWDeviceScalars d = DeviceScalars(h, t);
+      table.push_back(d);
+    }
+    DevicePlanes planes(p, m, v, g);
+    auto& [dp, dm, dv, dg, p16] = planes;
+    DeviceBuffer<AdamWChunk> dchunks(chunks.size());
+    DeviceBuffer<AdamWDeviceScalars> dtable(table.size());
+    DeviceBuffer<int64_t> step(1);
+    dchunks.Upload(chunks);
+    dtable.Upload(table);
+    step.Upload({1});  // table entry 1: t = 2
+    ASSERT_EQ(AdamWUpdateChunks(dchunks.get(), static_cast<int>(chunks.size()),
+                                dtable.get(), step.get(), 0, dp.get() + lead,
+                                dm.get() + lead, dv.get() + lead,
+                                dg.get() + lead, AsBf16(p16) + lead, nullptr,
+                                max_blocks),
+              cudaSuccess);
+    const AdamWStepScalars s = ComputeAdamWStepScalars(h, 2);
+    std::vector<float> hp = p, hm = m, hv = v;
+    int64_t off = lead;
+    for (const Tensor& t : tensors) {
+      AdamWUpdateRange(s, t.decayed, t.n, hp.data() + off, hm.data() + off,
+                       hv.data() + off, g.data() + off);
+      off += t.n;
+    }
+    const auto gp = dp.Download(), gm = dm.Download(), gv = dv.Download();
+    const auto g16 = p16.Download();
+    for (int64_t i = 0; i < total; ++i) {
+      ASSERT_EQ(gp[i], hp[i]) << "p " << i;
+      ASSERT_EQ(gm[i], hm[i]) << "m " << i;
+      ASSERT_EQ(gv[i], hv[i]) << "v " << i;
+    }
+    // The bf16 copy: written for the decayed tensors' elements only (the
+    // buffer's poison elsewhere).
+    std::vector<bool> written(total, false);
+    off = lead;
+    for (const Tensor& t : tensors) {
+      for (int64_t i = off; i < off + t.n; ++i) written[i] = t.decayed;
+      off += t.n;
+    }
+    for (int64_t i = 0; i < total; ++i) {
+      ASSERT_EQ(g16[i], written[i] ? test::Bf16Bits(hp[i]) : uint16_t{0xFFFF})
+          << "bf16 " << i;
+    }
   }
-  auto p = RandomNormal(n, 0.02f, &Rng());
-  auto m = RandomNormal(n, 0.001f, &Rng());
-  auto v = RandomNormal(n, 0.001f, &Rng());
-  for (float& x : v) x = x * x;
-  auto g = RandomNormal(n, 0.01f, &Rng());
-  const AdamWHyperparameters h;
-  std::vector<AdamWDeviceScalars> table;
-  for (uint64_t t : {1, 2, 1000}) {
-    const AdamWDeviceScalars d = DeviceScalars(h, t);
-    table.push_back(d);
-  }
-  DevicePlanes planes(p, m, v, g);
-  auto& [dp, dm, dv, dg, p16] = planes;
-  DeviceBuffer<AdamWChunk> dchunks(chunks.size());
-  DeviceBuffer<AdamWDeviceScalars> dtable(table.size());
-  DeviceBuffer<int64_t> step(1);
-  dchunks.Upload(chunks);
-  dtable.Upload(table);
-  step.Upload({1});  // table entry 1: t = 2
-  ASSERT_EQ(AdamWUpdateChunks(dchunks.get(), static_cast<int>(chunks.size()),
-                              dtable.get(), step.get(), 0, dp.get(), dm.get(),
-                              dv.get(), dg.get(), AsBf16(p16), nullptr,
-                              max_blocks),
-            cudaSuccess);
-  const AdamWStepScalars s = ComputeAdamWStepScalars(h, 2);
-  int64_t off = 0;
-  for (const Tensor& t : tensors) {
-    AdamWUpdateRange(s, t.decayed, t.n, p.data() + off, m.data() + off,
-                     v.data() + off, g.data() + off);
-    off += t.n;
-  }
-  const auto gp = dp.Download(), gm = dm.Download(), gv = dv.Download();
-  const auto g16 = p16.Download();
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(gp[i], p[i]) << "p " << i;
-    ASSERT_EQ(gm[i], m[i]) << "m " << i;
-    ASSERT_EQ(gv[i], v[i]) << "v " << i;
-  }
-  for (int64_t i = 0; i < 5000; ++i) ASSERT_EQ(g16[i], test::Bf16Bits(p[i])) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, AdamWTest, testing::Values(0, 1, 2, 26));
@@ -1385,6 +1411,9 @@ TEST(AdamWTest, EmbeddingRowsSplitByInputs) {
                         Case{12288, 512, 1024, 26}, Case{12288, 512, 1024, 264},
                         Case{5, 8, 3, 2}, Case{97, 700, 50, 3},
                         Case{1000, 1100, 300, 1},
+                        // Rows at offsets that are not all multiples of 4
+                        // (element-wise accesses there, 16-byte elsewhere).
+                        Case{50, 37, 20, 3}, Case{64, 514, 40, 26},
                         // More CTAs than rows: launched as ⌈V / 8⌉ (unclamped,
                         // the grid's group count would overflow an int).
                         Case{300, 72, 100, 1 << 29}}) {
