@@ -176,16 +176,17 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The capped grid: blocks of kWideThreads, block b taking chunks b,
-// b + gridDim.x, …, each in one pass; the next chunk's loads are issued
-// before this chunk's arithmetic (two chunks' bytes in flight, 58
-// registers). A block fills an SM's thread slots, so the update stays on
-// at most gridDim.x SMs and leaves the others to the kernels it runs beside
+// b + gridDim.x, …, each in one pass (loads issued before the arithmetic).
+// A block fills an SM's thread slots, so the update stays on at most
+// gridDim.x SMs and leaves the others to the kernels it runs beside
 // (docs/PERFORMANCE.md run 13). A kernel of its own rather than AdamWKernel
 // with 1,024 threads: that template (its pass loop kept, 48 registers
 // against 41) computed the same bits but made the step slower, 2.526
-// against 2.498 ms (H200, 2026-11-30 16:34 UTC). With 16-byte accesses and
-// the prefetch, alone on 26 CTAs 2,275 GB/s against 1,999 for one element
-// per access without it (docs/PERFORMANCE.md run 25).
+// against 2.498 ms (H200, 2026-11-30 16:34 UTC). The next chunk's loads
+// issued before this chunk's arithmetic (54 registers instead of 41) made
+// it faster alone (2,239 against 2,055 GB/s on 26 CTAs) but the step slower
+// (2.226–2.227 against 2.223 ms, docs/PERFORMANCE.md run 25): fewer
+// registers leave room for other kernels' CTAs on the update's SMs.
 __global__ void __launch_bounds__(kWideThreads)
     AdamWWideKernel(const AdamWChunk* __restrict__ chunks, int num_chunks,
                     const AdamWDeviceScalars* __restrict__ table,
@@ -196,27 +197,12 @@ __global__ void __launch_bounds__(kWideThreads)
                     __nv_bfloat16* __restrict__ p_bf16) {
   GridDependencyWait();
   const AdamWDeviceScalars s = table[step != nullptr ? *step : fixed_step];
-  int c = blockIdx.x;
-  if (c >= num_chunks) return;
-  AdamWChunk chunk = chunks[c];
-  Quad q = PassQuad(chunk.begin, chunk.count, 0, kWideThreads, threadIdx.x,
-                    aligned);
-  q.Load(aligned, p, m, v, g);
-  while (true) {
-    const int next_c = c + gridDim.x;
-    AdamWChunk next = chunk;
-    Quad next_q = q;
-    if (next_c < num_chunks) {
-      next = chunks[next_c];
-      next_q = PassQuad(next.begin, next.count, 0, kWideThreads, threadIdx.x,
-                        aligned);
-      next_q.Load(aligned, p, m, v, g);
-    }
+  for (int c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const AdamWChunk chunk = chunks[c];
+    Quad q = PassQuad(chunk.begin, chunk.count, 0, kWideThreads, threadIdx.x,
+                      aligned);
+    q.Load(aligned, p, m, v, g);
     q.Update(s, chunk.decayed != 0, aligned, p, m, v, p_bf16);
-    if (next_c >= num_chunks) break;
-    c = next_c;
-    chunk = next;
-    q = next_q;
   }
 }
 
