@@ -1,5 +1,6 @@
 // File: trainer/kernels/adamw.cu (see adamw.h for the math).
 #include "trainer/kernels/adamw.h"
+#include "trainer/kernels/bf16.cuh"
 #include "trainer/kernels/divide.h"
 #include "trainer/kernels/launch.cuh"
 
@@ -39,27 +40,18 @@ struct Quad {
                                        const float* pg) {
     if (Contiguous(aligned)) {
       const int64_t k = begin + first;
-      const float4 a = *reinterpret_cast<const float4*>(pp + k);
-      const float4 b = *reinterpret_cast<const float4*>(pm + k);
-      const float4 c = *reinterpret_cast<const float4*>(pv + k);
-      const float4 d = *reinterpret_cast<const float4*>(pg + k);
-      Set(p, a);
-      Set(m, b);
-      Set(v, c);
-      Set(g, d);
+      Set(p, *reinterpret_cast<const float4*>(pp + k));
+      Set(m, *reinterpret_cast<const float4*>(pm + k));
+      Set(v, *reinterpret_cast<const float4*>(pv + k));
+      Set(g, *reinterpret_cast<const float4*>(pg + k));
       return;
     }
-#pragma unroll
-    for (int e = 0; e < kUnroll; ++e) {
-      const int i = first + e * stride;
-      if (i < count) {
-        const int64_t k = begin + i;
-        p[e] = pp[k];
-        m[e] = pm[k];
-        v[e] = pv[k];
-        g[e] = pg[k];
-      }
-    }
+    ForEachInRange([&](int e, int64_t k) {
+      p[e] = pp[k];
+      m[e] = pm[k];
+      v[e] = pv[k];
+      g[e] = pg[k];
+    });
   }
 
   // adamw.h's rule on every element in range, then the stores of p, m, v
@@ -68,39 +60,35 @@ struct Quad {
                                          bool decayed, bool aligned,
                                          float* pp, float* pm, float* pv,
                                          __nv_bfloat16* p_bf16) {
-#pragma unroll
-    for (int e = 0; e < kUnroll; ++e) {
-      if (first + e * stride < count) Step(s, decayed, e);
-    }
+    ForEachInRange([&](int e, int64_t) { Step(s, decayed, e); });
     if (Contiguous(aligned)) {
       const int64_t k = begin + first;
-      *reinterpret_cast<float4*>(pp + k) = make_float4(p[0], p[1], p[2], p[3]);
+      const float4 pq = make_float4(p[0], p[1], p[2], p[3]);
+      *reinterpret_cast<float4*>(pp + k) = pq;
       *reinterpret_cast<float4*>(pm + k) = make_float4(m[0], m[1], m[2], m[3]);
       *reinterpret_cast<float4*>(pv + k) = make_float4(v[0], v[1], v[2], v[3]);
-      if (decayed) {
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(p[0], p[1]);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(p[2], p[3]);
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(p_bf16 + k) = packed;
-      }
+      if (decayed) kernels::StoreBf16x4(p_bf16 + k, pq);
       return;
     }
-#pragma unroll
-    for (int e = 0; e < kUnroll; ++e) {
-      const int i = first + e * stride;
-      if (i < count) {
-        const int64_t k = begin + i;
-        pp[k] = p[e];
-        pm[k] = m[e];
-        pv[k] = v[e];
-        if (decayed) p_bf16[k] = __float2bfloat16_rn(p[e]);
-      }
-    }
+    ForEachInRange([&](int e, int64_t k) {
+      pp[k] = p[e];
+      pm[k] = m[e];
+      pv[k] = v[e];
+      if (decayed) p_bf16[k] = __float2bfloat16_rn(p[e]);
+    });
   }
 
  private:
+  // f(e, plane offset) for each of the thread's elements in range.
+  template <typename F>
+  __device__ __forceinline__ void ForEachInRange(F&& f) const {
+#pragma unroll
+    for (int e = 0; e < kUnroll; ++e) {
+      const int i = first + e * stride;
+      if (i < count) f(e, begin + i);
+    }
+  }
+
   __device__ __forceinline__ static void Set(float (&x)[kUnroll],
                                              const float4& q) {
     x[0] = q.x;
