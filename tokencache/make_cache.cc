@@ -161,7 +161,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     struct stat st;
     if (absl::IsInvalidArgument(stat.status()) &&
         ::stat(options.source_path.c_str(), &st) == 0 &&
-        !S_ISDIR(st.st_mode)) {
+        !S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
       // A named pipe or `<(...)`: the header records the source's size and
       // modification time, which a stream does not have; standard input is
       // the way to give one (the README's rule reads pipes elsewhere).
@@ -314,6 +314,21 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   if (options.progress) absl::FPrintF(stderr, "\n");
   report->num_tokens = writer.num_tokens();
   report->source_bytes = all.size();
+  // A cache above kMaxSourceBytesPerToken could not be told from a raw id
+  // file by the readers' rule (CacheHeaderProblem): not published (the
+  // writer's temporary is removed).
+  if (writer.num_tokens() > 0 &&
+      static_cast<unsigned __int128>(writer.num_tokens()) *
+              kMaxSourceBytesPerToken <
+          all.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d bytes encode to %d ids, more than %d source bytes per id "
+        "(the vocabulary %s has tokens that long); a token cache holds at "
+        "least one id per %d source bytes, the rule that tells caches from "
+        "other files (docs/FORMATS.md); not written",
+        options.source_path, all.size(), writer.num_tokens(),
+        kMaxSourceBytesPerToken, options.vocab_path, kMaxSourceBytesPerToken));
+  }
   RETURN_IF_ERROR(writer.Commit());
   report->total_seconds = SecondsSince(start);
   if (options.summary) {

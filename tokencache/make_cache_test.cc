@@ -271,6 +271,60 @@ TEST(RunMakeCache, LinksAndFarFutureSources) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("more than a year ahead"), std::string::npos) << s;
   EXPECT_NE(access(o.output_path.c_str(), F_OK), 0);
+  // Dated past 2262-04-11: its time in ns does not fit the header's signed
+  // 64 bits (it used to wrap to 1678 and pass as a past date).
+  times[1] = {static_cast<time_t>(9300000000LL), 0};  // 2264-09-14
+  struct stat dated;
+  if (utimensat(AT_FDCWD, source.c_str(), times, 0) != 0 ||
+      stat(source.c_str(), &dated) != 0 || dated.st_mtim.tv_sec != 9300000000LL) {
+    GTEST_SKIP() << "this file system does not store times after 2262";
+  }
+  o.output_path = TestDir() + "/far_future.tok";
+  s = RunMakeCache(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(std::string(s.message()),
+            "source: " + source +
+                ": modification time 9300000000 s since the epoch "
+                "(2264-09-14) is outside what a token cache's header holds "
+                "(signed 64-bit nanoseconds: 1677-09-21 to 2262-04-11); "
+                "correct it (touch)");
+  EXPECT_NE(access(o.output_path.c_str(), F_OK), 0);
+}
+
+// A vocabulary whose tokens are longer than kMaxSourceBytesPerToken, and
+// text made of them: the cache would fail the rule every reader tells
+// caches from other files by, so it is not written (and an existing output
+// is left as it was).
+TEST(RunMakeCache, MoreThanTheMostSourceBytesPerIdIsNotWritten) {
+  std::vector<std::string> tokens = TestTokens();
+  std::string longest = "x";
+  while (longest.size() < 2048) {
+    longest += longest;
+    tokens.push_back(longest);  // xx, xxxx, ..., 2,048 x
+  }
+  const std::string vocab = TestDir() + "/long_tokens.tiktoken";
+  auto vocabulary = Vocabulary::FromTokens(tokens);
+  ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
+  ASSERT_TRUE(vocabulary->Save(vocab).ok());
+  const std::string source = TestDir() + "/long_tokens.txt";
+  std::string text;
+  for (int i = 0; i < 3; ++i) text += longest;  // 3 ids for 6,144 bytes
+  WriteFile(source, text);
+  MakeCacheOptions o = Options(source, TestDir() + "/long_tokens.tok");
+  o.vocab_path = vocab;
+  absl::Status s = RunMakeCache(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(),
+            source + ": 6144 bytes encode to 3 ids, more than 1024 source "
+                     "bytes per id (the vocabulary " + vocab +
+                " has tokens that long); a token cache holds at least one "
+                "id per 1024 source bytes, the rule that tells caches from "
+                "other files (docs/FORMATS.md); not written");
+  EXPECT_NE(access(o.output_path.c_str(), F_OK), 0);
+  // One id per 1,024 bytes is a cache.
+  WriteFile(source, std::string(1024, 'x'));
+  EXPECT_TRUE(RunMakeCache(o).ok());
+  EXPECT_EQ(ReadBytes(o.output_path).size(), 16u + 4u);
 }
 
 TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {

@@ -35,8 +35,22 @@ absl::StatusOr<SourceStat> StatSource(const std::string& path) {
         absl::StrCat(path, ": not a regular file, expected a text file"));
   }
   SourceStat s;
-  s.mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL +
-               static_cast<uint64_t>(st.st_mtim.tv_nsec);
+  // The header holds the time as signed 64-bit nanoseconds since the epoch
+  // (1677-09-21 to 2262-04-11); a time outside cannot be stored.
+  int64_t ns = 0;
+  if (__builtin_mul_overflow(static_cast<int64_t>(st.st_mtim.tv_sec),
+                             int64_t{1000000000}, &ns) ||
+      __builtin_add_overflow(ns, static_cast<int64_t>(st.st_mtim.tv_nsec),
+                             &ns)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: modification time %d s since the epoch (%s) is outside what a "
+        "token cache's header holds (signed 64-bit nanoseconds: 1677-09-21 "
+        "to 2262-04-11); correct it (touch)",
+        path, static_cast<int64_t>(st.st_mtim.tv_sec),
+        absl::FormatTime("%Y-%m-%d", absl::FromUnixSeconds(st.st_mtim.tv_sec),
+                         absl::UTCTimeZone())));
+  }
+  s.mtime_ns = static_cast<uint64_t>(ns);
   s.size_bytes = static_cast<uint64_t>(st.st_size);
   return s;
 }
@@ -246,24 +260,22 @@ std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
         "the vocabulary's longest token (%d bytes) per token",
         header.size_bytes, num_tokens, max_token_bytes);
   }
+  if (num_tokens > 0 && static_cast<unsigned __int128>(num_tokens) *
+                                kMaxSourceBytesPerToken <
+                            header.size_bytes) {
+    return absl::StrFormat(
+        "its header names %d source bytes (offset 8) for %d tokens, more "
+        "than %d per token where text encodes to a few (a raw u32 id file "
+        "read as a cache?)",
+        header.size_bytes, num_tokens, kMaxSourceBytesPerToken);
+  }
   return "";
 }
 
 std::string CacheHeaderProblemWithoutVocabulary(const SourceStat& header,
                                                 uint64_t num_tokens,
                                                 absl::Time now) {
-  std::string why = CacheHeaderProblem(header, num_tokens, 0, now);
-  if (!why.empty()) return why;
-  if (num_tokens > 0 && static_cast<unsigned __int128>(num_tokens) *
-                                kTokenBytesWithoutVocabulary <
-                            header.size_bytes) {
-    return absl::StrFormat(
-        "its header names %d source bytes (offset 8) for %d tokens, more "
-        "than %d per token where text encodes to a few (a raw u32 id file "
-        "read as a cache?)",
-        header.size_bytes, num_tokens, kTokenBytesWithoutVocabulary);
-  }
-  return "";
+  return CacheHeaderProblem(header, num_tokens, 0, now);
 }
 
 // ---------------------------------------------------------------------------

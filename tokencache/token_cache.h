@@ -75,28 +75,31 @@ absl::StatusOr<uint64_t> TokenCountOfFileSize(const std::string& path,
 // CacheHeaderProblem, so make-cache refuses the source up front.
 bool SourceMtimeTooFarAhead(uint64_t mtime_ns, absl::Time now);
 
+// The most source bytes per id, on average, that a token cache may record
+// in its header, whatever the vocabulary: text encodes to a few bytes per
+// id, while a raw u32 id file read as a cache (what `tokenize encode`
+// writes, passed where a cache belongs) names gigabytes of source in bytes
+// 8..15 once its fourth id is 1 or more. make-cache refuses to write a
+// cache above it (a vocabulary with tokens this long and text made of
+// them), so that every reader, with or without the vocabulary, tells
+// caches from other files by the same rule.
+constexpr uint64_t kMaxSourceBytesPerToken = 1024;
+
 // Why a cache header could not have been written for `num_tokens` ids ("" if
 // it could): the source's mtime (signed: before 1970 is negative) is at
 // most a year after `now` (0, stdin, passes; text read as a time is year
-// 2043 or later); a source with bytes has ids;
-// and the source holds at least one byte per id and, when `max_token_bytes`
-// > 0 (the vocabulary's longest token), at most that many bytes per id. The header has no magic number (docs/FORMATS.md), so this
-// is what tells a cache from another file: make-cache refuses to replace a
-// file that fails it without --force, and `inspect verify` fails it.
+// 2043 or later); a source with bytes has ids; and the source holds at
+// least one byte per id, at most kMaxSourceBytesPerToken bytes per id and,
+// when `max_token_bytes` > 0 (the vocabulary's longest token), at most that
+// many bytes per id. The header has no magic number (docs/FORMATS.md), so
+// this is what tells a cache from another file: make-cache refuses to
+// replace a file that fails it without --force, `tokenize` replaces no
+// file that passes it, and `inspect verify` fails it.
 std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
                                uint64_t max_token_bytes, absl::Time now);
 
-// The most source bytes per id, on average, that a reader without a
-// vocabulary (inspect, train) accepts in a cache header. Text encodes to a
-// few bytes per id; a raw u32 id file read as a cache (what `tokenize
-// encode` writes, passed where a cache belongs) names gigabytes of source
-// in bytes 8..15 once its fourth id is 1 or more. A heuristic, not the
-// vocabulary's bound: make-cache, which has the vocabulary, applies that.
-constexpr uint64_t kTokenBytesWithoutVocabulary = 1024;
-
-// CacheHeaderProblem for readers without a vocabulary: its rules, and at
-// most kTokenBytesWithoutVocabulary source bytes per id ("" if the header
-// could be a source's).
+// CacheHeaderProblem for readers without a vocabulary (inspect, train):
+// every rule but the vocabulary's bound.
 std::string CacheHeaderProblemWithoutVocabulary(const SourceStat& header,
                                                 uint64_t num_tokens,
                                                 absl::Time now);

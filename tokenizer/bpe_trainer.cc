@@ -408,7 +408,7 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
                                         options.corpus_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   // No vocabulary yet: no bound on source bytes per id.
-  RETURN_IF_ERROR(CheckNotATokenCache(options.output_path, 0));
+  RETURN_IF_ERROR(CheckNotATokenCache(options.output_path));
   ASSIGN_OR_RETURN(std::string corpus, ReadFile(options.corpus_path));
   // Running out of memory while training (its pre-token counts, in worker
   // threads) still ends the process, now naming the corpus.

@@ -137,24 +137,28 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
       "; write the output to another file"));
 }
 
-absl::Status CheckNotATokenCache(const std::string& output,
-                                 uint64_t max_token_bytes) {
+absl::Status CheckNotATokenCache(const std::string& output) {
+  const std::string path = ExaminedPath(output);
   struct stat st;
-  if (output == "-" || stat(output.c_str(), &st) != 0 ||
-      !S_ISREG(st.st_mode) || st.st_size == 0) {
+  if (path.empty() || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size == 0) {
     return absl::OkStatus();
   }
   // A cache's size and 16-byte header (nothing else is read).
   char h[kTokenCacheHeaderBytes];
-  if (!ReadFileHead(output, h, sizeof(h))) return absl::OkStatus();
-  const std::optional<uint64_t> num_tokens = TokenCacheIdCount(
-      absl::string_view(h, sizeof(h)), static_cast<uint64_t>(st.st_size),
-      max_token_bytes);
+  if (!ReadFileHead(path, h, sizeof(h))) return absl::OkStatus();
+  // Without the vocabulary's bound: the cache may have been made with
+  // another vocabulary than this run's.
+  const std::optional<uint64_t> num_tokens =
+      TokenCacheIdCount(absl::string_view(h, sizeof(h)),
+                        static_cast<uint64_t>(st.st_size),
+                        /*max_token_bytes=*/0);
   if (!num_tokens.has_value()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "-o ", output, ": exists and is a Coppelius token cache (",
-      *num_tokens,
-      " ids); refusing to replace it (choose another output path)"));
+      "-o ", OutputName(output), ": exists and is a Coppelius token cache (",
+      *num_tokens, " ids); ",
+      output == "-" ? "refusing to write into it (write the output elsewhere)"
+                    : "refusing to replace it (choose another output path)"));
 }
 
 std::optional<uint64_t> TokenCacheIdCount(absl::string_view head,

@@ -84,13 +84,13 @@ absl::Status CheckOutputIsNotInput(
 // Refuses (FailedPrecondition "-o OUTPUT: exists and is a Coppelius token
 // cache (N ids); refusing to replace it ...") to replace an existing file
 // that opens as a token cache and whose header can be a source's
-// (tokencache/token_cache.h CacheHeaderProblem, with `max_token_bytes` the
-// vocabulary's longest token, 0 when there is no vocabulary: no upper bound
-// on source bytes per id). A raw u32 id file, what encode writes, almost
-// never passes with the bound (its bytes 8..15 read as gigabytes of source
-// for a few ids). OK for "-", a missing, empty or non-regular output.
-absl::Status CheckNotATokenCache(const std::string& output,
-                                 uint64_t max_token_bytes);
+// (tokencache/token_cache.h CacheHeaderProblem without a vocabulary's
+// bound: the cache may come from another vocabulary), or, for "-", to
+// write into the file standard output writes to when that is such a file
+// (`-o - >> CACHE`, `1<> CACHE`). A raw u32 id file, what encode writes,
+// almost never passes (its bytes 8..15 read as gigabytes of source for a
+// few ids). OK for a missing, empty or non-regular output.
+absl::Status CheckNotATokenCache(const std::string& output);
 
 // The id count N when a file of `size` bytes whose first bytes are `head`
 // (at least 16) is shaped like a token cache (size 16 + 4 N) and its header

@@ -181,16 +181,32 @@ TEST(CheckNotCoppeliusFile, RefusesStandardOutputAppendingToOne) {
                 }).ok());
   }
   // 97 0 98 0 as u32: a header of mtime 97 ns and 98 source bytes, then
-  // ids: what CheckNotATokenCache takes for a cache as -o FILE. Standard
-  // output appending to it is ids appended to ids: not refused.
+  // ids: what CheckNotATokenCache takes for a cache, as -o FILE and as the
+  // file standard output appends to (a real cache would be damaged; a raw
+  // id file passes only when its second and fourth ids are 0).
   std::string ids;
   for (uint32_t id : {97u, 0u, 98u, 0u, 97u, 98u, 99u}) {
     ids.append(reinterpret_cast<const char*>(&id), 4);
   }
   const std::string id_file = Write("appended.ids", ids);
-  EXPECT_FALSE(CheckNotATokenCache(id_file, 0).ok());
-  EXPECT_TRUE(CheckWithStdoutAppendingTo(id_file, [](const std::string& o) {
-                return CheckNotATokenCache(o, 0);
+  EXPECT_FALSE(CheckNotATokenCache(id_file).ok());
+  const absl::Status appending = CheckWithStdoutAppendingTo(
+      id_file, [](const std::string& o) { return CheckNotATokenCache(o); });
+  EXPECT_EQ(appending.code(), absl::StatusCode::kFailedPrecondition)
+      << appending;
+  EXPECT_EQ(appending.message(),
+            "-o - (standard output, an existing file): exists and is a "
+            "Coppelius token cache (3 ids); refusing to write into it (write "
+            "the output elsewhere)");
+  // Raw ids as encode writes them (the fourth id 1 or more): appended to.
+  std::string raw;
+  for (uint32_t id : {97u, 5u, 98u, 7u, 97u}) {
+    raw.append(reinterpret_cast<const char*>(&id), 4);
+  }
+  const std::string raw_file = Write("appended_raw.ids", raw);
+  EXPECT_TRUE(CheckNotATokenCache(raw_file).ok());
+  EXPECT_TRUE(CheckWithStdoutAppendingTo(raw_file, [](const std::string& o) {
+                return CheckNotATokenCache(o);
               }).ok());
 }
 

@@ -128,8 +128,7 @@ absl::Status RunEncode(const EncodeOptions& options) {
                                           options.vocab_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
-  RETURN_IF_ERROR(
-      CheckNotATokenCache(options.output_path, vocabulary.longest_token_bytes()));
+  RETURN_IF_ERROR(CheckNotATokenCache(options.output_path));
   Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
   std::vector<uint32_t> ids;
@@ -170,8 +169,7 @@ absl::Status RunDecode(const DecodeOptions& options) {
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   // Decoding only concatenates token bytes: no Encoder (BPE tables) needed.
   ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
-  RETURN_IF_ERROR(
-      CheckNotATokenCache(options.output_path, vocabulary.longest_token_bytes()));
+  RETURN_IF_ERROR(CheckNotATokenCache(options.output_path));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
   // Parsing and decoding (one thread) take memory in proportion to the
   // input: running out is an error naming it.
