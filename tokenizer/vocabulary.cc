@@ -19,6 +19,17 @@
 namespace coppelius {
 namespace {
 
+// A token as messages quote it: C-escaped, cut after its first 60 bytes
+// (a token may be megabytes long) with its length then given.
+std::string QuoteToken(absl::string_view bytes) {
+  constexpr size_t kShown = 60;
+  if (bytes.size() <= kShown) {
+    return absl::StrCat("\"", absl::CHexEscape(bytes), "\"");
+  }
+  return absl::StrCat("\"", absl::CHexEscape(bytes.substr(0, kShown)),
+                      "...\" (", bytes.size(), " bytes)");
+}
+
 constexpr char kBase64Alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -141,8 +152,8 @@ absl::StatusOr<Vocabulary> Vocabulary::FromTokens(
   for (uint32_t r = 0; r < 256; ++r) {
     if (v.tokens_[r] != std::string(1, static_cast<char>(r))) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", r, " is \"", absl::CHexEscape(v.tokens_[r]),
-          "\"; expected the single byte 0x", absl::Hex(r, absl::kZeroPad2)));
+          "rank ", r, " is ", QuoteToken(v.tokens_[r]),
+          "; expected the single byte 0x", absl::Hex(r, absl::kZeroPad2)));
     }
   }
   v.ranks_.reserve(v.tokens_.size());
@@ -150,8 +161,8 @@ absl::StatusOr<Vocabulary> Vocabulary::FromTokens(
     auto [it, inserted] = v.ranks_.emplace(v.tokens_[r], r);
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", r, " token \"", absl::CHexEscape(v.tokens_[r]),
-          "\" duplicates rank ", it->second));
+          "rank ", r, " token ", QuoteToken(v.tokens_[r]),
+          " duplicates rank ", it->second));
     }
   }
   return v;
@@ -237,15 +248,15 @@ absl::StatusOr<Vocabulary> Vocabulary::Parse(absl::string_view contents,
     }
     if (rank < 256 && bytes != std::string(1, static_cast<char>(rank))) {
       return absl::DataLossError(absl::StrCat(
-          where, ": rank ", rank, " is \"", absl::CHexEscape(bytes),
-          "\"; expected the single byte 0x",
+          where, ": rank ", rank, " is ", QuoteToken(bytes),
+          "; expected the single byte 0x",
           absl::Hex(rank, absl::kZeroPad2)));
     }
     auto [it, inserted] = seen.emplace(bytes, static_cast<uint32_t>(rank));
     if (!inserted) {
       return absl::DataLossError(absl::StrCat(
-          where, ": token \"", absl::CHexEscape(bytes),
-          "\" duplicates rank ", it->second));
+          where, ": token ", QuoteToken(bytes), " duplicates rank ",
+          it->second));
     }
     tokens.push_back(bytes);
     offset = nl + 1;

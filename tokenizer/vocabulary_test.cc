@@ -134,6 +134,35 @@ TEST(Vocabulary, HostileInputs) {
   std::string swapped = RankFile({});
   swapped.replace(swapped.find("QQ== 65"), 7, "Qg== 65");
   ExpectDataLoss(swapped, "rank 65 is \"B\"; expected the single byte 0x41");
+  // A long token is quoted by its first 60 bytes and its length (a
+  // message is one short line, not megabytes).
+  const std::string long_token(1000000, 'a');
+  {
+    const absl::Status dup =
+        ParseError(RankFile({long_token}) + Base64Encode(long_token) + " 257\n");
+    EXPECT_EQ(dup.code(), absl::StatusCode::kDataLoss) << dup.message().substr(0, 200);
+    EXPECT_THAT(std::string(dup.message()),
+                HasSubstr("token \"" + std::string(60, 'a') +
+                          "...\" (1000000 bytes) duplicates rank 256"));
+    EXPECT_LT(dup.message().size(), 300u);
+    std::string first_long = RankFile({});
+    first_long.replace(0, first_long.find('\n'),
+                       Base64Encode(long_token) + " 0");
+    const absl::Status rank0 = ParseError(first_long);
+    EXPECT_THAT(std::string(rank0.message()),
+                HasSubstr("rank 0 is \"" + std::string(60, 'a') +
+                          "...\" (1000000 bytes); expected the single byte "
+                          "0x00"));
+    EXPECT_LT(rank0.message().size(), 300u);
+    std::vector<std::string> t;
+    for (int b = 0; b < 256; ++b) t.push_back(std::string(1, char(b)));
+    t.push_back(long_token);
+    t.push_back(long_token);
+    const auto from_tokens = Vocabulary::FromTokens(t);
+    EXPECT_THAT(std::string(from_tokens.status().message()),
+                HasSubstr("...\" (1000000 bytes) duplicates rank 256"));
+    EXPECT_LT(from_tokens.status().message().size(), 300u);
+  }
   // CRLF line ends are not the format.
   std::string crlf = RankFile({});
   crlf.insert(crlf.find('\n'), "\r");
