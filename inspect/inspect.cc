@@ -864,11 +864,14 @@ std::string IncompleteReason(const ResultFile& r, const ResultLayout& layout) {
 // notifier's non-finite steps against the step windows; the row T-1
 // prediction against the final record; the loss block's first window
 // against the last step window; an invalid token or a CUDA error in the
-// notifier: a run that meets one stops before its tail).
+// notifier: a run that meets one stops before its tail), and, unless
+// `count_nonfinite_record` is false (plot draws such a run), the text of a
+// run that completed with non-finite losses (train then exits 1).
 std::vector<std::string> ResultProblems(const std::string& path,
                                         const ResultFile& r,
                                         bool count_incomplete = true,
-                                        const FileDetection* d = nullptr) {
+                                        const FileDetection* d = nullptr,
+                                        bool count_nonfinite_record = true) {
   std::vector<std::string> problems;
   const ResultLayout layout = ComputeResultLayout(r.geometry);
   // The marker alone (no window yet) is a run killed before its forward
@@ -993,7 +996,7 @@ std::vector<std::string> ResultProblems(const std::string& path,
         path, ": offset ", layout.error_offset + 20,
         " (error notifier.cuda_error): ", t.errors.cuda_error, " with text \"",
         t.errors.text, "\", expected 0 (the run met a CUDA error)"));
-  } else if (!t.errors.text.empty()) {
+  } else if (!t.errors.text.empty() && count_nonfinite_record) {
     // The text without a CUDA error: "non-finite loss" (train completes
     // such a run, then exits 1).
     problems.push_back(absl::StrCat(
@@ -2356,7 +2359,8 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
     // A corrupt file is not plotted (an incomplete one is: a run still
     // going or killed); `inspect verify` lists every problem.
     const std::vector<std::string> problems =
-        ResultProblems(path, r, /*count_incomplete=*/false);
+        ResultProblems(path, r, /*count_incomplete=*/false, nullptr,
+                       /*count_nonfinite_record=*/false);
     if (!problems.empty()) {
       return absl::DataLossError(absl::StrCat(
           "plot: ", problems[0],
@@ -2388,6 +2392,19 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
             previous_steps, " steps of the previous file ", previous,
             " (give consecutive runs in order)"));
       }
+    }
+    // A run that completed with non-finite losses recorded it (train
+    // exited 1): drawn, its non-finite steps as gaps, with a warning.
+    if (r.complete && r.tail.errors.cuda_error == 0 &&
+        !r.tail.errors.text.empty()) {
+      (o.warnings ? *o.warnings : std::cerr)
+          << "inspect: warning: plot: " << path << ": the run recorded \""
+          << r.tail.errors.text << "\" ("
+          << r.tail.errors.nonfinite_steps
+          << (r.tail.errors.nonfinite_steps == 1 ? " step" : " steps")
+          << " with a non-finite loss, the first step "
+          << r.tail.errors.first_nonfinite_step
+          << "); drawn with those steps as gaps" << std::endl;
     }
     if (previous.empty() && r.complete) first_c0 = r.tail.host.first_context;
     previous = path;

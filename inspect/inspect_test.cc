@@ -965,6 +965,45 @@ TEST_F(InspectTest, PlotRequiresConsecutiveRuns) {
   EXPECT_THAT(s.message(), HasSubstr("only the last file may be incomplete"));
 }
 
+// A run that completed with non-finite losses (train records "non-finite
+// loss" in the error notifier, then exits 1) is drawn, with a warning, its
+// non-finite step as a gap; verify still fails it (break-it, session 22:
+// plot refused it as corrupt). Tiny's layout: step s's window of 64 fp32 at
+// 6144 + 256 s; the notifier at 26880 (first non-finite step i64, count
+// u64, ..., text at +24).
+TEST_F(InspectTest, PlotDrawsARunThatRecordedNonFiniteLosses) {
+  std::string res = *ReadFile(Path("complete.res"));
+  const float nan = std::nanf("");
+  for (int row = 0; row < 64; ++row) {
+    std::memcpy(&res[6144 + 256 * 3 + 4 * row], &nan, 4);
+  }
+  const int64_t first = 3;
+  const uint64_t count = 1;
+  std::memcpy(&res[26880], &first, 8);
+  std::memcpy(&res[26888], &count, 8);
+  const std::string text = "non-finite loss";
+  std::copy(text.begin(), text.end(), res.begin() + 26904);
+  ASSERT_TRUE(WriteFileAtomically(Path("diverged.res"), res).ok());
+  PlotOptions o;
+  o.output = "-";
+  o.config = "tiny";
+  o.results = {Path("diverged.res")};
+  std::ostringstream out, warnings;
+  o.warnings = &warnings;
+  const absl::Status s = RunPlot(o, out);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_THAT(out.str(), HasSubstr("<svg"));
+  EXPECT_EQ(warnings.str(),
+            absl::StrCat("inspect: warning: plot: ", Path("diverged.res"),
+                         ": the run recorded \"non-finite loss\" (1 step with "
+                         "a non-finite loss, the first step 3); drawn with "
+                         "those steps as gaps\n"));
+  std::string report;
+  EXPECT_EQ(Verify({"diverged.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("(error notifier.text): \"non-finite loss\""));
+}
+
 // A result that detection takes for another kind (a run cut short, saved
 // as .tok) is plotted with --kind=result, as detection's error advises
 // ("pass --kind to read it as one"); plot and export ignored --kind.
