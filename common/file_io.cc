@@ -47,6 +47,9 @@ absl::Status ErrnoStatus(int errno_value, absl::string_view what,
     case EPERM:
       return absl::PermissionDeniedError(message);
     case EISDIR:
+    case ELOOP:  // a symbolic link loop (or too many links on the way)
+    case ENOTDIR:
+    case ENAMETOOLONG:
       return absl::InvalidArgumentError(message);
     default:
       return absl::InternalError(message);

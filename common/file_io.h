@@ -30,7 +30,9 @@ namespace coppelius {
 
 // Returns an absl::Status for `errno_value` with "`what` `path`: strerror".
 // ENOENT -> NotFound, ENOSPC/EDQUOT -> ResourceExhausted, EACCES/EPERM ->
-// PermissionDenied, else Internal.
+// PermissionDenied, EISDIR/ELOOP/ENOTDIR/ENAMETOOLONG (a path that cannot
+// name a file: a directory, a symbolic link loop, a file used as a
+// directory, a name too long) -> InvalidArgument, else Internal.
 absl::Status ErrnoStatus(int errno_value, absl::string_view what,
                          absl::string_view path);
 

@@ -84,6 +84,36 @@ TEST(WriteFileAtomically, WritesAndReplacesLeavingNoTemporary) {
   EXPECT_EQ(CountEntries(dir), 1);
 }
 
+// A path that cannot name a file is the caller's argument's fault
+// (InvalidArgument), not the program's (Internal).
+TEST(ErrnoStatus, CodesByErrno) {
+  const struct {
+    int errno_value;
+    absl::StatusCode code;
+  } cases[] = {{ENOENT, absl::StatusCode::kNotFound},
+               {ENOSPC, absl::StatusCode::kResourceExhausted},
+               {EDQUOT, absl::StatusCode::kResourceExhausted},
+               {EACCES, absl::StatusCode::kPermissionDenied},
+               {EPERM, absl::StatusCode::kPermissionDenied},
+               {EISDIR, absl::StatusCode::kInvalidArgument},
+               {ELOOP, absl::StatusCode::kInvalidArgument},
+               {ENOTDIR, absl::StatusCode::kInvalidArgument},
+               {ENAMETOOLONG, absl::StatusCode::kInvalidArgument},
+               {EIO, absl::StatusCode::kInternal}};
+  for (const auto& c : cases) {
+    const absl::Status s = ErrnoStatus(c.errno_value, "opening", "/x");
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_EQ(s.message(),
+              absl::StrCat("opening /x: ", std::strerror(c.errno_value)));
+  }
+  // A symbolic link loop, read.
+  const std::string loop = TestDir() + "/loop";
+  ASSERT_EQ(symlink(loop.c_str(), loop.c_str()), 0);
+  const auto read = ReadFile(loop);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument)
+      << read.status();
+}
+
 TEST(ReadFile, MissingPathIsNotFoundNamingThePath) {
   auto read = ReadFile(TestDir() + "/no/such/file");
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/status_macros.h"
 
 namespace coppelius {
 
@@ -83,7 +84,8 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
           what, ": its lock file ", lock_path,
           " is a symbolic link; refusing to follow it (remove it)"));
     }
-    return ErrnoStatus(errno, "creating lock file", lock_path);
+    return Annotate(ErrnoStatus(errno, "creating its lock file", lock_path),
+                    what);
   }
   struct stat st;
   char buffer[32] = {};

@@ -128,10 +128,13 @@ TEST(FileLockTest, OtherFilesAndSymbolicLinksAreNeverTakenOver) {
       << lock.status();
   ASSERT_EQ(stat(target.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 0);
-  // A directory is refused as well.
+  // A directory is refused as well, naming the output it locks.
   const std::string sub = dir + "/d.lock";
   ASSERT_EQ(mkdir(sub.c_str(), 0755), 0);
-  EXPECT_FALSE(FileLock::Acquire(sub, "d").ok());
+  const auto in_dir = FileLock::Acquire(sub, "--result=d");
+  EXPECT_EQ(in_dir.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(in_dir.status().message(),
+            "--result=d: creating its lock file " + sub + ": Is a directory");
 }
 
 TEST(FileLockTest, MissingDirectoryIsNotFound) {

@@ -124,17 +124,25 @@ absl::Status CheckOutputIsNotInput(const std::string& output,
     return absl::OkStatus();
   }
   // `>> input` opens standard output for appending and leaves the input
-  // as it was; `> input` empties it first.
+  // as it was; `> input` empties it first; `1<> input` leaves it as it
+  // was, to be overwritten from offset 0.
   const int flags = fcntl(STDOUT_FILENO, F_GETFL);
   const bool appends = flags != -1 && (flags & O_APPEND) != 0;
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " ", input, " is also the output (", stdout_name, "): ",
-      appends ? absl::StrCat("a shell `>> ", input,
-                             "` would append the output to it while it is "
-                             "read")
-              : absl::StrCat("a shell `> ", input,
-                             "` empties it before the program starts"),
-      "; write the output to another file"));
+  std::string how;
+  if (appends) {
+    how = absl::StrCat("a shell `>> ", input,
+                       "` would append the output to it while it is read");
+  } else if (out_st.st_size > 0) {
+    how = absl::StrCat("standard output is open on it without emptying it "
+                       "(a shell `1<> ", input,
+                       "`) and would overwrite it while it is read");
+  } else {
+    how = absl::StrCat("a shell `> ", input,
+                       "` empties it before the program starts");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", input, " is also the output (", stdout_name,
+                   "): ", how, "; write the output to another file"));
 }
 
 absl::Status CheckNotATokenCache(const std::string& output) {

@@ -118,6 +118,17 @@ TEST(CheckOutputIsNotInput, RefusesStandardOutputThatIsTheInput) {
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("a shell `>> " + in +
                         "` would append the output to it while it is read"));
+  // `1<> in` (opened without emptying a file that has bytes): said so, not
+  // as `>` (break-it, session 22).
+  const std::string full = Write("stdout_full.txt", "text");
+  s = CheckWithStdoutOn(full, "-", "input file", full);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(std::string(s.message()),
+            "input file " + full +
+                " is also the output (standard output, -o -): standard "
+                "output is open on it without emptying it (a shell `1<> " +
+                full + "`) and would overwrite it while it is read; write "
+                       "the output to another file");
   // Through another name of the same file (a hard link).
   const std::string link = TmpPath("stdout_link.txt");
   unlink(link.c_str());
