@@ -1005,12 +1005,22 @@ std::vector<std::string> ResultProblems(const std::string& path,
         "\", expected no text (the run recorded an error",
         t.errors.nonfinite_steps > 0
             ? absl::StrCat(": ", t.errors.nonfinite_steps,
-                           " steps with a non-finite loss, the first step ",
+                           t.errors.nonfinite_steps == 1 ? " step" : " steps",
+                           " with a non-finite loss, the first step ",
                            t.errors.first_nonfinite_step)
             : "",
         ")"));
   }
   return problems;
+}
+
+// A loss as the text report gives it: 6 decimals (5.280339), or 6
+// significant digits where that would print dozens of digits (a diverged
+// run's 3.4e+38) or a non-finite value.
+std::string LossText(double loss) {
+  return std::isfinite(loss) && std::fabs(loss) < 1e6
+             ? absl::StrFormat("%.6f", loss)
+             : absl::StrFormat("%.6g", loss);
 }
 
 // Writes the report of `r`; `problems` are ResultProblems(o.path, r).
@@ -1214,16 +1224,17 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
   }
   if (!means.empty()) {
     out << absl::StrFormat(
-        "  loss: first %d-step window mean %.6f, last %d-step window mean "
-        "%.6f; %d steps with a non-finite mean\n",
-        w, first_window, w, last_window, nonfinite_steps);
+        "  loss: first %d-step window mean %s, last %d-step window mean "
+        "%s; %d %s with a non-finite mean\n",
+        w, LossText(first_window), w, LossText(last_window), nonfinite_steps,
+        nonfinite_steps == 1 ? "step" : "steps");
     out << "  per-step mean loss (smoothed over " << window << " steps):\n";
     const size_t n = means.size();
     const size_t shown = std::min<size_t>(n, 20);
     for (size_t i = 0; i < shown; ++i) {
       const size_t s = shown == 1 ? 0 : i * (n - 1) / (shown - 1);
-      out << absl::StrFormat("    step %6d  loss %.6f  smoothed %.6f\n", s,
-                             means[s], smoothed[s]);
+      out << absl::StrFormat("    step %6d  loss %s  smoothed %s\n", s,
+                             LossText(means[s]), LossText(smoothed[s]));
     }
   }
   if (!r.complete) {
@@ -1270,9 +1281,9 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
     const int64_t rows_kept = std::min<int64_t>(g.T, 1024);
     std::vector<double> last(t.loss.last_row_losses.begin(),
                              t.loss.last_row_losses.begin() + rows_kept);
-    out << absl::StrFormat("  loss block: last step mean loss %.6f over %d "
+    out << absl::StrFormat("  loss block: last step mean loss %s over %d "
                            "rows\n",
-                           Mean(last, 0, last.size()), rows_kept);
+                           LossText(Mean(last, 0, last.size())), rows_kept);
     out << "    embedding gradient head (1024): "
         << StatsText(ComputeTensorStats(t.loss.embedding_gradient_head.data(),
                                         kResultLossWindowFloats))

@@ -983,7 +983,17 @@ TEST_F(InspectTest, PlotDrawsARunThatRecordedNonFiniteLosses) {
   std::memcpy(&res[26888], &count, 8);
   const std::string text = "non-finite loss";
   std::copy(text.begin(), text.end(), res.begin() + 26904);
+  // Step 5's rows near the largest float: its mean is given in 6
+  // significant digits, not 39 (break-it, session 22).
+  const float huge = 3e38f;
+  for (int row = 0; row < 64; ++row) {
+    std::memcpy(&res[6144 + 256 * 5 + 4 * row], &huge, 4);
+  }
   ASSERT_TRUE(WriteFileAtomically(Path("diverged.res"), res).ok());
+  const std::string report_text = Report("diverged.res", false, "", "",
+                                         absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report_text, HasSubstr("; 1 step with a non-finite mean"));
+  EXPECT_THAT(report_text, HasSubstr("    step      5  loss 3e+38  smoothed "));
   PlotOptions o;
   o.output = "-";
   o.config = "tiny";
