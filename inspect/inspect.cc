@@ -856,6 +856,14 @@ std::string IncompleteReason(const ResultFile& r, const ResultLayout& layout) {
       ": the file was cut short");
 }
 
+// True if the error notifier records what `train` writes for a run that
+// completed with non-finite losses (trainer/run.cc): the text "non-finite
+// loss", a count above 0, and no other error.
+bool RecordsNonFiniteLosses(const ResultTail& t) {
+  return t.errors.text == "non-finite loss" && t.errors.nonfinite_steps > 0 &&
+         t.errors.cuda_error == 0 && !t.errors.invalid_token_seen;
+}
+
 // What makes a parsed result corrupt or incomplete, one line each: the
 // forward record never written, missing tail (unless `count_incomplete` is
 // false: plot draws a run still going or killed, and a file holding only
@@ -996,7 +1004,8 @@ std::vector<std::string> ResultProblems(const std::string& path,
         path, ": offset ", layout.error_offset + 20,
         " (error notifier.cuda_error): ", t.errors.cuda_error, " with text \"",
         t.errors.text, "\", expected 0 (the run met a CUDA error)"));
-  } else if (!t.errors.text.empty() && count_nonfinite_record) {
+  } else if (!t.errors.text.empty() &&
+             (count_nonfinite_record || !RecordsNonFiniteLosses(t))) {
     // The text without a CUDA error: "non-finite loss" (train completes
     // such a run, then exits 1).
     problems.push_back(absl::StrCat(
@@ -1943,16 +1952,21 @@ std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
   window = std::max(1, window);
   std::vector<double> out(per_step.size());
   double sum = 0;
-  int nonfinite = 0;
+  int64_t finite = 0;  // finite values in the window
   for (size_t i = 0; i < per_step.size(); ++i) {
     const double in = per_step[i];
-    if (std::isfinite(in)) sum += in; else ++nonfinite;
+    if (std::isfinite(in)) {
+      sum += in;
+      ++finite;
+    }
     if (i >= static_cast<size_t>(window)) {
       const double old = per_step[i - window];
-      if (std::isfinite(old)) sum -= old; else --nonfinite;
+      if (std::isfinite(old)) {
+        sum -= old;
+        --finite;
+      }
     }
-    const size_t n = std::min<size_t>(i + 1, window);
-    out[i] = nonfinite ? std::nan("") : sum / static_cast<double>(n);
+    out[i] = finite > 0 ? sum / static_cast<double>(finite) : std::nan("");
   }
   return out;
 }
@@ -2226,18 +2240,27 @@ std::string RenderLossSvg(const std::vector<double>& per_step,
         "y2=\"%.1f\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>\n",
         X(start), top, X(start), top + ph));
   }
+  // A path of the finite points, broken where a value is not finite (a
+  // new subpath, "M", after each gap): a step without a finite loss is a
+  // gap in the line, not bridged.
   auto polyline = [&](const std::vector<double>& v, const char* color,
                       const char* extra, const char* id) {
     std::string pts;
+    bool in_gap = true;
     for (size_t i = 0; i < v.size(); ++i) {
-      if (!std::isfinite(v[i])) continue;
-      absl::StrAppend(&pts, absl::StrFormat("%.2f,%.2f ", X(i), Y(v[i])));
+      if (!std::isfinite(v[i])) {
+        in_gap = true;
+        continue;
+      }
+      absl::StrAppend(&pts, in_gap ? "M" : "",
+                      absl::StrFormat("%.2f,%.2f ", X(i), Y(v[i])));
+      in_gap = false;
     }
     if (v.size() == 1 && std::isfinite(v[0])) {
       absl::StrAppend(&pts, absl::StrFormat("%.2f,%.2f ", X(1), Y(v[0])));
     }
     return absl::StrFormat(
-        "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" %s points=\"%s\"/>\n",
+        "<path id=\"%s\" fill=\"none\" stroke=\"%s\" %s d=\"%s\"/>\n",
         id, color, extra, pts);
   };
   absl::StrAppend(&svg, polyline(per_step, "#9ecae1", "stroke-width=\"1\"",
@@ -2406,8 +2429,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
     }
     // A run that completed with non-finite losses recorded it (train
     // exited 1): drawn, its non-finite steps as gaps, with a warning.
-    if (r.complete && r.tail.errors.cuda_error == 0 &&
-        !r.tail.errors.text.empty()) {
+    if (r.complete && RecordsNonFiniteLosses(r.tail)) {
       (o.warnings ? *o.warnings : std::cerr)
           << "inspect: warning: plot: " << path << ": the run recorded \""
           << r.tail.errors.text << "\" ("
@@ -2415,7 +2437,9 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
           << (r.tail.errors.nonfinite_steps == 1 ? " step" : " steps")
           << " with a non-finite loss, the first step "
           << r.tail.errors.first_nonfinite_step
-          << "); drawn with those steps as gaps" << std::endl;
+          << "); drawn with those steps as gaps in the per-step line (the "
+             "smoothed line averages the finite steps)"
+          << std::endl;
     }
     if (previous.empty() && r.complete) first_c0 = r.tail.host.first_context;
     previous = path;

@@ -107,8 +107,9 @@ struct TensorStats {
 };
 TensorStats ComputeTensorStats(const float* values, int64_t n);
 
-// smoothed[s] = mean of per_step[max(0, s - window + 1) .. s] (a trailing
-// moving average of `window` >= 1 steps).
+// smoothed[s] = mean of the finite values among per_step[max(0, s - window
+// + 1) .. s] (a trailing moving average of `window` >= 1 steps; NaN where
+// the window holds no finite value).
 std::vector<double> SmoothedCurve(const std::vector<double>& per_step,
                                   int window);
 

@@ -965,6 +965,16 @@ TEST_F(InspectTest, PlotRequiresConsecutiveRuns) {
   EXPECT_THAT(s.message(), HasSubstr("only the last file may be incomplete"));
 }
 
+// The points of the line `id` in `svg` (its path's data without the
+// first subpath's "M"; a later "M" starts the line again after a gap).
+std::string PolylinePoints(const std::string& svg, const std::string& id) {
+  const size_t at = svg.find(absl::StrCat("id=\"", id, "\""));
+  if (at == std::string::npos) return "(no " + id + ")";
+  size_t pts = svg.find(" d=\"", at) + 4;
+  if (svg[pts] == 'M') ++pts;
+  return svg.substr(pts, svg.find('"', pts) - pts);
+}
+
 // A run that completed with non-finite losses (train records "non-finite
 // loss" in the error notifier, then exits 1) is drawn, with a warning, its
 // non-finite step as a gap; verify still fails it (break-it, session 22:
@@ -1007,7 +1017,24 @@ TEST_F(InspectTest, PlotDrawsARunThatRecordedNonFiniteLosses) {
             absl::StrCat("inspect: warning: plot: ", Path("diverged.res"),
                          ": the run recorded \"non-finite loss\" (1 step with "
                          "a non-finite loss, the first step 3); drawn with "
-                         "those steps as gaps\n"));
+                         "those steps as gaps in the per-step line (the "
+                         "smoothed line averages the finite steps)\n"));
+  // Step 3 is a gap in the per-step line: a new subpath at step 4.
+  EXPECT_THAT(PolylinePoints(out.str(), "per-step"), HasSubstr(" M"));
+  // Any other text, or that text without a count, is not what train
+  // writes: refused as before.
+  for (const auto& [other_text, other_count] :
+       std::vector<std::pair<std::string, uint64_t>>{{"out of memory", 1},
+                                                     {"non-finite loss", 0}}) {
+    std::string other = res;
+    std::fill(other.begin() + 26904, other.begin() + 26904 + 16, '\0');
+    std::copy(other_text.begin(), other_text.end(), other.begin() + 26904);
+    std::memcpy(&other[26888], &other_count, 8);
+    ASSERT_TRUE(WriteFileAtomically(Path("other_text.res"), other).ok());
+    o.results = {Path("other_text.res")};
+    EXPECT_EQ(RunPlot(o, out).code(), absl::StatusCode::kDataLoss)
+        << other_text << " " << other_count;
+  }
   std::string report;
   EXPECT_EQ(Verify({"diverged.res"}, &report).code(),
             absl::StatusCode::kDataLoss);
@@ -1362,11 +1389,9 @@ TEST_F(InspectTest, PlotConsecutiveRuns) {
               HasSubstr(">step (from 0: the first file is incomplete and "
                         "names no c0)</text>"));
   // 8 + 3 steps: 11 points on the per-step curve.
-  const size_t at = svg.find("id=\"per-step\"");
-  ASSERT_NE(at, std::string::npos);
-  const size_t pts = svg.find("points=\"", at) + 8;
-  const std::string points = svg.substr(pts, svg.find('"', pts) - pts);
+  const std::string points = PolylinePoints(svg, "per-step");
   EXPECT_EQ(std::count(points.begin(), points.end(), ','), 11);
+  EXPECT_EQ(points.find('M'), std::string::npos);  // no gap
   // One boundary between the two runs.
   EXPECT_EQ(svg.find("class=\"run-start\""),
             svg.rfind("class=\"run-start\""));
@@ -1458,11 +1483,17 @@ TEST(SmoothedCurve, TrailingMean) {
             (std::vector<double>{1, 1.5, 2.5, 3.5}));
   EXPECT_EQ(SmoothedCurve({1, 2, 3, 4}, 100),
             (std::vector<double>{1, 1.5, 2, 2.5}));
+  // Non-finite steps are left out of their windows' means (a diverged
+  // step does not blank the curve for a whole window); a window without a
+  // finite value is NaN.
   std::vector<double> with_nan = SmoothedCurve({1, NAN, 3, 5}, 2);
-  EXPECT_EQ(with_nan[0], 1);
-  EXPECT_TRUE(std::isnan(with_nan[1]));
-  EXPECT_TRUE(std::isnan(with_nan[2]));
-  EXPECT_EQ(with_nan[3], 4);
+  EXPECT_EQ(with_nan, (std::vector<double>{1, 1, 3, 4}));
+  std::vector<double> gaps = SmoothedCurve({NAN, INFINITY, 2, NAN, NAN}, 2);
+  EXPECT_TRUE(std::isnan(gaps[0]));
+  EXPECT_TRUE(std::isnan(gaps[1]));
+  EXPECT_EQ(gaps[2], 2);
+  EXPECT_EQ(gaps[3], 2);
+  EXPECT_TRUE(std::isnan(gaps[4]));
 }
 
 int CountSubstrings(const std::string& s, const std::string& what) {
@@ -1474,13 +1505,6 @@ int CountSubstrings(const std::string& s, const std::string& what) {
   return n;
 }
 
-// The points of the polyline `id` in `svg`.
-std::string PolylinePoints(const std::string& svg, const std::string& id) {
-  const size_t at = svg.find(absl::StrCat("id=\"", id, "\""));
-  if (at == std::string::npos) return "(no " + id + ")";
-  const size_t pts = svg.find("points=\"", at) + 8;
-  return svg.substr(pts, svg.find('"', pts) - pts);
-}
 
 TEST(RenderLossSvg, FlatHugeAndNonFiniteSeriesEnd) {
   // The plot area is x 70..780, y 40..430 (800 x 480 less the margins): a
@@ -1509,6 +1533,11 @@ TEST(RenderLossSvg, FlatHugeAndNonFiniteSeriesEnd) {
   const std::string wide = RenderLossSvg({-big, big}, {-big, big}, {}, "max");
   EXPECT_EQ(PolylinePoints(wide, "per-step"), "70.00,430.00 780.00,40.00 ");
   EXPECT_EQ(wide.find("nan"), std::string::npos);
+  // A non-finite value is a gap: the line starts again after it.
+  EXPECT_EQ(PolylinePoints(RenderLossSvg({5, 5, NAN, 5}, {5, 5, 5, 5}, {},
+                                         "gap"),
+                           "per-step"),
+            "70.00,235.00 306.67,235.00 M780.00,235.00 ");
   // Values a step below their ulp apart, and non-finite values mixed in
   // (skipped): each render ends.
   const std::vector<std::vector<double>> hostile = {
