@@ -120,7 +120,8 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& lock_path,
           absl::StrCat(what, ": in use by another process (", holder,
                        "lock file ", lock_path, ")"));
     }
-    return ErrnoStatus(err, "locking", lock_path);
+    return Annotate(ErrnoStatus(err, "locking its lock file", lock_path),
+                    what);
   }
   // Holder's pid for the next process's message (best effort: the lock is
   // what counts).

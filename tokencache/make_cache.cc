@@ -215,10 +215,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     } else if (from_stdin || existing->header() != source_stat) {
       // A header that matches the source's stat is this source's cache
       // (fresh or to be rebuilt below); any other must look like a cache.
-      not_a_cache = CacheHeaderProblem(existing->header(),
-                                       existing->num_tokens(),
-                                       vocabulary->longest_token_bytes(),
-                                       absl::Now());
+      // Without this vocabulary's bound: the cache may have been made with
+      // another vocabulary (tokenize tells caches the same way).
+      not_a_cache = CacheHeaderProblemWithoutVocabulary(
+          existing->header(), existing->num_tokens(), absl::Now());
     }
     if (!not_a_cache.empty()) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -227,10 +227,19 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           options.output_path, not_a_cache));
     }
     if (existing.ok() && !from_stdin && existing->header() == source_stat) {
-      ASSIGN_OR_RETURN(
-          const std::string stale,
-          StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
-                      options.source_path, source_stat, &source_text));
+      // A cache that fails the readers' rule (one that an older make-cache
+      // could write: more than kMaxSourceBytesPerToken source bytes per id)
+      // is never fresh: rebuilt, which then says why it cannot be written.
+      // (This vocabulary's own bound needs no test here: ids beyond it
+      // cannot decode to the source, which StaleReason checks.)
+      std::string stale = CacheHeaderProblemWithoutVocabulary(
+          existing->header(), existing->num_tokens(), absl::Now());
+      if (stale.empty()) {
+        ASSIGN_OR_RETURN(
+            stale,
+            StaleReason(*existing, out_st, *vocabulary, options.vocab_path,
+                        options.source_path, source_stat, &source_text));
+      }
       if (stale.empty()) {
         report->was_fresh = true;
         report->num_tokens = existing->num_tokens();
@@ -260,6 +269,13 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     }
   }
 
+  // With tokens longer than kMaxSourceBytesPerToken the source may encode
+  // to fewer ids than a cache must hold, which is known only at the end:
+  // ids for standard output (which cannot be taken back) are then held
+  // until the count is checked.
+  const bool hold_ids =
+      to_stdout && vocabulary->longest_token_bytes() > kMaxSourceBytesPerToken;
+  std::vector<uint32_t> held;
   const Encoder encoder(*std::move(vocabulary));
   if (!source_text.has_value()) {
     ASSIGN_OR_RETURN(source_text, ReadFile(options.source_path));
@@ -304,7 +320,11 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
     ids.clear();
     encoder.EncodeParallel(all.substr(begin, end - begin),
                            /*allow_special=*/true, options.threads, &ids);
-    RETURN_IF_ERROR(writer.Append(ids));
+    if (hold_ids) {
+      held.insert(held.end(), ids.begin(), ids.end());
+    } else {
+      RETURN_IF_ERROR(writer.Append(ids));
+    }
     begin = end;
     if (options.progress) {
       PrintProgress(end, all.size(), SecondsSince(encode_start));
@@ -312,23 +332,24 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   }
   report->encode_seconds = SecondsSince(encode_start);
   if (options.progress) absl::FPrintF(stderr, "\n");
-  report->num_tokens = writer.num_tokens();
+  const uint64_t num_ids = hold_ids ? held.size() : writer.num_tokens();
+  report->num_tokens = num_ids;
   report->source_bytes = all.size();
   // A cache above kMaxSourceBytesPerToken could not be told from a raw id
   // file by the readers' rule (CacheHeaderProblem): not published (the
-  // writer's temporary is removed).
-  if (writer.num_tokens() > 0 &&
-      static_cast<unsigned __int128>(writer.num_tokens()) *
-              kMaxSourceBytesPerToken <
-          all.size()) {
+  // writer's temporary is removed; standard output got nothing).
+  if (num_ids > 0 && static_cast<unsigned __int128>(num_ids) *
+                             kMaxSourceBytesPerToken <
+                         all.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes encode to %d ids, more than %d source bytes per id "
         "(the vocabulary %s has tokens that long); a token cache holds at "
         "least one id per %d source bytes, the rule that tells caches from "
         "other files (docs/FORMATS.md); not written",
-        options.source_path, all.size(), writer.num_tokens(),
-        kMaxSourceBytesPerToken, options.vocab_path, kMaxSourceBytesPerToken));
+        options.source_path, all.size(), num_ids, kMaxSourceBytesPerToken,
+        options.vocab_path, kMaxSourceBytesPerToken));
   }
+  if (hold_ids) RETURN_IF_ERROR(writer.Append(held));
   RETURN_IF_ERROR(writer.Commit());
   report->total_seconds = SecondsSince(start);
   if (options.summary) {

@@ -165,7 +165,7 @@ TEST(RunMakeCacheDeathTest, UnreadableSourceIsOneErrorNotARebuild) {
   const std::string source = TestDir() + "/unreadable-big.txt";
   const int fd = open(source.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, off_t{2} << 30), 0);
+  ASSERT_EQ(ftruncate(fd, off_t{1} << 29), 0);
   close(fd);
   MakeCacheOptions o = Options(source, TestDir() + "/unreadable-big.tok");
   o.summary = true;
@@ -173,8 +173,11 @@ TEST(RunMakeCacheDeathTest, UnreadableSourceIsOneErrorNotARebuild) {
   ASSERT_EQ(stat(source.c_str(), &st), 0);
   const int64_t mtime =
       int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-  WriteFile(o.output_path, ExpectedCache("", mtime, st.st_size) +
-                               std::string(4, '\0'));  // one id, 0
+  // 512 Ki ids of 0: one per 1,024 source bytes, the most a cache may
+  // name (CacheHeaderProblem); with fewer it is not fresh but rebuilt.
+  constexpr size_t kIds = size_t{1} << 19;
+  WriteFile(o.output_path,
+            ExpectedCache("", mtime, st.st_size) + std::string(4 * kIds, '\0'));
   EXPECT_EXIT(
       {
         std::ifstream statm("/proc/self/statm");
@@ -189,9 +192,10 @@ TEST(RunMakeCacheDeathTest, UnreadableSourceIsOneErrorNotARebuild) {
         _exit(s.code() == absl::StatusCode::kResourceExhausted ? 0 : 4);
       },
       testing::ExitedWithCode(0),
-      "^RESOURCE_EXHAUSTED: [^\n]*/unreadable-big.txt: 2147483648 bytes do "
+      "^RESOURCE_EXHAUSTED: [^\n]*/unreadable-big.txt: 536870912 bytes do "
       "not fit in memory [^\n]*\n$");
-  EXPECT_EQ(ReadBytes(o.output_path).size(), 20u) << "the cache was touched";
+  EXPECT_EQ(ReadBytes(o.output_path).size(), 16 + 4 * kIds)
+      << "the cache was touched";
   unlink(source.c_str());
 }
 
@@ -291,10 +295,28 @@ TEST(RunMakeCache, LinksAndFarFutureSources) {
   EXPECT_NE(access(o.output_path.c_str(), F_OK), 0);
 }
 
+// Runs make-cache with standard output on a new empty file `out`.
+absl::Status RunMakeCacheToStdout(MakeCacheOptions o, const std::string& out) {
+  WriteFile(out, "");
+  o.output_path = "-";
+  fflush(stdout);
+  const int saved = dup(STDOUT_FILENO);
+  const int fd = open(out.c_str(), O_WRONLY | O_APPEND);
+  EXPECT_GE(fd, 0);
+  dup2(fd, STDOUT_FILENO);
+  close(fd);
+  const absl::Status s = RunMakeCache(o);
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  return s;
+}
+
 // A vocabulary whose tokens are longer than kMaxSourceBytesPerToken, and
 // text made of them: the cache would fail the rule every reader tells
-// caches from other files by, so it is not written (and an existing output
-// is left as it was).
+// caches from other files by, so it is not written — not over an existing
+// output, not a byte of it to standard output (whose ids are held until
+// the count is known) — and such a cache of the source already there is
+// never fresh.
 TEST(RunMakeCache, MoreThanTheMostSourceBytesPerIdIsNotWritten) {
   std::vector<std::string> tokens = TestTokens();
   std::string longest = "x";
@@ -307,24 +329,45 @@ TEST(RunMakeCache, MoreThanTheMostSourceBytesPerIdIsNotWritten) {
   ASSERT_TRUE(vocabulary.ok()) << vocabulary.status();
   ASSERT_TRUE(vocabulary->Save(vocab).ok());
   const std::string source = TestDir() + "/long_tokens.txt";
-  std::string text;
-  for (int i = 0; i < 3; ++i) text += longest;  // 3 ids for 6,144 bytes
-  WriteFile(source, text);
   MakeCacheOptions o = Options(source, TestDir() + "/long_tokens.tok");
   o.vocab_path = vocab;
+  // One id per 1,024 bytes is a cache, to a file and to standard output.
+  WriteFile(source, std::string(1024, 'x'));
+  ASSERT_TRUE(RunMakeCache(o).ok());
+  const std::string existing = ReadBytes(o.output_path);
+  EXPECT_EQ(existing.size(), 16u + 4u);
+  const std::string piped = TestDir() + "/long_tokens_stdout.tok";
+  ASSERT_TRUE(RunMakeCacheToStdout(o, piped).ok());
+  EXPECT_EQ(ReadBytes(piped), existing);
+  // 3 ids for 6,144 bytes: refused; the existing cache (of the source
+  // before) is left as it was; standard output gets nothing.
+  std::string text;
+  for (int i = 0; i < 3; ++i) text += longest;
+  WriteFile(source, text);
+  const std::string refusal =
+      source + ": 6144 bytes encode to 3 ids, more than 1024 source bytes "
+               "per id (the vocabulary " + vocab +
+      " has tokens that long); a token cache holds at least one id per 1024 "
+      "source bytes, the rule that tells caches from other files "
+      "(docs/FORMATS.md); not written";
   absl::Status s = RunMakeCache(o);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_EQ(s.message(),
-            source + ": 6144 bytes encode to 3 ids, more than 1024 source "
-                     "bytes per id (the vocabulary " + vocab +
-                " has tokens that long); a token cache holds at least one "
-                "id per 1024 source bytes, the rule that tells caches from "
-                "other files (docs/FORMATS.md); not written");
-  EXPECT_NE(access(o.output_path.c_str(), F_OK), 0);
-  // One id per 1,024 bytes is a cache.
-  WriteFile(source, std::string(1024, 'x'));
-  EXPECT_TRUE(RunMakeCache(o).ok());
-  EXPECT_EQ(ReadBytes(o.output_path).size(), 16u + 4u);
+  EXPECT_EQ(std::string(s.message()), refusal);
+  EXPECT_EQ(ReadBytes(o.output_path), existing);
+  s = RunMakeCacheToStdout(o, piped);
+  EXPECT_EQ(std::string(s.message()), refusal);
+  EXPECT_EQ(ReadBytes(piped), "");
+  // Such a cache of this very source (what make-cache wrote before this
+  // rule): its header is the source's, but it is not fresh; the rebuild
+  // refuses, and the file is left as it was.
+  auto now = StatSource(source);
+  ASSERT_TRUE(now.ok());
+  const std::string legacy = ExpectedCache("", now->mtime_ns, 6144) +
+                             std::string("\x11\x01\0\0\x11\x01\0\0\x11\x01\0\0", 12);
+  WriteFile(o.output_path, legacy);
+  s = RunMakeCache(o);
+  EXPECT_EQ(std::string(s.message()), refusal);
+  EXPECT_EQ(ReadBytes(o.output_path), legacy);
 }
 
 TEST(RunMakeCache, NonCacheOutputIsReplacedOnlyWithForce) {

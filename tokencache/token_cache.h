@@ -98,8 +98,10 @@ constexpr uint64_t kMaxSourceBytesPerToken = 1024;
 std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
                                uint64_t max_token_bytes, absl::Time now);
 
-// CacheHeaderProblem for readers without a vocabulary (inspect, train):
-// every rule but the vocabulary's bound.
+// CacheHeaderProblem without a vocabulary's bound: for readers that have
+// none (inspect, train), and for telling whether an existing file is a
+// cache at all (make-cache's and tokenize's output checks: a cache may
+// have been made with another vocabulary).
 std::string CacheHeaderProblemWithoutVocabulary(const SourceStat& header,
                                                 uint64_t num_tokens,
                                                 absl::Time now);

@@ -21,9 +21,9 @@ namespace coppelius {
 // (`-o - >> FILE` would append to FILE, damaging it as surely as `-o FILE`
 // would replace it); messages then name it "- (standard output, an
 // existing file)". Standard output that is anything else (a terminal, a
-// pipe, an empty file) is OK. (CheckNotATokenCache does not look at
-// standard output: ids appended to an id file, `-o - >> all.ids`, are a
-// use, and such a file can pass for a cache.)
+// pipe, an empty file) is OK. (CheckNotATokenCache looks at standard
+// output the same way: ids appended to a raw id file, `-o - >> all.ids`,
+// are refused only when that file passes for a cache.)
 // Exactly what is checked: when `output` names an existing
 // regular file of at least 8 bytes, its first 8 bytes are compared with
 //   - the checkpoint magic "COPPCKPT" (docs/FORMATS.md "Checkpoint

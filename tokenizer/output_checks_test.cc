@@ -129,6 +129,22 @@ TEST(CheckOutputIsNotInput, RefusesStandardOutputThatIsTheInput) {
                 "output is open on it without emptying it (a shell `1<> " +
                 full + "`) and would overwrite it while it is read; write "
                        "the output to another file");
+  // `{ echo x; tokenize ...; } > in`: emptied by `>`, then written by the
+  // echo before the check (the descriptor's offset past it): said as `>`.
+  {
+    const int saved = dup(STDOUT_FILENO);
+    const int fd = open(full.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(lseek(fd, 0, SEEK_END), 4);
+    dup2(fd, STDOUT_FILENO);
+    close(fd);
+    s = CheckOutputIsNotInput("-", "input file", full);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("a shell `> " + full +
+                          "` empties it before the program starts"));
+  }
   // Through another name of the same file (a hard link).
   const std::string link = TmpPath("stdout_link.txt");
   unlink(link.c_str());
@@ -194,7 +210,8 @@ TEST(CheckNotCoppeliusFile, RefusesStandardOutputAppendingToOne) {
   // 97 0 98 0 as u32: a header of mtime 97 ns and 98 source bytes, then
   // ids: what CheckNotATokenCache takes for a cache, as -o FILE and as the
   // file standard output appends to (a real cache would be damaged; a raw
-  // id file passes only when its second and fourth ids are 0).
+  // id file of N ids passes when its fourth id is 0 and its third between
+  // N and 1,024 N, unless it holds billions of ids).
   std::string ids;
   for (uint32_t id : {97u, 0u, 98u, 0u, 97u, 98u, 99u}) {
     ids.append(reinterpret_cast<const char*>(&id), 4);

@@ -201,8 +201,10 @@ absl::Status RunDecode(const DecodeOptions& options) {
   // A token cache given where raw ids belong: its 16-byte header reads as
   // four huge ids. Say so when the header could be a source's.
   if (!decoded.ok() && options.format == IdFormat::kU32) {
+    // (The rule without this vocabulary's bound: the cache may have been
+    // made with another vocabulary.)
     if (const std::optional<uint64_t> n = TokenCacheIdCount(
-            data, data.size(), vocabulary.longest_token_bytes())) {
+            data, data.size(), /*max_token_bytes=*/0)) {
       decoded = absl::Status(
           decoded.code(),
           absl::StrCat(decoded.message(),
