@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/publisher.h"
 #include "checkpoint/test_util.h"
@@ -386,6 +387,73 @@ TEST_F(RunTrainTest, NonFiniteLossesCompleteTheRunThenReturnDataLoss) {
   struct stat st;
   ASSERT_EQ(stat(options_.result_path.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 27744);  // a complete tiny result (FORMATS.md)
+}
+
+// The progress line prints a loss in 4 decimals while that is short and
+// in 4 significant digits when it is not (a diverged run's 1e+10, a NaN):
+// parameters drawn from +-1000 give cross-entropies of order 1e10 that are
+// still finite (fp32 logits up to ~3e38); a NaN image gives "nan". The
+// ordinary case prints 4 decimals (session 22's change, first tested here).
+TEST_F(RunTrainTest, ProgressLineFormatsHugeAndNonFiniteLosses) {
+  WriteTokenCache(dir_ + "/long.tok",
+                  (config_.run_steps + 1) * static_cast<uint64_t>(config_.T) +
+                      1);
+  const CheckpointIdentity identity = RunCheckpointIdentity(config_);
+  const size_t n = identity.payload_bytes / sizeof(float) / 3;
+  auto reference = [](const std::string&, const ModelConfig& config)
+      -> absl::StatusOr<std::unique_ptr<Backend>> {
+    ReferenceOptions o;
+    o.num_threads = 2;
+    return CreateReferenceBackend(config, o);
+  };
+  // The last progress line's loss field ("train: step 8/8  loss X  ...").
+  auto final_loss_text = [&](const std::vector<float>& payload,
+                             const std::string& name) -> std::string {
+    TrainOptions o = options_;
+    o.tokens_path = dir_ + "/long.tok";
+    o.checkpoint_in = dir_ + "/" + name + ".ckpt";
+    o.checkpoint_out = dir_ + "/" + name + "-out.ckpt";
+    o.result_path = dir_ + "/" + name + ".res";
+    o.progress = true;
+    EXPECT_TRUE(PublishCheckpoint(o.checkpoint_in, identity, 0, payload.data(),
+                                  identity.payload_bytes, {})
+                    .ok());
+    std::ostringstream progress;
+    RunTrain(o, reference, progress).IgnoreError();  // NaN: DataLoss
+    const std::string text = progress.str();
+    const std::string last_line_start = absl::StrCat(
+        "train: step ", config_.run_steps, "/", config_.run_steps, "  loss ");
+    const size_t at = text.rfind(last_line_start);
+    if (at == std::string::npos) return "no final line in: " + text;
+    const size_t from = at + last_line_start.size();
+    return text.substr(from, text.find(' ', from) - from);
+  };
+  // Large parameters (M and V planes 0): an LCG's values in [-1000, 1000).
+  std::vector<float> large(3 * n, 0.0f);
+  uint64_t state = 20261201;
+  for (size_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    large[i] = static_cast<float>((state >> 40) * 0x1p-24 * 2000.0 - 1000.0);
+  }
+  const std::string huge = final_loss_text(large, "large");
+  double value = 0;
+  ASSERT_TRUE(absl::SimpleAtod(huge, &value)) << huge;
+  EXPECT_TRUE(std::isfinite(value) && value >= 1e6) << huge;
+  // %.4g of a value >= 1e6: d.ddde+XX, not 7+ digits and 4 decimals.
+  EXPECT_EQ(huge.find('.'), 1u) << huge;
+  EXPECT_NE(huge.find("e+"), std::string::npos) << huge;
+
+  EXPECT_EQ(final_loss_text(std::vector<float>(3 * n, std::nanf("")), "nan"),
+            "nan");
+
+  // All-zero parameters: uniform logits over V = 512 ids, a loss of
+  // ln 512 = 6.2383 at the first step that the updates barely move; 4
+  // decimals.
+  const std::string small =
+      final_loss_text(std::vector<float>(3 * n, 0.0f), "zero");
+  ASSERT_TRUE(absl::SimpleAtod(small, &value)) << small;
+  EXPECT_NEAR(value, std::log(512.0), 0.01) << small;
+  EXPECT_EQ(small.size() - small.find('.'), 5u) << small;
 }
 
 // An existing output train cannot read is refused, --overwrite or not:
