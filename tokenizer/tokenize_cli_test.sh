@@ -131,14 +131,19 @@ check "decode of a token cache explained" one_line_error "$tmp/err" "looks like 
 tail -c +17 "$tmp/c.tok" | "$bin" decode --vocab="$tmp/v.tiktoken" - -o "$tmp/c.txt"
 check "decode of a cache's ids" test "$(head -c 5 "$tmp/c.txt")" = hello
 # A tiny result killed after its forward record and 4 step windows (6,144 +
-# 4 x 256 bytes: logits of magnitude 0.5..8, then per-row losses, which are
-# never negative).
+# 4 x 256 bytes: logits of magnitude 0.5..8 for rows 15, 31, 63, then
+# per-row losses, which are never negative; step 0's rows 15, 31, 63 are
+# cross-entropies of the forward record's logits, as in a real run).
 python3 - "$tmp/killed.res" <<'PY'
-import random, struct, sys
+import math, random, struct, sys
 r = random.Random(1)
 vals = [r.uniform(0.5, 8.0) * r.choice((-1, 1)) for _ in range(6144 // 4)]
-vals += [r.uniform(0.5, 8.0) for _ in range(4 * 256 // 4)]
-open(sys.argv[1], "wb").write(struct.pack("<%df" % len(vals), *vals))
+windows = [r.uniform(0.5, 8.0) for _ in range(4 * 256 // 4)]
+for k, row in enumerate((15, 31, 63)):
+    logits = vals[512 * k:512 * (k + 1)]
+    lse = max(logits) + math.log(sum(math.exp(x - max(logits)) for x in logits))
+    windows[row] = lse - logits[r.randrange(512)]
+open(sys.argv[1], "wb").write(struct.pack("<%df" % (len(vals) + len(windows)), *(vals + windows)))
 PY
 cp "$tmp/killed.res" "$tmp/killed.orig"
 "$bin" encode --vocab="$tmp/v.tiktoken" "$tmp/in.txt" -o "$tmp/killed.res" 2> "$tmp/err"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/base/internal/endian.h"
@@ -931,6 +932,45 @@ bool ReadsAsLosses(absl::string_view window) {
   return true;
 }
 
+bool StepZeroAgreesWithForwardRecord(absl::string_view forward_record,
+                                     absl::string_view first_window,
+                                     const ResultGeometry& geometry) {
+  const int64_t V = geometry.V, T = geometry.T;
+  if (forward_record.size() < static_cast<size_t>(12 * V)) return false;
+  const int64_t rows[3] = {T / 4 - 1, T / 2 - 1, T - 1};
+  for (int k = 0; k < 3; ++k) {
+    const int64_t r = rows[k];
+    if (first_window.size() < static_cast<size_t>(4 * (r + 1))) continue;
+    float loss;
+    std::memcpy(&loss, first_window.data() + 4 * r, sizeof(loss));
+    if (!std::isfinite(loss) || (loss == 0.0f && !std::signbit(loss))) {
+      continue;
+    }
+    double max = -INFINITY, min = INFINITY;
+    bool finite = true;
+    std::vector<double> logits(V);
+    for (int64_t v = 0; v < V; ++v) {
+      float x;
+      std::memcpy(&x, forward_record.data() + 4 * (k * V + v), sizeof(x));
+      if (!std::isfinite(x)) finite = false;
+      logits[v] = x;
+      max = std::max(max, logits[v]);
+      min = std::min(min, logits[v]);
+    }
+    if (!finite) continue;
+    double sum = 0;
+    for (double x : logits) sum += std::exp(x - max);
+    const double logsumexp = max + std::log(sum);
+    const double tolerance =
+        0.01 + 1e-3 * (std::fabs(logsumexp) + std::fabs(min));
+    if (loss < logsumexp - max - tolerance ||
+        loss > logsumexp - min + tolerance) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string ResultFileEvidence(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
@@ -961,13 +1001,19 @@ std::string ResultFileEvidence(const std::string& path) {
         // Logits alone can be any fp32 array (an exported tensor): where
         // the first step window is there, its values must read as losses
         // too (no finite value below 0; a preallocated window is zeros).
+        // And where rows T/4 - 1, T/2 - 1, T - 1 of that window are there,
+        // they must be cross-entropies of the forward record's logits.
         const uint64_t present = std::min<uint64_t>(
             static_cast<uint64_t>(st.st_size) - layout.windows_offset,
             layout.window_bytes);
         std::string window(present / 4 * 4, '\0');
+        std::string forward(layout.forward_bytes, '\0');
         if (pread(fd, window.data(), window.size(), layout.windows_offset) ==
                 static_cast<ssize_t>(window.size()) &&
-            ReadsAsLosses(window)) {
+            pread(fd, forward.data(), forward.size(), 0) ==
+                static_cast<ssize_t>(forward.size()) &&
+            ReadsAsLosses(window) &&
+            StepZeroAgreesWithForwardRecord(forward, window, geometry)) {
           found = absl::StrCat("config ", name, ", incomplete: a killed run's");
         }
         break;

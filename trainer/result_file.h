@@ -317,8 +317,9 @@ ResultSignature ResultSignatureOf(uint64_t size, absl::string_view head,
 // gone, for any of the configs `train` runs (ModelConfigNames), as a phrase
 // for messages: "config NAME, host tag at byte N" (kHostTag) or "config
 // NAME, incomplete: a killed run's" (kForwardRecord, and where the first
-// step window is present its values read as losses: none finite and below
-// 0, so that an exported fp32 array of such a size does not pass); "" when
+// step window is present its values read as losses, none finite and below
+// 0, and agree with the forward record, StepZeroAgreesWithForwardRecord:
+// an exported fp32 array of such a size does not pass); "" when
 // it shows neither, is not a regular file or cannot be read. The test tokenize's
 // refusal to replace results (tokenizer/output_checks.h
 // CheckNotAResultFile) and train's --overwrite (trainer/run.h) share.
@@ -344,6 +345,23 @@ bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes);
 // tells a result's step window from another fp32 array (ResultFileEvidence,
 // inspect's kind detection).
 bool ReadsAsLosses(absl::string_view window);
+
+// Whether step 0's window agrees with the forward record, both fp32
+// little-endian as a result file holds them: the forward record's logits
+// `[3][V]` are rows T/4 - 1, T/2 - 1, T - 1 of a forward of the input
+// parameters on context c0, the same forward as step 0's (SPEC §7), so the
+// window's cross-entropy at each of those rows, logsumexp(l) - l[target]
+// for some target, lies in [logsumexp(l) - max(l), logsumexp(l) - min(l)]
+// (computed in double; tolerance 0.01 + 1e-3 x (|logsumexp| + |min|) for
+// the backends' own arithmetic). Rows not in `first_window` (a file cut
+// short), non-finite (a diverged run) or exactly +0 (a window not yet
+// written: zeros after a crash) are not checked; true when none is
+// checked. An fp32 array of a result's size passes this by chance with
+// odds of about 1e-4 per row for |N(0, 1)| values over V = 512.
+// `forward_record` must hold 12 V bytes.
+bool StepZeroAgreesWithForwardRecord(absl::string_view forward_record,
+                                     absl::string_view first_window,
+                                     const ResultGeometry& geometry);
 
 // Step s's mean loss over its T rows (a file's per-step curve).
 std::vector<double> StepMeanLosses(const ResultFile& result);

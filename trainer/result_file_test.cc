@@ -665,5 +665,82 @@ TEST(ResultFileEvidence, KilledRunsButNotOtherFloatArrays) {
   EXPECT_EQ(ResultFileEvidence(TempPath("evidence_missing.res")), "");
 }
 
+// StepZeroAgreesWithForwardRecord by hand, tiny (V 512, T 64: rows 15, 31,
+// 63): logits 0, 1, ..., 511 scaled by 1/64 in each row, so logsumexp is
+// known in closed form; a cross-entropy between logsumexp - max and
+// logsumexp - min passes, one outside fails; NaN and +0 rows are not
+// checked, nor rows past the window's end.
+TEST(StepZeroAgreesWithForwardRecord, CrossEntropiesOfTheRecordedRows) {
+  std::vector<float> forward(3 * 512);
+  for (int k = 0; k < 3; ++k) {
+    for (int v = 0; v < 512; ++v) forward[k * 512 + v] = v / 64.0f;
+  }
+  // logsumexp of v/64, v = 0..511, by the geometric series: the sum of
+  // e^(v/64) is (e^8 - 1) / (e^(1/64) - 1).
+  const double lse =
+      std::log((std::exp(8.0) - 1.0) / (std::exp(1.0 / 64.0) - 1.0));
+  const double max = 511.0 / 64.0, min = 0.0;
+  const std::string record(reinterpret_cast<const char*>(forward.data()),
+                           4 * forward.size());
+  auto window_with = [](float value, int64_t rows = 64) {
+    std::vector<float> w(rows, 1.0f);  // rows not checked: any loss
+    for (int64_t r : {15, 31, 63}) {
+      if (r < rows) w[r] = value;
+    }
+    return std::string(reinterpret_cast<const char*>(w.data()), 4 * rows);
+  };
+  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(
+      record, window_with(static_cast<float>(lse - max)), kTiny));
+  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(
+      record, window_with(static_cast<float>(lse - min)), kTiny));
+  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(
+      record, window_with(static_cast<float>(lse - 3.0)), kTiny));
+  EXPECT_FALSE(StepZeroAgreesWithForwardRecord(
+      record, window_with(static_cast<float>(lse - max - 0.1)), kTiny));
+  EXPECT_FALSE(StepZeroAgreesWithForwardRecord(
+      record, window_with(static_cast<float>(lse - min + 0.1)), kTiny));
+  // Not checked: a diverged row, an unwritten (zero) window, a window cut
+  // before row 15; a window cut after row 15 checks row 15 alone.
+  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(record, window_with(NAN), kTiny));
+  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(record, window_with(0.0f), kTiny));
+  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(record, window_with(0.5f, 15),
+                                              kTiny));
+  EXPECT_FALSE(StepZeroAgreesWithForwardRecord(record, window_with(0.5f, 16),
+                                               kTiny));
+  // A non-finite logit in a row: that row is not checked.
+  std::vector<float> diverged = forward;
+  for (int k = 0; k < 3; ++k) diverged[k * 512 + 7] = INFINITY;
+  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(
+      std::string(reinterpret_cast<const char*>(diverged.data()),
+                  4 * diverged.size()),
+      window_with(0.5f), kTiny));
+  // A record shorter than 12 V agrees with nothing.
+  EXPECT_FALSE(StepZeroAgreesWithForwardRecord(
+      record.substr(0, 100), window_with(static_cast<float>(lse - 3.0)),
+      kTiny));
+}
+
+// An fp32 array of a tiny result's size, 6,144 + 2,048 bytes of |N(0, 1)|
+// values (break-it, session 23: train --overwrite replaced one as a killed
+// run's result; its values are logit-like and none negative): no evidence,
+// because its "step 0" rows are no cross-entropies of its "logits".
+TEST(ResultFileEvidence, NonNegativeFloatArrayOfAResultsSize) {
+  std::mt19937 rng(20261201);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(2048);
+  for (float& x : values) x = std::fabs(normal(rng));
+  const std::string array = TempPath("evidence_abs_normal.f32");
+  std::ofstream(array, std::ios::binary)
+      << std::string(reinterpret_cast<const char*>(values.data()),
+                     4 * values.size());
+  EXPECT_EQ(ResultSignatureOf(8192,
+                              std::string(reinterpret_cast<const char*>(
+                                              values.data()),
+                                          4096),
+                              "", kTiny),
+            ResultSignature::kForwardRecord);  // the first rule alone passes
+  EXPECT_EQ(ResultFileEvidence(array), "");
+}
+
 }  // namespace
 }  // namespace coppelius

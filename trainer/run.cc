@@ -120,8 +120,9 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
         "(choose another path, or remove it first)",
         flag, path, static_cast<int64_t>(st.st_size), kind,
         checkpoint ? "no \"COPPCKPT\" at offset 0"
-                   : "neither its marker at offset 0 nor its host tag or "
-                     "forward record",
+                   : "neither its marker at offset 0 nor its host tag, "
+                     "nor a forward record of logits whose step 0 window "
+                     "holds their cross-entropies",
         kind));
   }
   if (overwrite) return absl::OkStatus();

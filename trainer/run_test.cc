@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -26,6 +29,7 @@
 #include "tokencache/token_cache.h"
 #include "trainer/model_config.h"
 #include "trainer/reference_backend.h"
+#include "trainer/result_file.h"
 #include "trainer/run_identity.h"
 
 namespace coppelius {
@@ -454,6 +458,64 @@ TEST_F(RunTrainTest, ProgressLineFormatsHugeAndNonFiniteLosses) {
   ASSERT_TRUE(absl::SimpleAtod(small, &value)) << small;
   EXPECT_NEAR(value, std::log(512.0), 0.01) << small;
   EXPECT_EQ(small.size() - small.find('.'), 5u) << small;
+}
+
+// A real run's result (the reference backend, tiny, from a fresh start)
+// cut as a kill leaves it is evidence of a killed run's (its step 0 rows
+// are cross-entropies of its forward record's logits,
+// StepZeroAgreesWithForwardRecord), and --overwrite replaces it; the same
+// bytes with step 0's row T - 1 moved out of range are no result's, and
+// --overwrite leaves them alone.
+TEST_F(RunTrainTest, KilledRunsResultIsReplacedButAFloatArrayIsNot) {
+  WriteTokenCache(dir_ + "/long.tok",
+                  (config_.run_steps + 1) * static_cast<uint64_t>(config_.T) +
+                      1);
+  options_.tokens_path = dir_ + "/long.tok";
+  options_.checkpoint_in = dir_ + "/fresh.ckpt";
+  WriteBytes(options_.checkpoint_in, "");
+  auto reference = [](const std::string&, const ModelConfig& config)
+      -> absl::StatusOr<std::unique_ptr<Backend>> {
+    ReferenceOptions o;
+    o.num_threads = 2;
+    return CreateReferenceBackend(config, o);
+  };
+  std::ostringstream progress;
+  ASSERT_TRUE(RunTrain(options_, reference, progress).ok());
+  std::ifstream in(options_.result_path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  const size_t forward_bytes = 12 * static_cast<size_t>(config_.V);
+  const size_t window_bytes = 4 * static_cast<size_t>(config_.T);
+  const std::string killed = dir_ + "/killed.res";
+  WriteBytes(killed, bytes.substr(0, forward_bytes + 3 * window_bytes + 100));
+  EXPECT_EQ(ResultFileEvidence(killed),
+            "config tiny, incomplete: a killed run's");
+  std::string array = bytes.substr(0, forward_bytes + 3 * window_bytes + 100);
+  const float far = 1000.0f;  // beyond logsumexp - min of any real row
+  std::memcpy(&array[forward_bytes + window_bytes - 4], &far, 4);
+  const std::string not_a_result = dir_ + "/array.f32";
+  WriteBytes(not_a_result, array);
+  EXPECT_EQ(ResultFileEvidence(not_a_result), "");
+
+  TrainOptions o = options_;
+  o.overwrite = true;
+  o.checkpoint_out = dir_ + "/again.ckpt";
+  o.result_path = not_a_result;
+  const absl::Status refused = RunTrain(o, reference, progress);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("is not a Coppelius result file"),
+            std::string::npos)
+      << refused;
+  std::ifstream after(not_a_result, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after)),
+                        std::istreambuf_iterator<char>()),
+            array);
+  o.result_path = killed;
+  const absl::Status replaced = RunTrain(o, reference, progress);
+  EXPECT_TRUE(replaced.ok()) << replaced;
+  struct stat st;
+  ASSERT_EQ(stat(killed.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 27744);  // a complete tiny result (FORMATS.md)
 }
 
 // An existing output train cannot read is refused, --overwrite or not:
