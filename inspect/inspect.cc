@@ -1775,11 +1775,27 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
   if (LooksLikeCache(head, p.size)) return FileKind::kCache;
   // 7. A result by size (incomplete, or complete with a damaged host tag)
   // whose forward record reads as logits.
+  // Its first step window, as far as the file goes, must read as step 0
+  // of that forward record (losses, and at the recorded rows
+  // cross-entropies of its logits): an exported fp32 array of a result's
+  // size is not taken for a killed run's (break-it, session 23).
   const bool text = LooksLikeText(head);
   if (!text) {
     for (const KnownLayout& k : known) {
-      if (ResultSignatureOf(p.size, head, "", ResultGeometryOf(k.config)) ==
+      if (ResultSignatureOf(p.size, head, "", ResultGeometryOf(k.config)) !=
           ResultSignature::kForwardRecord) {
+        continue;
+      }
+      const uint64_t present = std::min<uint64_t>(
+          p.size - k.layout.windows_offset, k.layout.window_bytes);
+      ASSIGN_OR_RETURN(const std::string forward,
+                       PreadString(path, 0, k.layout.forward_bytes));
+      ASSIGN_OR_RETURN(const std::string window,
+                       PreadString(path, k.layout.windows_offset,
+                                   present / 4 * 4));
+      if (ReadsAsLosses(window) &&
+          StepZeroAgreesWithForwardRecord(forward, window,
+                                          ResultGeometryOf(k.config))) {
         return FileKind::kResult;
       }
     }
@@ -1787,11 +1803,23 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
     // 12 V, but the whole head (4,096 bytes: as many values as rule 7
     // reads) reads as logits. Reported, not recognised by tokenize's
     // refusal to replace results (ResultSignatureOf): such a file holds no
-    // step, and the writer removes one it leaves (ResultWriter).
+    // step, and the writer removes one it leaves (ResultWriter). With no
+    // step window to check, the head must also hold a negative logit (a
+    // model's logits, centred near 0 at initialization, are not all of one
+    // sign) or a non-finite one (a diverged run's): an array of magnitudes
+    // is not taken for one.
+    bool negative = false, nonfinite = false;
+    for (size_t at = 0; at + 4 <= head.size(); at += 4) {
+      float x;
+      std::memcpy(&x, head.data() + at, sizeof(x));
+      nonfinite |= !std::isfinite(x);
+      negative |= x < 0.0f;
+    }
     for (const KnownLayout& k : known) {
       if (head.size() == kProbeHeadBytes &&
           p.size < static_cast<uint64_t>(k.layout.forward_bytes) &&
-          LooksLikeForwardRecord(head, k.layout.forward_bytes)) {
+          LooksLikeForwardRecord(head, k.layout.forward_bytes) &&
+          (negative || nonfinite)) {
         return FileKind::kResult;
       }
     }

@@ -145,7 +145,25 @@ TEST_F(InspectTest, DetectsNearMissesAndRefusesUnknownFiles) {
   ASSERT_TRUE(WriteFileAtomically(Path("blob"), "\x01\x02\xff\xfe\x00\x10"
                                                 "\x20\x30\x40\x50\x60\x70"
                                                 "\x80").ok());
-  for (const char* name : {"notes.txt", "blob"}) {
+  // fp32 arrays of |N(0, 1)| values (logit-like, none negative) of a tiny
+  // and of a Coppelius killed run's size (8,192 bytes; 4 MiB, which was
+  // reported as a Coppelius run stopped after 988 steps: break-it, session
+  // 23): step 0's window holds no cross-entropies of the "logits".
+  std::mt19937 rng(20261201);
+  std::normal_distribution<float> normal;
+  for (const auto& [name, bytes] :
+       {std::pair<const char*, size_t>{"abs_normal_8k.f32", 8192},
+        {"abs_normal_4m.f32", 4 << 20}}) {
+    std::vector<float> values(bytes / 4);
+    for (float& x : values) x = std::fabs(normal(rng));
+    ASSERT_TRUE(WriteFileAtomically(
+                    Path(name),
+                    std::string(reinterpret_cast<const char*>(values.data()),
+                                bytes))
+                    .ok());
+  }
+  for (const char* name :
+       {"notes.txt", "blob", "abs_normal_8k.f32", "abs_normal_4m.f32"}) {
     absl::Status k = DetectFileKind(Path(name)).status();
     EXPECT_EQ(k.code(), absl::StatusCode::kDataLoss) << name;
     EXPECT_THAT(k.message(),
