@@ -314,9 +314,10 @@ class CreatedHistoryDirectory {
 };
 
 // Refuses to replace history files (DIR/update-NNNNNNNN.ckpt, a symbolic
-// link included) this run would publish, unless `overwrite`: they are
-// another run's checkpoints. A directory at such a name is refused either
-// way (no publication could replace it).
+// link included) this run would publish, unless `overwrite` and each is
+// another run's checkpoint (the magic at offset 0, through a link). A
+// directory, a link to nothing, a file of another kind or one train
+// cannot read at such a name is refused either way.
 absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
                           uint64_t c0) {
   // (That it is a directory, CheckHistoryPlacement has checked.)
@@ -335,6 +336,39 @@ absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
           "file this run would publish (update count %d): remove it or use "
           "another directory",
           o.checkpoint_history_dir, path, c0 + s));
+    }
+    // What is there must be another run's checkpoint for --overwrite to
+    // replace it, as for --checkpoint-out: not a file of another kind, not
+    // one train cannot read, not a link to nothing (break-it, session 23:
+    // a text file there was called a checkpoint and replaced).
+    struct stat target;
+    if (stat(path.c_str(), &target) != 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--checkpoint-history=%s: %s is a symbolic link to nothing (%s); "
+          "a history entry this run would publish (update count %d) is never "
+          "put in its place: remove it or use another directory",
+          o.checkpoint_history_dir, path, std::strerror(errno), c0 + s));
+    }
+    if (const std::optional<UnreadableFile> unreadable =
+            FindUnreadableFile(path)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--checkpoint-history=%s: %s exists (%d bytes) and cannot be read "
+          "to check that it is another run's checkpoint (%s); not replaced, "
+          "whatever the flags",
+          o.checkpoint_history_dir, path, unreadable->size,
+          unreadable->reason));
+    }
+    unsigned char head[8] = {};
+    if (!ReadFileHead(path, head, sizeof(head)) ||
+        std::memcmp(head, kCheckpointMagic, 8) != 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--checkpoint-history=%s: %s exists (%d bytes) and is not a "
+          "Coppelius checkpoint (no \"COPPCKPT\" at offset 0); a history "
+          "entry this run would publish (update count %d) replaces only "
+          "another run's checkpoint, with --overwrite: remove it or use "
+          "another directory",
+          o.checkpoint_history_dir, path,
+          static_cast<int64_t>(target.st_size), c0 + s));
     }
     if (!o.overwrite) {
       return absl::FailedPreconditionError(absl::StrFormat(

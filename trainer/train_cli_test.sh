@@ -67,16 +67,41 @@ run --checkpoint-in=fresh.ckpt --checkpoint-out=a.ckpt --result=a.res --checkpoi
   || { echo "FAIL: first run"; exit 1; }
 expect_refusal "history clobber" "update-00000002.ckpt exists" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res --checkpoint-history=hist
-# A dangling symbolic link at an entry's name is an existing entry; a
-# directory there is refused before any work, --overwrite or not (a rename
-# cannot replace it).
+# A dangling symbolic link at an entry's name, or a directory there, is
+# refused before any work, --overwrite or not (no checkpoint is there; a
+# rename cannot replace a directory).
 mkdir -p histx && ln -s /nonexistent histx/update-00000004.ckpt
-expect_refusal "history entry a dangling symlink" "update-00000004.ckpt exists" \
-  --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx
+for ow in "" --overwrite; do
+  expect_refusal "history entry a dangling symlink $ow" "update-00000004.ckpt is a symbolic link to nothing" \
+    --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx $ow
+done
 rm histx/update-00000004.ckpt && mkdir -p histx/update-00000006.ckpt/sub
 expect_refusal "history entry a directory, with --overwrite" "update-00000006.ckpt is a directory" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx --overwrite
+# A file of another kind there is not another run's checkpoint: refused,
+# --overwrite or not, and left as it was (break-it, session 23: with
+# --overwrite a text file there was replaced).
+rm -r histx/update-00000006.ckpt && echo hi > histx/update-00000006.ckpt
+for ow in "" --overwrite; do
+  expect_refusal "history entry a text file $ow" \
+    "update-00000006.ckpt exists (3 bytes) and is not a Coppelius checkpoint (no \"COPPCKPT\" at offset 0)" \
+    --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx $ow
+done
+[[ "$(cat histx/update-00000006.ckpt)" == hi ]] || { echo "FAIL: the text file in the history changed"; fail=1; }
 [[ -e hx.ckpt || -e hx.res ]] && { echo "FAIL: a refused history run left outputs"; fail=1; }
+# A link there to another run's checkpoint: refused without --overwrite;
+# with it the link is replaced by this run's checkpoint, its target kept.
+rm histx/update-00000006.ckpt && cp hist/update-00000002.ckpt other.ckpt && cp other.ckpt other.orig
+ln -s ../other.ckpt histx/update-00000006.ckpt
+expect_refusal "history entry a link to a checkpoint" "update-00000006.ckpt exists (update count 6" \
+  --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx
+run --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx --overwrite \
+  || { echo "FAIL: --overwrite of a history link to a checkpoint"; fail=1; }
+[[ -f histx/update-00000006.ckpt && ! -L histx/update-00000006.ckpt ]] \
+  || { echo "FAIL: the history link was not replaced by a checkpoint"; fail=1; }
+cmp -s other.ckpt other.orig || { echo "FAIL: the history link's target changed"; fail=1; }
+echo "ok: history entries: only another run's checkpoints are replaced"
+rm -rf histx hx.ckpt hx.res other.ckpt other.orig
 [[ -e b.ckpt || -e b.res ]] && { echo "FAIL: refused run left outputs"; fail=1; }
 # Continuing into the same history is fine (updates 10..16 are new).
 run --checkpoint-in=a.ckpt --checkpoint-out=a.ckpt --result=a2.res --checkpoint-history=hist \
