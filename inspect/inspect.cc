@@ -670,11 +670,18 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
   out << "  update count: " << reader.update_count() << " (run steps "
       << h.run_steps() << ")\n";
   out << "  identities:\n";
-  out << "    state:          " << h.state_identity() << "\n";
-  out << "    learner:        " << h.learner_identity() << "\n";
-  out << "    data:           " << h.data_identity() << "\n";
-  out << "    initialization: " << h.initialization_identity() << "\n";
-  out << "    model:          " << h.model_identity() << "\n";
+  // The file's text, control bytes escaped as in every other line that
+  // quotes a file (a forged newline or terminal escape stays on its line).
+  out << "    state:          " << EscapeControlCharacters(h.state_identity())
+      << "\n";
+  out << "    learner:        "
+      << EscapeControlCharacters(h.learner_identity()) << "\n";
+  out << "    data:           " << EscapeControlCharacters(h.data_identity())
+      << "\n";
+  out << "    initialization: "
+      << EscapeControlCharacters(h.initialization_identity()) << "\n";
+  out << "    model:          " << EscapeControlCharacters(h.model_identity())
+      << "\n";
   if (identity_status.ok()) {
     out << "  identity: matches config " << config.name << " ("
         << d.config_source << ")\n";

@@ -1496,6 +1496,28 @@ TEST_F(InspectTest, TensorsWithoutFiniteValuesHaveNoStatistics) {
   EXPECT_THAT(json, ::testing::Not(HasSubstr("\"mean\":0,")));
 }
 
+// A checkpoint's identity strings are the file's text: printed with
+// control bytes escaped, so a forged newline cannot start a line of the
+// report and a terminal escape does not reach the terminal (break-it,
+// session 23: "FAKE: all good" printed as a line of its own).
+TEST_F(InspectTest, IdentityTextIsPrintedEscaped) {
+  const ModelConfig config = *ModelConfigByName("tiny");
+  CheckpointIdentity id = RunCheckpointIdentity(config);
+  id.data += "\nFAKE: all good\n";
+  id.model += "\x1b[2J\r";
+  std::vector<float> pmv(id.payload_bytes / sizeof(float), 0.0f);
+  ASSERT_TRUE(PublishCheckpoint(Path("forged_identity.ckpt"), id, 16,
+                                pmv.data(), id.payload_bytes, {})
+                  .ok());
+  std::string report;
+  Inspect("forged_identity.ckpt", &report).IgnoreError();
+  EXPECT_THAT(report, HasSubstr("\\nFAKE: all good\\n")) << report;
+  EXPECT_THAT(report, HasSubstr("\\x1b[2J\\r")) << report;
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("\nFAKE")));
+  EXPECT_EQ(report.find('\x1b'), std::string::npos);
+  EXPECT_EQ(report.find('\r'), std::string::npos);
+}
+
 TEST(SmoothedCurve, TrailingMean) {
   EXPECT_EQ(SmoothedCurve({1, 2, 3, 4}, 2),
             (std::vector<double>{1, 1.5, 2.5, 3.5}));
