@@ -543,6 +543,69 @@ std::string StatsText(const TensorStats& s) {
                          s.mean, s.std, s.min, s.max, s.nonfinite);
 }
 
+// What a checkpoint's P/M/V state holds that no run could resume from:
+// non-finite values in any plane (a diverged run's state: a run from it
+// records only non-finite losses) and negative AdamW second moments (V =
+// beta2 V + (1 - beta2) g^2 is never below 0: a forged or damaged file
+// whose digests were recomputed). One line per plane with a problem, naming
+// the file offset of the first such value, its parameter index and, where
+// the payload fits `config`'s layout, its tensor. The payload is three
+// planes of payload_bytes / 12 fp32 values (P, M, V); nothing is checked
+// when its size is not a multiple of 12.
+std::vector<std::string> CheckpointStateProblems(const std::string& path,
+                                                 const CheckpointReader& reader,
+                                                 const ModelConfig& config) {
+  std::vector<std::string> problems;
+  if (reader.payload_bytes() % 12 != 0) return problems;
+  const uint64_t n = reader.payload_bytes() / 12;
+  const bool layout_fits = n == static_cast<uint64_t>(NumParameters(config));
+  const std::vector<TensorInfo> layout =
+      layout_fits ? ParameterLayout(config) : std::vector<TensorInfo>();
+  const float* payload = static_cast<const float*>(reader.payload());
+  auto where = [&](int plane, uint64_t i) {
+    std::string tensor;
+    for (const TensorInfo& t : layout) {
+      if (i >= static_cast<uint64_t>(t.offset) &&
+          i < static_cast<uint64_t>(t.offset + t.num_elements())) {
+        tensor = absl::StrCat(", tensor ", t.name);
+      }
+    }
+    return absl::StrCat(path, ": offset ",
+                        reader.payload_offset() + 4 * (plane * n + i),
+                        " (plane ", std::string(1, "PMV"[plane]), ", parameter ", i, tensor,
+                        ")");
+  };
+  static constexpr const char* kPlaneName[3] = {
+      "parameters", "AdamW first moments", "AdamW second moments"};
+  for (int plane = 0; plane < 3; ++plane) {
+    const float* values = payload + plane * n;
+    uint64_t nonfinite = 0, negative = 0;
+    uint64_t first_nonfinite = 0, first_negative = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      const float x = values[i];
+      if (!std::isfinite(x)) {
+        if (nonfinite++ == 0) first_nonfinite = i;
+      } else if (plane == 2 && x < 0.0f) {
+        if (negative++ == 0) first_negative = i;
+      }
+    }
+    if (nonfinite > 0) {
+      problems.push_back(absl::StrCat(
+          where(plane, first_nonfinite), ": ", nonfinite, " of ", n, " ",
+          kPlaneName[plane],
+          " are not finite: a diverged run's state (a run from it records "
+          "only non-finite losses)"));
+    }
+    if (negative > 0) {
+      problems.push_back(absl::StrCat(
+          where(plane, first_negative), ": ", negative, " of ", n,
+          " AdamW second moments are negative, expected >= 0 (V = beta2 V + "
+          "(1 - beta2) g^2 never is): not a state AdamW writes"));
+    }
+  }
+  return problems;
+}
+
 absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
                                std::ostream& out) {
   const ModelConfig& config = d.config;
@@ -566,13 +629,19 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
   const CheckpointHeader& h = reader.header();
   const absl::Status identity_status = RunRefusal(reader, config);
   const absl::Status digest_status = reader.VerifyPayload(o.threads);
-  // The exit status: corrupt digests, or an identity that a run of the
-  // config the user named explicitly (--config) refuses.
+  // A state no run could resume from (checked where the digests hold: a
+  // corrupt payload's values say nothing).
+  const std::vector<std::string> state_problems =
+      digest_status.ok() ? CheckpointStateProblems(o.path, reader, config)
+                         : std::vector<std::string>();
+  // The exit status: corrupt digests, an identity that a run of the
+  // config the user named explicitly (--config) refuses, or such a state.
   const absl::Status outcome =
       !digest_status.ok() ? digest_status
       : (d.config_source == "--config" && !identity_status.ok())
           ? identity_status
-          : absl::OkStatus();
+      : !state_problems.empty() ? absl::DataLossError(state_problems[0])
+                                : absl::OkStatus();
 
   // Per-tensor statistics when the parameter count fits the config.
   const uint64_t parameters = reader.payload_bytes() / 12;
@@ -637,6 +706,10 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     j.EndObject();
     j.Field("header_sha256", Sha256Hex(reader.header_sha256()));
     j.FieldBool("digests_verified", digest_status.ok());
+    j.Key("problems");
+    j.BeginArray();
+    for (const std::string& p : state_problems) j.String(p);
+    j.EndArray();
     j.Field("digest_error", digest_status.ok()
                                 ? std::string()
                                 : std::string(digest_status.message()));
@@ -718,6 +791,9 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
         << " chunk SHA-256 digests verified\n";
   } else {
     out << "  digests: FAILED: " << digest_status.message() << "\n";
+  }
+  for (const std::string& p : state_problems) {
+    out << "  PROBLEM: " << p << "\n";
   }
   if (!layout_fits) {
     out << "  tensors: payload holds " << parameters
@@ -1412,7 +1488,11 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
         absl::Status id = RunRefusal(*reader, config);
         if (!id.ok()) v.failures.push_back(std::string(id.message()));
       }
-      if (!reader->VerifyPayload(o.threads).ok()) {
+      if (reader->VerifyPayload(o.threads).ok()) {
+        for (std::string& p : CheckpointStateProblems(path, *reader, config)) {
+          v.failures.push_back(std::move(p));
+        }
+      } else {
         // One line per bad chunk; the reader's per-chunk message ends with
         // "(1 of N chunks differ)", replaced by the true count.
         std::vector<std::string> lines;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/publisher.h"
+#include "checkpoint/reader.h"
 #include "common/as_nobody.h"
 #include "common/file_io.h"
 #include "gmock/gmock.h"
@@ -460,7 +461,7 @@ TEST_F(InspectTest, CheckpointReport) {
                               "nonfinite 0\n"
                               "      M mean +0.25 std 0 min +0.25 max +0.25 "
                               "nonfinite 0\n"
-                              "      V mean +2 std 0 min +2 max +2 nonfinite 1"));
+                              "      V mean +2 std 0 min +2 max +2 nonfinite 0"));
   EXPECT_THAT(text, HasSubstr("blocks.1.mlp.down"));
   // A tiny run refuses 64 KiB chunks: reported in full, then refused.
   const std::string multi =
@@ -1488,10 +1489,14 @@ TEST_F(InspectTest, TensorsWithoutFiniteValuesHaveNoStatistics) {
                                 id.payload_bytes, {})
                   .ok());
   std::string report;
-  EXPECT_TRUE(Inspect("all_nan.ckpt", &report).ok()) << report;
+  // Reported whole, then refused: no run could resume from it.
+  EXPECT_EQ(Inspect("all_nan.ckpt", &report).code(),
+            absl::StatusCode::kDataLoss)
+      << report;
   EXPECT_THAT(report, HasSubstr("P no finite value (nonfinite "));
   EXPECT_THAT(report, ::testing::Not(HasSubstr("mean +0 std 0")));
-  const std::string json = Report("all_nan.ckpt", /*json=*/true);
+  const std::string json = Report("all_nan.ckpt", /*json=*/true, "", "",
+                                  absl::StatusCode::kDataLoss);
   EXPECT_THAT(json, HasSubstr("\"mean\":null"));
   EXPECT_THAT(json, ::testing::Not(HasSubstr("\"mean\":0,")));
 }
@@ -1516,6 +1521,64 @@ TEST_F(InspectTest, IdentityTextIsPrintedEscaped) {
   EXPECT_THAT(report, ::testing::Not(HasSubstr("\nFAKE")));
   EXPECT_EQ(report.find('\x1b'), std::string::npos);
   EXPECT_EQ(report.find('\r'), std::string::npos);
+}
+
+// A state no run could resume from, with valid digests: a NaN in P, an
+// infinity in M and a negative AdamW second moment in V (break-it, session
+// 23: such a checkpoint passed verify). Verify fails it, one line per plane
+// naming the offset, parameter and tensor; the report prints it whole with
+// its statistics (a non-finite value counted, left out of the mean), then
+// exits 1; JSON lists the problems.
+TEST_F(InspectTest, StateNoRunCouldResumeFromFailsVerify) {
+  const ModelConfig config = *ModelConfigByName("tiny");
+  const CheckpointIdentity id = RunCheckpointIdentity(config);
+  const int64_t n = NumParameters(config);
+  std::vector<float> pmv(3 * n, 0.5f);
+  int64_t bias = -1;
+  for (const TensorInfo& t : ParameterLayout(config)) {
+    if (t.name == "final_norm.bias") bias = t.offset;
+  }
+  ASSERT_GE(bias, 0);
+  pmv[bias + 1] = std::nanf("");
+  pmv[n + 3] = INFINITY;
+  pmv[2 * n + bias + 2] = -1.0f;
+  ASSERT_TRUE(PublishCheckpoint(Path("diverged.ckpt"), id, 16, pmv.data(),
+                                id.payload_bytes, {})
+                  .ok());
+  CheckpointReader reader = *CheckpointReader::Open(Path("diverged.ckpt"));
+  const uint64_t at = reader.payload_offset();
+  std::string report;
+  EXPECT_EQ(Verify({"diverged.ckpt"}, &report, "", "").code(),
+            absl::StatusCode::kDataLoss);
+  const std::string path = Path("diverged.ckpt");
+  EXPECT_EQ(
+      report,
+      absl::StrCat(
+          "FAIL ", path, ": ", path, ": offset ", at + 4 * (bias + 1),
+          " (plane P, parameter ", bias + 1,
+          ", tensor final_norm.bias): 1 of ", n,
+          " parameters are not finite: a diverged run's state (a run from "
+          "it records only non-finite losses)\n",
+          "FAIL ", path, ": ", path, ": offset ", at + 4 * (n + 3),
+          " (plane M, parameter 3, tensor embedding): 1 of ", n,
+          " AdamW first moments are not finite: a diverged run's state (a "
+          "run from it records only non-finite losses)\n",
+          "FAIL ", path, ": ", path, ": offset ", at + 4 * (2 * n + bias + 2),
+          " (plane V, parameter ", bias + 2,
+          ", tensor final_norm.bias): 1 of ", n,
+          " AdamW second moments are negative, expected >= 0 (V = beta2 V + "
+          "(1 - beta2) g^2 never is): not a state AdamW writes\n"));
+  EXPECT_EQ(Inspect("diverged.ckpt", &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("  PROBLEM: " + path + ": offset "));
+  EXPECT_THAT(report, HasSubstr("    final_norm.bias\n"
+                                "      P mean +0.5 std 0 min +0.5 max +0.5 "
+                                "nonfinite 1\n"));
+  const std::string json = Report("diverged.ckpt", /*json=*/true, "", "",
+                                  absl::StatusCode::kDataLoss);
+  EXPECT_THAT(json, HasSubstr("\"problems\":[\"" + path + ": offset "));
+  // A good checkpoint's JSON has an empty list.
+  EXPECT_THAT(Report("model.ckpt", /*json=*/true), HasSubstr("\"problems\":[]"));
 }
 
 TEST(SmoothedCurve, TrailingMean) {
