@@ -664,6 +664,23 @@ absl::Status RunTrain(const TrainOptions& given,
   ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(options.tokens_path));
   // The header has no magic number: its plausibility is what tells a cache
   // from another file (inspect verify's rule, docs/FORMATS.md).
+  // Another Coppelius file is named as what it is (break-it, session 23: a
+  // checkpoint's magic read as a source mtime "more than a year ahead").
+  unsigned char tokens_head[8] = {};
+  std::string other_kind;
+  if (ReadFileHead(options.tokens_path, tokens_head, sizeof(tokens_head)) &&
+      std::memcmp(tokens_head, kCheckpointMagic, 8) == 0) {
+    other_kind = "a Coppelius checkpoint (\"COPPCKPT\" at offset 0)";
+  } else if (const std::string evidence =
+                 ResultFileEvidence(options.tokens_path);
+             !evidence.empty()) {
+    other_kind = absl::StrCat("a Coppelius result file (", evidence, ")");
+  }
+  if (!other_kind.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokens=", options.tokens_path, ": is ", other_kind,
+        ", not a token cache (make-cache turns text into one)"));
+  }
   if (const std::string why = CacheHeaderProblemWithoutVocabulary(
           cache.header(), cache.num_tokens(), absl::Now());
       !why.empty()) {

@@ -67,6 +67,12 @@ run --checkpoint-in=fresh.ckpt --checkpoint-out=a.ckpt --result=a.res --checkpoi
   || { echo "FAIL: first run"; exit 1; }
 expect_refusal "history clobber" "update-00000002.ckpt exists" \
   --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res --checkpoint-history=hist
+# A checkpoint or a result where the token cache goes is named as what it
+# is (it read as a cache whose source mtime was "more than a year ahead").
+expect_refusal "checkpoint as --tokens" "--tokens=a.ckpt: is a Coppelius checkpoint (\"COPPCKPT\" at offset 0), not a token cache" \
+  --tokens=a.ckpt --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res
+expect_refusal "result as --tokens" "--tokens=a.res: is a Coppelius result file (config tiny, host tag at byte 26944), not a token cache" \
+  --tokens=a.res --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res
 # A dangling symbolic link at an entry's name, or a directory there, is
 # refused before any work, --overwrite or not (no checkpoint is there; a
 # rename cannot replace a directory).
