@@ -38,6 +38,7 @@
 #include "tokencache/decode_check.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/vocabulary.h"
+#include "trainer/pmv_state.h"
 #include "trainer/run_identity.h"
 
 namespace coppelius {
@@ -543,67 +544,15 @@ std::string StatsText(const TensorStats& s) {
                          s.mean, s.std, s.min, s.max, s.nonfinite);
 }
 
-// What a checkpoint's P/M/V state holds that no run could resume from:
-// non-finite values in any plane (a diverged run's state: a run from it
-// records only non-finite losses) and negative AdamW second moments (V =
-// beta2 V + (1 - beta2) g^2 is never below 0: a forged or damaged file
-// whose digests were recomputed). One line per plane with a problem, naming
-// the file offset of the first such value, its parameter index and, where
-// the payload fits `config`'s layout, its tensor. The payload is three
-// planes of payload_bytes / 12 fp32 values (P, M, V); nothing is checked
-// when its size is not a multiple of 12.
+// PmvStateProblems of a checkpoint's payload (trainer/pmv_state.h); none
+// when its size is not three planes of fp32 values.
 std::vector<std::string> CheckpointStateProblems(const std::string& path,
                                                  const CheckpointReader& reader,
                                                  const ModelConfig& config) {
-  std::vector<std::string> problems;
-  if (reader.payload_bytes() % 12 != 0) return problems;
-  const uint64_t n = reader.payload_bytes() / 12;
-  const bool layout_fits = n == static_cast<uint64_t>(NumParameters(config));
-  const std::vector<TensorInfo> layout =
-      layout_fits ? ParameterLayout(config) : std::vector<TensorInfo>();
-  const float* payload = static_cast<const float*>(reader.payload());
-  auto where = [&](int plane, uint64_t i) {
-    std::string tensor;
-    for (const TensorInfo& t : layout) {
-      if (i >= static_cast<uint64_t>(t.offset) &&
-          i < static_cast<uint64_t>(t.offset + t.num_elements())) {
-        tensor = absl::StrCat(", tensor ", t.name);
-      }
-    }
-    return absl::StrCat(path, ": offset ",
-                        reader.payload_offset() + 4 * (plane * n + i),
-                        " (plane ", std::string(1, "PMV"[plane]), ", parameter ", i, tensor,
-                        ")");
-  };
-  static constexpr const char* kPlaneName[3] = {
-      "parameters", "AdamW first moments", "AdamW second moments"};
-  for (int plane = 0; plane < 3; ++plane) {
-    const float* values = payload + plane * n;
-    uint64_t nonfinite = 0, negative = 0;
-    uint64_t first_nonfinite = 0, first_negative = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      const float x = values[i];
-      if (!std::isfinite(x)) {
-        if (nonfinite++ == 0) first_nonfinite = i;
-      } else if (plane == 2 && x < 0.0f) {
-        if (negative++ == 0) first_negative = i;
-      }
-    }
-    if (nonfinite > 0) {
-      problems.push_back(absl::StrCat(
-          where(plane, first_nonfinite), ": ", nonfinite, " of ", n, " ",
-          kPlaneName[plane],
-          " are not finite: a diverged run's state (a run from it records "
-          "only non-finite losses)"));
-    }
-    if (negative > 0) {
-      problems.push_back(absl::StrCat(
-          where(plane, first_negative), ": ", negative, " of ", n,
-          " AdamW second moments are negative, expected >= 0 (V = beta2 V + "
-          "(1 - beta2) g^2 never is): not a state AdamW writes"));
-    }
-  }
-  return problems;
+  if (reader.payload_bytes() % 12 != 0) return {};
+  return PmvStateProblems(path, reader.payload_offset(),
+                          static_cast<const float*>(reader.payload()),
+                          reader.payload_bytes() / 12, config);
 }
 
 absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,

@@ -36,6 +36,7 @@
 #include "common/threads.h"
 #include "tokencache/token_cache.h"
 #include "trainer/initialization.h"
+#include "trainer/pmv_state.h"
 #include "trainer/result_file.h"
 #include "trainer/run_identity.h"
 
@@ -766,6 +767,15 @@ absl::Status RunTrain(const TrainOptions& given,
   } else {
     RETURN_IF_ERROR(input.ReadPayload(pmv.data(), pmv.size() * sizeof(float),
                                       threads));
+    // A state no run can resume from (a diverged run's NaN, a negative
+    // second moment) is said before the run, whatever --progress: the run
+    // still goes ahead (loss is telemetry; SPEC §1), then ends in DataLoss.
+    for (const std::string& problem :
+         PmvStateProblems(options.checkpoint_in, input.payload_offset(),
+                          pmv.data(), num_parameters, config)) {
+      progress << "train: warning: --checkpoint-in: "
+               << EscapeControlCharacters(problem) << std::endl;
+    }
   }
   ResultInputStat input_stat;
   input_stat.size_bytes = input.file_bytes();

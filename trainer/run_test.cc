@@ -380,6 +380,16 @@ TEST_F(RunTrainTest, NonFiniteLossesCompleteTheRunThenReturnDataLoss) {
   std::ostringstream progress;
   const absl::Status s = RunTrain(options_, reference, progress);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  // Said before the run, though --progress is off (trainer/pmv_state.h).
+  EXPECT_EQ(progress.str().rfind("train: warning: --checkpoint-in: " +
+                                     options_.checkpoint_in + ": offset ",
+                                 0),
+            0u)
+      << progress.str();
+  EXPECT_NE(progress.str().find(" parameters are not finite: a diverged "
+                                "run's state"),
+            std::string::npos)
+      << progress.str();
   EXPECT_NE(s.message().find(absl::StrCat(config_.run_steps, " of ",
                                           config_.run_steps,
                                           " steps had a non-finite loss (the "
