@@ -1822,18 +1822,10 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
           ResultSignature::kForwardRecord) {
         continue;
       }
-      const uint64_t present = std::min<uint64_t>(
-          p.size - k.layout.windows_offset, k.layout.window_bytes);
-      ASSIGN_OR_RETURN(const std::string forward,
-                       PreadString(path, 0, k.layout.forward_bytes));
-      ASSIGN_OR_RETURN(const std::string window,
-                       PreadString(path, k.layout.windows_offset,
-                                   present / 4 * 4));
-      if (ReadsAsLosses(window) &&
-          StepZeroAgreesWithForwardRecord(forward, window,
-                                          ResultGeometryOf(k.config))) {
-        return FileKind::kResult;
-      }
+      ASSIGN_OR_RETURN(const bool step_zero,
+                       FirstWindowReadsAsStepZero(path, p.size,
+                                                  ResultGeometryOf(k.config)));
+      if (step_zero) return FileKind::kResult;
     }
     // 8. A result cut inside its forward record: shorter than a config's
     // 12 V, but the whole head (4,096 bytes: as many values as rule 7
@@ -1871,11 +1863,13 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
 // Whether a result of `size` bytes, by its size one of `k`'s, has step
 // windows where `k` puts them: false when the file could also be another
 // known config's forward record cut short (its size below that 12 V) and
-// its first step window, as far as the file goes, holds a negative finite
-// value. A step window holds per-row cross-entropies, logsumexp minus a
-// logit, never negative; a forward record holds logits of both signs. So a
-// Coppelius result cut at 20,000 bytes is not read as tiny's.
-absl::StatusOr<bool> FirstWindowReadsAsLosses(
+// its first step window, as far as the file goes, does not read as step 0
+// of `k`'s run (FirstWindowReadsAsStepZero: a negative finite value, or
+// rows T/4 - 1, T/2 - 1, T - 1 that are no cross-entropies of the forward
+// record's logits). A step window holds per-row cross-entropies, logsumexp
+// minus a logit, never negative; a forward record holds logits of both
+// signs. So a Coppelius result cut at 20,000 bytes is not read as tiny's.
+absl::StatusOr<bool> WindowsWhereTheConfigPutsThem(
     const std::string& path, uint64_t size, const KnownLayout& k,
     const std::vector<KnownLayout>& known) {
   const bool ambiguous = std::any_of(
@@ -1883,11 +1877,7 @@ absl::StatusOr<bool> FirstWindowReadsAsLosses(
         return size < static_cast<uint64_t>(other.layout.forward_bytes);
       });
   if (!ambiguous) return true;
-  const uint64_t present =
-      std::min<uint64_t>(size - k.layout.windows_offset, k.layout.window_bytes);
-  ASSIGN_OR_RETURN(const std::string window,
-                   PreadString(path, k.layout.windows_offset, present / 4 * 4));
-  return ReadsAsLosses(window);
+  return FirstWindowReadsAsStepZero(path, size, ResultGeometryOf(k.config));
 }
 
 // The config the file's content names, if any; `evidence` says how.
@@ -1922,7 +1912,7 @@ absl::StatusOr<std::optional<ModelConfig>> ConfigOfFile(
       if (size >= static_cast<uint64_t>(k.layout.forward_bytes) &&
           size <= static_cast<uint64_t>(k.layout.complete_bytes)) {
         ASSIGN_OR_RETURN(const bool windows,
-                         FirstWindowReadsAsLosses(path, size, k, known));
+                         WindowsWhereTheConfigPutsThem(path, size, k, known));
         if (!windows) continue;
         *evidence = "result size";
         return k.config;

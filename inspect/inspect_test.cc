@@ -718,6 +718,31 @@ TEST_F(InspectTest, ResultCutInsideItsForwardRecordIsAResult) {
   }
 }
 
+// 8,192 bytes of logit-like values (1,536 of both signs) then 512 of no
+// sign: the last read as losses but are no cross-entropies of the first
+// as tiny's step 0 (review, session 23: reported as "config tiny (result
+// size) ... all 8 step windows are there"). Read as what its head can
+// be, a Coppelius forward record cut short.
+TEST_F(InspectTest, TinySizedFileWhoseWindowsAreNoStepZeroIsNotTinys) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(2048);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = i < 1536 ? normal(rng) : std::fabs(normal(rng));
+  }
+  ASSERT_TRUE(WriteFileAtomically(
+                  Path("signed_then_abs.bin"),
+                  std::string(reinterpret_cast<const char*>(values.data()),
+                              4 * values.size()))
+                  .ok());
+  std::string report;
+  EXPECT_EQ(Verify({"signed_then_abs.bin"}, &report, "", "").code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr(": incomplete: size 8192 bytes, expected "
+                                "41813600 for config coppelius, assumed"));
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("config tiny")));
+}
+
 // A Coppelius result cut inside its forward record at a size that tiny's
 // results have (6,144 .. 27,744) is not read as tiny's: from byte 6,144 on
 // it holds logits of both signs where tiny has its step windows, per-row

@@ -971,6 +971,27 @@ bool StepZeroAgreesWithForwardRecord(absl::string_view forward_record,
   return true;
 }
 
+absl::StatusOr<bool> FirstWindowReadsAsStepZero(
+    const std::string& path, uint64_t size, const ResultGeometry& geometry) {
+  const ResultLayout layout = ComputeResultLayout(geometry);
+  if (size < static_cast<uint64_t>(layout.forward_bytes)) return false;
+  const uint64_t present = std::min<uint64_t>(
+      size - layout.windows_offset, layout.window_bytes);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ErrnoStatus(errno, "opening", path);
+  std::string forward(layout.forward_bytes, '\0');
+  std::string window(present / 4 * 4, '\0');
+  absl::Status s = PreadAll(fd, forward.data(), forward.size(), 0, path);
+  if (s.ok()) {
+    s = PreadAll(fd, window.data(), window.size(), layout.windows_offset,
+                 path);
+  }
+  close(fd);
+  RETURN_IF_ERROR(s);
+  return ReadsAsLosses(window) &&
+         StepZeroAgreesWithForwardRecord(forward, window, geometry);
+}
+
 std::string ResultFileEvidence(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
@@ -998,22 +1019,10 @@ std::string ResultFileEvidence(const std::string& path) {
                              layout.host_offset);
         break;
       case ResultSignature::kForwardRecord: {
-        // Logits alone can be any fp32 array (an exported tensor): where
-        // the first step window is there, its values must read as losses
-        // too (no finite value below 0; a preallocated window is zeros).
-        // And where rows T/4 - 1, T/2 - 1, T - 1 of that window are there,
-        // they must be cross-entropies of the forward record's logits.
-        const uint64_t present = std::min<uint64_t>(
-            static_cast<uint64_t>(st.st_size) - layout.windows_offset,
-            layout.window_bytes);
-        std::string window(present / 4 * 4, '\0');
-        std::string forward(layout.forward_bytes, '\0');
-        if (pread(fd, window.data(), window.size(), layout.windows_offset) ==
-                static_cast<ssize_t>(window.size()) &&
-            pread(fd, forward.data(), forward.size(), 0) ==
-                static_cast<ssize_t>(forward.size()) &&
-            ReadsAsLosses(window) &&
-            StepZeroAgreesWithForwardRecord(forward, window, geometry)) {
+        // Logits alone can be any fp32 array (an exported tensor).
+        absl::StatusOr<bool> step_zero = FirstWindowReadsAsStepZero(
+            path, static_cast<uint64_t>(st.st_size), geometry);
+        if (step_zero.ok() && *step_zero) {
           found = absl::StrCat("config ", name, ", incomplete: a killed run's");
         }
         break;

@@ -363,6 +363,17 @@ bool StepZeroAgreesWithForwardRecord(absl::string_view forward_record,
                                      absl::string_view first_window,
                                      const ResultGeometry& geometry);
 
+// Whether the file at `path`, of `size` bytes (at least the forward
+// record's 12 V: false below), reads as a run's start: its first step
+// window, as far as the file goes, reads as losses (ReadsAsLosses) and
+// agrees with its forward record (StepZeroAgreesWithForwardRecord). The
+// one test of a result recognised by its forward record that
+// ResultFileEvidence and inspect's kind and config detection share.
+// Errors: NotFound / I/O errors naming the path.
+absl::StatusOr<bool> FirstWindowReadsAsStepZero(const std::string& path,
+                                                uint64_t size,
+                                                const ResultGeometry& geometry);
+
 // Step s's mean loss over its T rows (a file's per-step curve).
 std::vector<double> StepMeanLosses(const ResultFile& result);
 
