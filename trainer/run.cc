@@ -662,11 +662,9 @@ absl::Status RunTrain(const TrainOptions& given,
   }
 
   // --- The token stream: c0 + steps contexts, every used id < V.
-  ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(options.tokens_path));
-  // The header has no magic number: its plausibility is what tells a cache
-  // from another file (inspect verify's rule, docs/FORMATS.md).
-  // Another Coppelius file is named as what it is (break-it, session 23: a
-  // checkpoint's magic read as a source mtime "more than a year ahead").
+  // Another Coppelius file is named as what it is, before the cache's own
+  // checks (break-it, session 23: a checkpoint's magic read as a source
+  // mtime "more than a year ahead"; a cut result's size as "not 16 + 4*N").
   unsigned char tokens_head[8] = {};
   std::string other_kind;
   if (ReadFileHead(options.tokens_path, tokens_head, sizeof(tokens_head)) &&
@@ -682,6 +680,9 @@ absl::Status RunTrain(const TrainOptions& given,
         "--tokens=", options.tokens_path, ": is ", other_kind,
         ", not a token cache (make-cache turns text into one)"));
   }
+  ASSIGN_OR_RETURN(TokenCache cache, TokenCache::Open(options.tokens_path));
+  // The header has no magic number: its plausibility is what tells a cache
+  // from another file (inspect verify's rule, docs/FORMATS.md).
   if (const std::string why = CacheHeaderProblemWithoutVocabulary(
           cache.header(), cache.num_tokens(), absl::Now());
       !why.empty()) {

@@ -73,6 +73,11 @@ expect_refusal "checkpoint as --tokens" "--tokens=a.ckpt: is a Coppelius checkpo
   --tokens=a.ckpt --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res
 expect_refusal "result as --tokens" "--tokens=a.res: is a Coppelius result file (config tiny, host tag at byte 26944), not a token cache" \
   --tokens=a.res --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res
+# A killed run's result, cut at a size that is no cache's (not 16 + 4N).
+head -c 7001 a.res > cut.res
+expect_refusal "killed run's result as --tokens" "--tokens=cut.res: is a Coppelius result file (config tiny, incomplete: a killed run's), not a token cache" \
+  --tokens=cut.res --checkpoint-in=fresh.ckpt --checkpoint-out=b.ckpt --result=b.res
+rm cut.res
 # A dangling symbolic link at an entry's name, or a directory there, is
 # refused before any work, --overwrite or not (no checkpoint is there; a
 # rename cannot replace a directory).
