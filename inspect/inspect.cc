@@ -578,7 +578,7 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
   const CheckpointHeader& h = reader.header();
   const absl::Status identity_status = RunRefusal(reader, config);
   const absl::Status digest_status = reader.VerifyPayload(o.threads);
-  // A state no run could resume from (checked where the digests hold: a
+  // A state no healthy run writes (checked where the digests hold: a
   // corrupt payload's values say nothing).
   const std::vector<std::string> state_problems =
       digest_status.ok() ? CheckpointStateProblems(o.path, reader, config)

@@ -1514,7 +1514,7 @@ TEST_F(InspectTest, TensorsWithoutFiniteValuesHaveNoStatistics) {
                                 id.payload_bytes, {})
                   .ok());
   std::string report;
-  // Reported whole, then refused: no run could resume from it.
+  // Reported whole, then refused: no healthy run writes it.
   EXPECT_EQ(Inspect("all_nan.ckpt", &report).code(),
             absl::StatusCode::kDataLoss)
       << report;
@@ -1548,13 +1548,13 @@ TEST_F(InspectTest, IdentityTextIsPrintedEscaped) {
   EXPECT_EQ(report.find('\r'), std::string::npos);
 }
 
-// A state no run could resume from, with valid digests: a NaN in P, an
+// A state no healthy run writes, with valid digests: a NaN in P, an
 // infinity in M and a negative AdamW second moment in V (break-it, session
 // 23: such a checkpoint passed verify). Verify fails it, one line per plane
 // naming the offset, parameter and tensor; the report prints it whole with
 // its statistics (a non-finite value counted, left out of the mean), then
 // exits 1; JSON lists the problems.
-TEST_F(InspectTest, StateNoRunCouldResumeFromFailsVerify) {
+TEST_F(InspectTest, StateNoHealthyRunWritesFailsVerify) {
   const ModelConfig config = *ModelConfigByName("tiny");
   const CheckpointIdentity id = RunCheckpointIdentity(config);
   const int64_t n = NumParameters(config);
@@ -1582,12 +1582,13 @@ TEST_F(InspectTest, StateNoRunCouldResumeFromFailsVerify) {
           "FAIL ", path, ": ", path, ": offset ", at + 4 * (bias + 1),
           " (plane P, parameter ", bias + 1,
           ", tensor final_norm.bias): 1 of ", n,
-          " parameters are not finite: a diverged run's state (a run from "
-          "it records only non-finite losses)\n",
+          " parameters are not finite: a diverged run's state (its forward "
+          "gives non-finite losses)\n",
           "FAIL ", path, ": ", path, ": offset ", at + 4 * (n + 3),
           " (plane M, parameter 3, tensor embedding): 1 of ", n,
-          " AdamW first moments are not finite: a diverged run's state (a "
-          "run from it records only non-finite losses)\n",
+          " AdamW first moments are not finite: not a state a healthy run "
+          "writes (the next update makes those parameters non-finite or "
+          "stops them)\n",
           "FAIL ", path, ": ", path, ": offset ", at + 4 * (2 * n + bias + 2),
           " (plane V, parameter ", bias + 2,
           ", tensor final_norm.bias): 1 of ", n,

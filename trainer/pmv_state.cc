@@ -45,11 +45,16 @@ std::vector<std::string> PmvStateProblems(absl::string_view path,
       }
     }
     if (nonfinite > 0) {
+      // P: every forward from it gives non-finite losses. M or V: the
+      // next update makes those parameters non-finite (or, for an
+      // infinite V, stops their gradient steps).
       problems.push_back(absl::StrCat(
           where(plane, first_nonfinite), ": ", nonfinite, " of ", n, " ",
-          kPlaneName[plane],
-          " are not finite: a diverged run's state (a run from it records "
-          "only non-finite losses)"));
+          kPlaneName[plane], " are not finite: ",
+          plane == 0 ? "a diverged run's state (its forward gives "
+                       "non-finite losses)"
+                     : "not a state a healthy run writes (the next update "
+                       "makes those parameters non-finite or stops them)"));
     }
     if (negative > 0) {
       problems.push_back(absl::StrCat(

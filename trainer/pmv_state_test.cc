@@ -40,8 +40,8 @@ TEST(PmvStateProblems, OneLinePerPlaneNamingTheFirstValue) {
             "x.ckpt: offset " + std::to_string(100 + 4 * 7) +
                 " (plane P, parameter 7, tensor " + layout[0].name +
                 "): 2 of " + std::to_string(n) +
-                " parameters are not finite: a diverged run's state (a run "
-                "from it records only non-finite losses)");
+                " parameters are not finite: a diverged run's state (its "
+                "forward gives non-finite losses)");
   EXPECT_EQ(problems[1],
             "x.ckpt: offset " +
                 std::to_string(100 + 4 * (2 * n + last.offset)) +
@@ -74,8 +74,8 @@ TEST(PmvStateProblems, NoTensorWhereTheLayoutDoesNotFit) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_EQ(problems[0],
             "y: offset 104 (plane V, parameter 4): 1 of 10 AdamW second "
-            "moments are not finite: a diverged run's state (a run from it "
-            "records only non-finite losses)");
+            "moments are not finite: not a state a healthy run writes (the "
+            "next update makes those parameters non-finite or stops them)");
 }
 
 }  // namespace

@@ -339,17 +339,22 @@ absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
           o.checkpoint_history_dir, path, c0 + s));
     }
     // What is there must be another run's checkpoint for --overwrite to
-    // replace it, as for --checkpoint-out: not a file of another kind, not
-    // one train cannot read, not a link to nothing (break-it, session 23:
-    // a text file there was called a checkpoint and replaced).
+    // replace it, as for --checkpoint-out (CheckOutputPath): not a file of
+    // another kind, not one train cannot read, not a link it cannot follow
+    // (break-it, session 23: a text file there was called a checkpoint and
+    // replaced); an empty file holds nothing and is replaced.
     struct stat target;
     if (stat(path.c_str(), &target) != 0) {
+      // lstat found an entry: a symbolic link, dangling, looping or
+      // through a directory train may not search.
       return absl::FailedPreconditionError(absl::StrFormat(
-          "--checkpoint-history=%s: %s is a symbolic link to nothing (%s); "
-          "a history entry this run would publish (update count %d) is never "
-          "put in its place: remove it or use another directory",
+          "--checkpoint-history=%s: %s is a symbolic link train cannot "
+          "follow (%s); a history entry this run would publish (update "
+          "count %d) is never put in its place: remove it or use another "
+          "directory",
           o.checkpoint_history_dir, path, std::strerror(errno), c0 + s));
     }
+    if (S_ISREG(target.st_mode) && target.st_size == 0) continue;
     if (const std::optional<UnreadableFile> unreadable =
             FindUnreadableFile(path)) {
       return absl::FailedPreconditionError(absl::StrFormat(

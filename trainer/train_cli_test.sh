@@ -83,7 +83,7 @@ rm cut.res
 # rename cannot replace a directory).
 mkdir -p histx && ln -s /nonexistent histx/update-00000004.ckpt
 for ow in "" --overwrite; do
-  expect_refusal "history entry a dangling symlink $ow" "update-00000004.ckpt is a symbolic link to nothing" \
+  expect_refusal "history entry a dangling symlink $ow" "update-00000004.ckpt is a symbolic link train cannot follow (No such file or directory)" \
     --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx $ow
 done
 rm histx/update-00000004.ckpt && mkdir -p histx/update-00000006.ckpt/sub
@@ -100,6 +100,12 @@ for ow in "" --overwrite; do
 done
 [[ "$(cat histx/update-00000006.ckpt)" == hi ]] || { echo "FAIL: the text file in the history changed"; fail=1; }
 [[ -e hx.ckpt || -e hx.res ]] && { echo "FAIL: a refused history run left outputs"; fail=1; }
+# An empty file there holds nothing: replaced, as an empty --checkpoint-out.
+: > histx/update-00000006.ckpt
+run --checkpoint-in=fresh.ckpt --checkpoint-out=hx.ckpt --result=hx.res --checkpoint-history=histx \
+  || { echo "FAIL: an empty history entry was not replaced"; fail=1; }
+[[ -s histx/update-00000006.ckpt ]] || { echo "FAIL: the empty history entry is still empty"; fail=1; }
+rm -f histx/update-0000000[248].ckpt hx.ckpt hx.res
 # A link there to another run's checkpoint: refused without --overwrite;
 # with it the link is replaced by this run's checkpoint, its target kept.
 rm histx/update-00000006.ckpt && cp hist/update-00000002.ckpt other.ckpt && cp other.ckpt other.orig
