@@ -655,13 +655,13 @@ absl::Status InspectCheckpoint(const InspectOptions& o, const FileDetection& d,
     j.EndObject();
     j.Field("header_sha256", Sha256Hex(reader.header_sha256()));
     j.FieldBool("digests_verified", digest_status.ok());
+    j.Field("digest_error", digest_status.ok()
+                                ? std::string()
+                                : std::string(digest_status.message()));
     j.Key("problems");
     j.BeginArray();
     for (const std::string& p : state_problems) j.String(p);
     j.EndArray();
-    j.Field("digest_error", digest_status.ok()
-                                ? std::string()
-                                : std::string(digest_status.message()));
     j.Key("tensors");
     j.BeginArray();
     for (const PlaneStats& s : stats) {

@@ -29,8 +29,8 @@ ABSL_FLAG(std::string, backend, "cuda",
 ABSL_FLAG(std::string, checkpoint_history, "",
           "also keep every publication as DIR/update-NNNNNNNN.ckpt (hard links)");
 ABSL_FLAG(bool, overwrite, false,
-          "allow replacing an existing non-empty checkpoint-out/result that "
-          "is not the input");
+          "allow replacing another run's existing checkpoint-out, history "
+          "entries and result (never a file of another kind; not the input)");
 ABSL_FLAG(bool, progress, true, "progress lines on stderr");
 ABSL_FLAG(int, threads, 0, "host threads for initialization and digests (0 = all cores, at most 1024)");
 ABSL_FLAG(int, crash_after_publications, 0,
