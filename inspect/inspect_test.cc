@@ -461,7 +461,8 @@ TEST_F(InspectTest, CheckpointReport) {
                               "nonfinite 0\n"
                               "      M mean +0.25 std 0 min +0.25 max +0.25 "
                               "nonfinite 0\n"
-                              "      V mean +2 std 0 min +2 max +2 nonfinite 0"));
+                              "      V mean +2 std 0 min +2 max +2 "
+                              "nonfinite 0"));
   EXPECT_THAT(text, HasSubstr("blocks.1.mlp.down"));
   // A tiny run refuses 64 KiB chunks: reported in full, then refused.
   const std::string multi =
@@ -1604,7 +1605,8 @@ TEST_F(InspectTest, StateNoHealthyRunWritesFailsVerify) {
                                   absl::StatusCode::kDataLoss);
   EXPECT_THAT(json, HasSubstr("\"problems\":[\"" + path + ": offset "));
   // A good checkpoint's JSON has an empty list.
-  EXPECT_THAT(Report("model.ckpt", /*json=*/true), HasSubstr("\"problems\":[]"));
+  EXPECT_THAT(Report("model.ckpt", /*json=*/true),
+              HasSubstr("\"problems\":[]"));
 }
 
 TEST(SmoothedCurve, TrailingMean) {

@@ -702,7 +702,8 @@ TEST(StepZeroAgreesWithForwardRecord, CrossEntropiesOfTheRecordedRows) {
   // Not checked: a diverged row, an unwritten (zero) window, a window cut
   // before row 15; a window cut after row 15 checks row 15 alone.
   EXPECT_TRUE(StepZeroAgreesWithForwardRecord(record, window_with(NAN), kTiny));
-  EXPECT_TRUE(StepZeroAgreesWithForwardRecord(record, window_with(0.0f), kTiny));
+  EXPECT_TRUE(
+      StepZeroAgreesWithForwardRecord(record, window_with(0.0f), kTiny));
   EXPECT_TRUE(StepZeroAgreesWithForwardRecord(record, window_with(0.5f, 15),
                                               kTiny));
   EXPECT_FALSE(StepZeroAgreesWithForwardRecord(record, window_with(0.5f, 16),

@@ -526,6 +526,31 @@ TEST_F(RunTrainTest, KilledRunsResultIsReplacedButAFloatArrayIsNot) {
   struct stat st;
   ASSERT_EQ(stat(killed.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 27744);  // a complete tiny result (FORMATS.md)
+
+  // Resumed runs (c0 = 8, 16, 24), their models further trained: a
+  // target at its row's argmax puts the loss at logsumexp - max, the
+  // rule's lower bound, within rounding. Each result, cut mid-window, is
+  // still a killed run's.
+  WriteTokenCache(dir_ + "/longer.tok",
+                  (4 * config_.run_steps + 1) *
+                          static_cast<uint64_t>(config_.T) +
+                      1);
+  TrainOptions r = options_;
+  r.tokens_path = dir_ + "/longer.tok";
+  r.checkpoint_in = options_.checkpoint_out;
+  r.checkpoint_out = options_.checkpoint_out;
+  for (int run = 1; run <= 3; ++run) {
+    SCOPED_TRACE(run);
+    r.result_path = absl::StrCat(dir_, "/resumed-", run, ".res");
+    ASSERT_TRUE(RunTrain(r, reference, progress).ok());
+    std::ifstream resumed(r.result_path, std::ios::binary);
+    const std::string all((std::istreambuf_iterator<char>(resumed)),
+                          std::istreambuf_iterator<char>());
+    const std::string cut = absl::StrCat(dir_, "/resumed-", run, "-cut.res");
+    WriteBytes(cut, all.substr(0, forward_bytes + window_bytes / 2 + 4));
+    EXPECT_EQ(ResultFileEvidence(cut),
+              "config tiny, incomplete: a killed run's");
+  }
 }
 
 // An existing output train cannot read is refused, --overwrite or not:
