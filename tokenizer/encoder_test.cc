@@ -1,8 +1,8 @@
 #include "tokenizer/encoder.h"
 
 #include <pthread.h>
+#include <time.h>
 
-#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -197,20 +197,31 @@ TEST(Encoder, ParallelCopesWithRefusedThreads) {
   EXPECT_EQ(parallel, serial);
 }
 
+// This thread's CPU time, in seconds: unlike wall time, not lengthened by
+// other processes sharing the cores (Bazel runs tests side by side; on the
+// 2-core CI machine a wall-time ratio of 8.1 failed a linear encoder).
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// The least CPU time of three encodes of `text`.
 double SecondsToEncode(const Encoder& e, const std::string& text) {
   double best = 1e9;
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < 3; ++rep) {
     std::vector<uint32_t> ids;
-    auto t0 = std::chrono::steady_clock::now();
+    const double t0 = ThreadCpuSeconds();
     e.Encode(text, false, &ids);
-    auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+    best = std::min(best, ThreadCpuSeconds() - t0);
   }
   return best;
 }
 
 // Long runs of one character must not be quadratic: 4x the input may take
-// at most ~8x the time (linear: 4x, n log n: ~4.4x, quadratic: 16x).
+// at most 10x the CPU time (linear: 4x, n log n: ~4.4x, quadratic: 16x). A
+// complexity check with a wide margin, not a speed target (those live in
+// encoder_benchmark).
 TEST(Encoder, LongRunsAreNotQuadratic) {
   std::vector<std::string> merged;
   for (const char* c : {"a", " ", "^"}) {
@@ -223,7 +234,7 @@ TEST(Encoder, LongRunsAreNotQuadratic) {
     const std::string text_large = "x" + large + "x";
     double t_small = SecondsToEncode(e, text_small);
     double t_large = SecondsToEncode(e, text_large);
-    EXPECT_LT(t_large, 8 * t_small + 0.05)
+    EXPECT_LT(t_large, 10 * t_small + 0.05)
         << "char " << int(c) << ": 256 KiB " << t_small << " s, 1 MiB "
         << t_large << " s";
   }
@@ -252,21 +263,22 @@ TEST(Encoder, MatchesReferenceWithNestedTokens) {
   }
 }
 
+// The least CPU time of three encoder builds (ThreadCpuSeconds; the
+// constructor runs on the calling thread).
 double SecondsToBuild(const Vocabulary& v) {
   double best = 1e9;
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < 3; ++rep) {
     Vocabulary copy = v;
-    auto t0 = std::chrono::steady_clock::now();
+    const double t0 = ThreadCpuSeconds();
     Encoder e(std::move(copy));
-    auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+    best = std::min(best, ThreadCpuSeconds() - t0);
   }
   return best;
 }
 
 // A valid vocabulary may hold a token of megabytes: building the encoder
 // must not look up every prefix of it (a 1 MB token took 20 s). 4x the
-// token may take at most ~8x the time (linear: 4x, quadratic: 16x).
+// token may take at most 10x the CPU time (linear: 4x, quadratic: 16x).
 TEST(Encoder, LongTokenBuildIsNotQuadratic) {
   std::vector<std::string> merged;
   for (int len = 2; len <= 64; len *= 2) merged.push_back(std::string(len, 'a'));
@@ -277,7 +289,7 @@ TEST(Encoder, LongTokenBuildIsNotQuadratic) {
   Vocabulary v_large = MakeVocabulary(large);
   const double t_small = SecondsToBuild(v_small);
   const double t_large = SecondsToBuild(v_large);
-  EXPECT_LT(t_large, 8 * t_small + 0.05)
+  EXPECT_LT(t_large, 10 * t_small + 0.05)
       << "256 KiB token " << t_small << " s, 1 MiB token " << t_large << " s";
   Encoder e(v_large);
   EXPECT_THAT(EncodePiece(e, large.back()), ElementsAre(256 + 6));
