@@ -33,8 +33,7 @@ constexpr absl::string_view kUsageFlags[] = {
     "help",   "helpfull",  "helpshort", "helppackage",
     "helpon", "helpmatch", "version"};
 // Abseil's other built-in flags (parse.cc) that are left to it.
-constexpr absl::string_view kOtherAbseilFlags[] = {"only_check_args",
-                                                   "undefok"};
+constexpr absl::string_view kOtherAbseilFlags[] = {"only_check_args"};
 // Abseil's flags that read more flags from a file or the environment: not
 // supported. What they read would bypass NormalizedCommandLine's spelling
 // and the checks here, and a bad value (a missing file, an unknown flag
@@ -92,6 +91,14 @@ absl::Status CheckCommandLineFlags(int argc, char** argv) {
       return UsageError(absl::StrCat(
           FlagSpelled(name),
           " is not supported; give the flags on the command line"));
+    }
+    // Abseil's --undefok would have its parser skip unknown flags, but the
+    // check below refuses them first: accepted, it did nothing (new-user
+    // pass, session 23). Every flag must be the tool's own.
+    if (name == "undefok") {
+      return UsageError(
+          "--undefok is not supported; every flag must be one this tool "
+          "knows (see --help)");
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr && !f->has_value && absl::StartsWith(name, "no")) {

@@ -70,6 +70,9 @@ TEST(CheckCommandLineFlags, UnknownFlagsAndBadValuesAreUsageErrors) {
        "--fromenv is not supported; give the flags on the command line"},
       {{"x", "--tryfromenv=test_count"},
        "--tryfromenv is not supported; give the flags on the command line"},
+      {{"x", "--undefok=foo", "--foo=1"},
+       "--undefok is not supported; every flag must be one this tool knows "
+       "(see --help)"},
   };
   for (const auto& c : cases) {
     const absl::Status s = Check(c.args);

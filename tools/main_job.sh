@@ -62,7 +62,13 @@ fi
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
   log "no NVIDIA GPU on this machine: stopping before training (train never runs on the host)."
   again=tools/main_job.sh
-  if ((continue_run)); then again="$again --continue"; fi
+  if ((continue_run)); then
+    if [[ -s "$DATA/run/coppelius.ckpt" ]]; then
+      again="$again --continue"
+    else
+      log "(there is no $DATA/run/coppelius.ckpt to continue: the first run comes first)"
+    fi
+  fi
   log "on a GPU machine, run: $again   (or stage binaries with tools/stage_gpu.sh and run BIN=stage/bin CORPUS=... $again there; see README)"
   exit 0
 fi

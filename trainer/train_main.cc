@@ -20,14 +20,17 @@
 ABSL_FLAG(std::string, config, "coppelius", "model config: coppelius or tiny");
 ABSL_FLAG(std::string, tokens, "", "token cache (make-cache output)");
 ABSL_FLAG(std::string, checkpoint_in, "",
-          "input checkpoint: a 0-byte file starts fresh; must exist");
+          "input checkpoint: a 0-byte file starts fresh; must exist (also "
+          "--checkpoint-in)");
 ABSL_FLAG(std::string, checkpoint_out, "",
-          "checkpoint path, published atomically every interval");
+          "checkpoint path, published atomically every interval (also "
+          "--checkpoint-out)");
 ABSL_FLAG(std::string, result, "", "result file (SPEC §7)");
 ABSL_FLAG(std::string, backend, "cuda",
           "cuda (the production GPU backend) or reference (CPU, for checks)");
 ABSL_FLAG(std::string, checkpoint_history, "",
-          "also keep every publication as DIR/update-NNNNNNNN.ckpt (hard links)");
+          "also keep every publication as DIR/update-NNNNNNNN.ckpt (hard "
+          "links; also --checkpoint-history)");
 ABSL_FLAG(bool, overwrite, false,
           "allow replacing another run's existing checkpoint-out, history "
           "entries and result (never a file of another kind; not the input)");
