@@ -20,6 +20,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -2177,9 +2178,14 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
       out << "OK " << EscapeControlCharacters(path) << " (" << v.kind
           << (v.checked.empty() ? "" : "; ") << v.checked << ")\n";
     }
+    // A failure naming the file first ("PATH: offset ...", as every
+    // error does) is printed once after FAIL, not "FAIL PATH: PATH: ..."
+    // (new-user pass, session 23).
     for (const std::string& f : v.failures) {
+      absl::string_view text = f;
+      absl::ConsumePrefix(&text, absl::StrCat(path, ": "));
       out << "FAIL " << EscapeControlCharacters(path) << ": "
-          << EscapeControlCharacters(f) << "\n";
+          << EscapeControlCharacters(text) << "\n";
     }
   }
   j.EndArray();

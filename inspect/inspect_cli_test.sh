@@ -71,7 +71,7 @@ forward = open(sys.argv[1], "rb").read()[:6144]
 open(sys.argv[2], "wb").write((forward * 24)[:100000])
 PY
 "$inspect" verify "$d/cut-c0.bin" > "$d/cut-c0.out" 2> /dev/null; rc=$?
-[[ $rc == 1 ]] && grep -q "^FAIL $d/cut-c0.bin: $d/cut-c0.bin: incomplete: size 100000 bytes, expected 41813600 for config coppelius, assumed: .* (it ends inside the forward record (bytes 0..147456, .*): the file was cut short)$" "$d/cut-c0.out" \
+[[ $rc == 1 ]] && grep -q "^FAIL $d/cut-c0.bin: incomplete: size 100000 bytes, expected 41813600 for config coppelius, assumed: .* (it ends inside the forward record (bytes 0..147456, .*): the file was cut short)$" "$d/cut-c0.out" \
   || fail "verify cut-c0.bin: rc $rc, $(cat "$d/cut-c0.out")"
 "$inspect" "$d/cut-c0.bin" > /dev/null 2> "$d/cut-c0.err"; rc=$?
 [[ $rc == 1 && $(wc -l < "$d/cut-c0.err") == 1 ]] && grep -q "^inspect: DATA_LOSS: $d/cut-c0.bin: incomplete: size 100000 bytes" "$d/cut-c0.err" \
@@ -168,7 +168,7 @@ py safetensors "$d/model.safetensors" || fail "safetensors check after re-export
 [[ $(cat "$d/vs.txt") == "OK - (checkpoint)" ]] || fail "verify -: $(cat "$d/vs.txt")"
 "$inspect" verify --config=tiny "$d/cache.tok" - < "$d/bad_ids.tok" > "$d/vb.txt" 2>/dev/null
 [[ $? == 1 ]] || fail "verify - of bad_ids.tok passed"
-grep -q "^FAIL -: -: token 1000 (byte offset 4016) has id 600" "$d/vb.txt" \
+grep -q "^FAIL -: token 1000 (byte offset 4016) has id 600" "$d/vb.txt" \
   || fail "verify - failure: $(cat "$d/vb.txt")"
 "$inspect" verify - - < "$d/model.ckpt" > /dev/null 2>&1; [[ $? == 2 ]] || fail "verify - -"
 "$inspect" plot --config=tiny - -o "$d/stdin.svg" < "$d/complete.res" || fail "plot -"

@@ -404,8 +404,8 @@ TEST_F(InspectTest, CheckpointIdentityIsCheckedOnlyAgainstANamedConfig) {
                                 "verified"));
   s = Verify({"seed.ckpt"}, &report, "", "tiny");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("seed.ckpt"), ": ",
-                                 Path("seed.ckpt"), ": checkpoint refused: ",
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("seed.ckpt"),
+                                 ": checkpoint refused: ",
                                  field, "\n"));
 }
 
@@ -435,7 +435,7 @@ TEST_F(InspectTest, NamedConfigRefusesWhatItsRunRefuses) {
     EXPECT_THAT(report, HasSubstr("digests: all "));
     s = Verify({c.name}, &report, "", "tiny");
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-    EXPECT_EQ(report, absl::StrCat("FAIL ", Path(c.name), ": ", refusal,
+    EXPECT_EQ(report, absl::StrCat("FAIL ", refusal,
                                    "\n"));
     EXPECT_TRUE(Inspect(c.name, &report).ok()) << c.name;
     EXPECT_TRUE(Verify({c.name}, &report, "", "").ok()) << report;
@@ -619,8 +619,8 @@ TEST_F(InspectTest, IncompleteResultSaysWhereItEnds) {
         WriteFileAtomically(Path("cut.res"), complete.substr(0, c.size)).ok());
     std::string report;
     EXPECT_EQ(Verify({"cut.res"}, &report).code(), absl::StatusCode::kDataLoss);
-    EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.res"), ": ",
-                                   Path("cut.res"), ": incomplete: size ",
+    EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.res"),
+                                   ": incomplete: size ",
                                    c.size, " bytes, expected 27744 (", c.why,
                                    ")\n"));
   }
@@ -676,8 +676,7 @@ TEST_F(InspectTest, ResultCutInsideItsForwardRecordIsAResult) {
     EXPECT_EQ(Verify({name}, &report, "", "").code(),
               absl::StatusCode::kDataLoss);
     EXPECT_EQ(report,
-              absl::StrCat("FAIL ", Path(name), ": ", Path(name),
-                           ": incomplete: size ", size,
+              absl::StrCat("FAIL ", Path(name), ": incomplete: size ", size,
                            " bytes, expected 41813600 for config coppelius, "
                            "assumed: the file does not tell; --config=NAME "
                            "names another (it ends inside the forward record "
@@ -832,8 +831,7 @@ TEST_F(InspectTest, VerifyRefusesAFreshCheckpoint) {
   std::string report;
   EXPECT_EQ(Verify({"fresh.ckpt"}, &report).code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("fresh.ckpt"), ": ",
-                                 Path("fresh.ckpt"),
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("fresh.ckpt"),
                                  ": 0 bytes: a fresh-start input, not a "
                                  "complete checkpoint\n"));
   // The report describes it and succeeds: a fresh input is not corrupt.
@@ -917,7 +915,7 @@ TEST_F(InspectTest, VerifyChecksNonFiniteStepsAgainstTheNotifier) {
   EXPECT_EQ(Verify({"nan_window.res"}, &report).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(report, absl::StrCat(
-      "FAIL ", Path("nan_window.res"), ": ", Path("nan_window.res"),
+      "FAIL ", Path("nan_window.res"),
       ": offset 26888 (error notifier.nonfinite_steps): 0, expected 1 (steps "
       "whose window mean is non-finite, first step 2 at offset 6656)\n"));
   // The report mode fails the same file, after the report.
@@ -946,7 +944,7 @@ TEST_F(InspectTest, VerifyChecksThePredictionFlagAgainstTheFinalRecord) {
   EXPECT_EQ(Verify({"nan_final.res"}, &report).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(report, absl::StrCat(
-      "FAIL ", Path("nan_final.res"), ": ", Path("nan_final.res"),
+      "FAIL ", Path("nan_final.res"),
       ": offset 27084 (host status.predictions[2].valid, row 63): 1, "
       "expected 0 (the final record's logit 7 at offset 24764 is not "
       "finite)\n"));
@@ -1226,8 +1224,7 @@ TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   ASSERT_EQ(lines.size(), 9u) << report;  // 8 lines + the empty tail
   EXPECT_EQ(lines[0], absl::StrCat("OK ", Path("model.ckpt"), " (checkpoint)"));
   // corrupt.ckpt's 64 KiB chunks are not a tiny run's 4 MiB: refused first.
-  EXPECT_EQ(lines[1], absl::StrCat("FAIL ", Path("corrupt.ckpt"), ": ",
-                                   Path("corrupt.ckpt"),
+  EXPECT_EQ(lines[1], absl::StrCat("FAIL ", Path("corrupt.ckpt"),
                                    ": checkpoint refused: identity field "
                                    "chunk_bytes is 65536, the run expects "
                                    "4194304"));
@@ -1288,16 +1285,14 @@ TEST_F(InspectTest, CacheHeaderMustBeASourcesAsMakeCacheRequires) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 1) << report;
   EXPECT_EQ(report, absl::StrCat(
-                        "FAIL ", max, ": ", max,
-                        ": its header's source mtime 4611686018427387904 ns "
+                        "FAIL ", max, ": its header's source mtime 4611686018427387904 ns "
                         "(offset 0) is more than a year ahead; not a token "
                         "cache as make-cache writes them\n"));
   const std::string few = Path("few_bytes.tok");
   s = Verify({"few_bytes.tok"}, &report);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(report,
-            absl::StrCat("FAIL ", few, ": ", few,
-                         ": its header names 1280 source bytes (offset 8) for "
+            absl::StrCat("FAIL ", few, ": its header names 1280 source bytes (offset 8) for "
                          "1281 tokens, fewer than one per token; not a token "
                          "cache as make-cache writes them\n"));
   EXPECT_TRUE(Verify({"stdin.tok"}, &report).ok()) << report;
@@ -1580,17 +1575,17 @@ TEST_F(InspectTest, StateNoHealthyRunWritesFailsVerify) {
   EXPECT_EQ(
       report,
       absl::StrCat(
-          "FAIL ", path, ": ", path, ": offset ", at + 4 * (bias + 1),
+          "FAIL ", path, ": offset ", at + 4 * (bias + 1),
           " (plane P, parameter ", bias + 1,
           ", tensor final_norm.bias): 1 of ", n,
           " parameters are not finite: a diverged run's state (its forward "
           "gives non-finite losses)\n",
-          "FAIL ", path, ": ", path, ": offset ", at + 4 * (n + 3),
+          "FAIL ", path, ": offset ", at + 4 * (n + 3),
           " (plane M, parameter 3, tensor embedding): 1 of ", n,
           " AdamW first moments are not finite: not a state a healthy run "
           "writes (the next update makes those parameters non-finite or "
           "stops them)\n",
-          "FAIL ", path, ": ", path, ": offset ", at + 4 * (2 * n + bias + 2),
+          "FAIL ", path, ": offset ", at + 4 * (2 * n + bias + 2),
           " (plane V, parameter ", bias + 2,
           ", tensor final_norm.bias): 1 of ", n,
           " AdamW second moments are negative, expected >= 0 (V = beta2 V + "
@@ -1841,15 +1836,13 @@ TEST_F(InspectTest, VerifySourceWithVocabDecodesTheIds) {
                                 "source)"));
   EXPECT_EQ(verify("cut.tok", "ab.tiktoken", &report).code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.tok"), ": ", Path("cut.tok"),
-                                 ": fresh by its header, but its 2 ids decode "
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("cut.tok"), ": fresh by its header, but its 2 ids decode "
                                  "to the first 8 of the source's 10 bytes: a "
                                  "cache cut short\n"));
   EXPECT_EQ(verify("abab.tok", "ba.tiktoken", &report).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(report,
-            absl::StrCat("FAIL ", Path("abab.tok"), ": ", Path("abab.tok"),
-                         ": fresh by its header, but token 2 (byte offset "
+            absl::StrCat("FAIL ", Path("abab.tok"), ": fresh by its header, but token 2 (byte offset "
                          "24), id 256, decodes to \"ba\" but the source has "
                          "\"ab\" at byte 8: not this source's encoding with "
                          "this vocabulary (made with another?)\n"));
@@ -1996,8 +1989,7 @@ TEST_F(InspectDecodeTest, VerifySkipsTheDecodeOfACacheThatAlreadyFailed) {
   EXPECT_EQ(VerifyDecoding({"stale.tok"}, vocab, &report).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(report,
-            absl::StrCat("FAIL ", Path("stale.tok"), ": ", Path("stale.tok"),
-                         ": header (offset 0: mtime ", old.mtime_ns,
+            absl::StrCat("FAIL ", Path("stale.tok"), ": header (offset 0: mtime ", old.mtime_ns,
                          ", size 10): stale: source modification time "
                          "differs; source ",
                          Path("abab.txt"), " now has mtime ", source_.mtime_ns,
@@ -2028,8 +2020,7 @@ TEST_F(InspectDecodeTest, VerifySkipsTheDecodeOfACacheThatAlreadyFailed) {
   EXPECT_EQ(VerifyDecoding({"big_id.tok"}, vocab, &report).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(report,
-            absl::StrCat("FAIL ", Path("big_id.tok"), ": ", Path("big_id.tok"),
-                         ": token 1 (byte offset 20) has id 600, expected < "
+            absl::StrCat("FAIL ", Path("big_id.tok"), ": token 1 (byte offset 20) has id 600, expected < "
                          "512 (the vocabulary size of config tiny); ids >= "
                          "512: 1; ids not decoded against the source (ids >= "
                          "V=512)\n"));
@@ -2133,7 +2124,7 @@ TEST_F(InspectDecodeTest, AVocabularyNewerThanTheCacheIsStaleAsInMakeCache) {
       VerifyDecoding({"abab.tok"}, Path("newer.tiktoken"), &report).code(),
       absl::StatusCode::kDataLoss);
   EXPECT_EQ(report,
-            absl::StrCat("FAIL ", Path("abab.tok"), ": ", stale_line,
+            absl::StrCat("FAIL ", stale_line,
                          "; ids not decoded against the source (the "
                          "vocabulary is newer than the cache)\n"));
   InspectOptions o;
