@@ -44,6 +44,14 @@ absl::StatusOr<std::unique_ptr<Backend>> NoBackend(const std::string&,
   return absl::InternalError("backend requested");
 }
 
+// The reference backend on 2 host threads: the runs that reach a backend.
+absl::StatusOr<std::unique_ptr<Backend>> ReferenceOnTwoThreads(
+    const std::string&, const ModelConfig& config) {
+  ReferenceOptions o;
+  o.num_threads = 2;
+  return CreateReferenceBackend(config, o);
+}
+
 bool Exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
@@ -371,14 +379,8 @@ TEST_F(RunTrainTest, NonFiniteLossesCompleteTheRunThenReturnDataLoss) {
   ASSERT_TRUE(PublishCheckpoint(options_.checkpoint_in, identity, 0,
                                 payload.data(), identity.payload_bytes, {})
                   .ok());
-  auto reference = [](const std::string&, const ModelConfig& config)
-      -> absl::StatusOr<std::unique_ptr<Backend>> {
-    ReferenceOptions o;
-    o.num_threads = 2;
-    return CreateReferenceBackend(config, o);
-  };
   std::ostringstream progress;
-  const absl::Status s = RunTrain(options_, reference, progress);
+  const absl::Status s = RunTrain(options_, ReferenceOnTwoThreads, progress);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   // Said before the run, though --progress is off (trainer/pmv_state.h).
   EXPECT_EQ(progress.str().rfind("train: warning: --checkpoint-in: " +
@@ -414,12 +416,6 @@ TEST_F(RunTrainTest, ProgressLineFormatsHugeAndNonFiniteLosses) {
                       1);
   const CheckpointIdentity identity = RunCheckpointIdentity(config_);
   const size_t n = identity.payload_bytes / sizeof(float) / 3;
-  auto reference = [](const std::string&, const ModelConfig& config)
-      -> absl::StatusOr<std::unique_ptr<Backend>> {
-    ReferenceOptions o;
-    o.num_threads = 2;
-    return CreateReferenceBackend(config, o);
-  };
   // The last progress line's loss field ("train: step 8/8  loss X  ...").
   auto final_loss_text = [&](const std::vector<float>& payload,
                              const std::string& name) -> std::string {
@@ -433,7 +429,7 @@ TEST_F(RunTrainTest, ProgressLineFormatsHugeAndNonFiniteLosses) {
                                   identity.payload_bytes, {})
                     .ok());
     std::ostringstream progress;
-    RunTrain(o, reference, progress).IgnoreError();  // NaN: DataLoss
+    RunTrain(o, ReferenceOnTwoThreads, progress).IgnoreError();  // NaN: DataLoss
     const std::string text = progress.str();
     const std::string last_line_start = absl::StrCat(
         "train: step ", config_.run_steps, "/", config_.run_steps, "  loss ");
@@ -483,14 +479,8 @@ TEST_F(RunTrainTest, KilledRunsResultIsReplacedButAFloatArrayIsNot) {
   options_.tokens_path = dir_ + "/long.tok";
   options_.checkpoint_in = dir_ + "/fresh.ckpt";
   WriteBytes(options_.checkpoint_in, "");
-  auto reference = [](const std::string&, const ModelConfig& config)
-      -> absl::StatusOr<std::unique_ptr<Backend>> {
-    ReferenceOptions o;
-    o.num_threads = 2;
-    return CreateReferenceBackend(config, o);
-  };
   std::ostringstream progress;
-  ASSERT_TRUE(RunTrain(options_, reference, progress).ok());
+  ASSERT_TRUE(RunTrain(options_, ReferenceOnTwoThreads, progress).ok());
   std::ifstream in(options_.result_path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)),
                     std::istreambuf_iterator<char>());
@@ -511,7 +501,7 @@ TEST_F(RunTrainTest, KilledRunsResultIsReplacedButAFloatArrayIsNot) {
   o.overwrite = true;
   o.checkpoint_out = dir_ + "/again.ckpt";
   o.result_path = not_a_result;
-  const absl::Status refused = RunTrain(o, reference, progress);
+  const absl::Status refused = RunTrain(o, ReferenceOnTwoThreads, progress);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_NE(refused.message().find("is not a Coppelius result file"),
             std::string::npos)
@@ -521,7 +511,7 @@ TEST_F(RunTrainTest, KilledRunsResultIsReplacedButAFloatArrayIsNot) {
                         std::istreambuf_iterator<char>()),
             array);
   o.result_path = killed;
-  const absl::Status replaced = RunTrain(o, reference, progress);
+  const absl::Status replaced = RunTrain(o, ReferenceOnTwoThreads, progress);
   EXPECT_TRUE(replaced.ok()) << replaced;
   struct stat st;
   ASSERT_EQ(stat(killed.c_str(), &st), 0);
@@ -542,7 +532,7 @@ TEST_F(RunTrainTest, KilledRunsResultIsReplacedButAFloatArrayIsNot) {
   for (int run = 1; run <= 3; ++run) {
     SCOPED_TRACE(run);
     r.result_path = absl::StrCat(dir_, "/resumed-", run, ".res");
-    ASSERT_TRUE(RunTrain(r, reference, progress).ok());
+    ASSERT_TRUE(RunTrain(r, ReferenceOnTwoThreads, progress).ok());
     std::ifstream resumed(r.result_path, std::ios::binary);
     const std::string all((std::istreambuf_iterator<char>(resumed)),
                           std::istreambuf_iterator<char>());
