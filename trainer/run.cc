@@ -316,9 +316,10 @@ class CreatedHistoryDirectory {
 
 // Refuses to replace history files (DIR/update-NNNNNNNN.ckpt, a symbolic
 // link included) this run would publish, unless `overwrite` and each is
-// another run's checkpoint (the magic at offset 0, through a link). A
-// directory, a link to nothing, a file of another kind or one train
-// cannot read at such a name is refused either way.
+// another run's checkpoint (the magic at offset 0, through a link); an
+// empty file there holds nothing and is replaced. A directory, a link
+// train cannot follow, a file of another kind or one train cannot read at
+// such a name is refused either way.
 absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
                           uint64_t c0) {
   // (That it is a directory, CheckHistoryPlacement has checked.)
@@ -773,9 +774,10 @@ absl::Status RunTrain(const TrainOptions& given,
   } else {
     RETURN_IF_ERROR(input.ReadPayload(pmv.data(), pmv.size() * sizeof(float),
                                       threads));
-    // A state no run can resume from (a diverged run's NaN, a negative
-    // second moment) is said before the run, whatever --progress: the run
-    // still goes ahead (loss is telemetry; SPEC §1), then ends in DataLoss.
+    // A state no healthy run writes (a diverged run's NaN, a negative
+    // second moment; trainer/pmv_state.h) is said before the run, whatever
+    // --progress: the run still goes ahead (loss is telemetry; SPEC §1),
+    // and ends in DataLoss if its losses are non-finite.
     for (const std::string& problem :
          PmvStateProblems(options.checkpoint_in, input.payload_offset(),
                           pmv.data(), num_parameters, config)) {
