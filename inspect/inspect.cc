@@ -38,6 +38,7 @@
 #include "inspect/json_writer.h"
 #include "tokencache/decode_check.h"
 #include "tokencache/token_cache.h"
+#include "tokenizer/output_checks.h"
 #include "tokenizer/vocabulary.h"
 #include "trainer/pmv_state.h"
 #include "trainer/run_identity.h"
@@ -2356,15 +2357,7 @@ absl::Status CheckOutputPath(const std::string& output,
   // What the file holds decides; a file it cannot read (the publication by
   // rename would replace it unseen) and one named like a Coppelius file are
   // refused as well, each said as what it is.
-  if (const std::optional<UnreadableFile> unreadable =
-          FindUnreadableFile(output)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "-o ", output, ": exists (", unreadable->size,
-        " bytes) and cannot be read to check that it is not a Coppelius "
-        "file (",
-        unreadable->reason,
-        "); not replaced (choose another output path, or make it readable)"));
-  }
+  RETURN_IF_ERROR(CheckOutputReadable(output));
   ASSIGN_OR_RETURN(const FileProbe p, Probe(output));
   ASSIGN_OR_RETURN(std::vector<KnownLayout> known, KnownLayouts());
   auto named = [](FileKind kind) {

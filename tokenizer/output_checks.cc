@@ -38,9 +38,11 @@ std::string OutputName(const std::string& output) {
   return output == "-" ? "- (standard output, an existing file)" : output;
 }
 
-// FailedPrecondition when `path` (what `output` names) is a file that
-// cannot be read (FindUnreadableFile): what it holds cannot be checked.
-absl::Status CheckReadable(const std::string& output, const std::string& path) {
+}  // namespace
+
+absl::Status CheckOutputReadable(const std::string& output) {
+  const std::string path = ExaminedPath(output);
+  if (path.empty()) return absl::OkStatus();
   const std::optional<UnreadableFile> unreadable = FindUnreadableFile(path);
   if (!unreadable) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
@@ -52,12 +54,10 @@ absl::Status CheckReadable(const std::string& output, const std::string& path) {
       ", or make it readable)"));
 }
 
-}  // namespace
-
 absl::Status CheckNotCoppeliusFile(const std::string& output) {
   const std::string path = ExaminedPath(output);
   if (path.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckReadable(output, path));
+  RETURN_IF_ERROR(CheckOutputReadable(output));
   unsigned char head[8];
   if (!ReadFileHead(path, head, sizeof(head))) return absl::OkStatus();
   const char* kind = nullptr;

@@ -46,6 +46,16 @@ namespace coppelius {
 // config-dependent offset).
 absl::Status CheckNotCoppeliusFile(const std::string& output);
 
+// FailedPrecondition when `output` (or, for "-", the file standard output
+// writes to, as CheckNotCoppeliusFile examines it) is a non-empty regular
+// file this process cannot read (common/file_io.h FindUnreadableFile):
+// "-o OUTPUT: exists (N bytes) and cannot be read to check that it is not
+// a Coppelius file (REASON); not replaced (choose another output path, or
+// make it readable)", for "-" "...; refusing to append to it (write the
+// output elsewhere, or make it readable)". OK otherwise. The first check of
+// CheckNotCoppeliusFile, and of inspect's outputs.
+absl::Status CheckOutputReadable(const std::string& output);
+
 // What CheckNotCoppeliusFile cannot see: a complete (or
 // killed-after-its-forward-record) result file starts with fp32 logits, not
 // its marker. FailedPrecondition "-o OUTPUT: exists and is a Coppelius

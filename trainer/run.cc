@@ -61,6 +61,49 @@ int HostThreads(int requested) {
 }
 
 
+// Whether `path` starts with the checkpoint magic "COPPCKPT".
+bool HasCheckpointMagic(const std::string& path) {
+  unsigned char head[8] = {};
+  return ReadFileHead(path, head, sizeof(head)) &&
+         std::memcmp(head, kCheckpointMagic, 8) == 0;
+}
+
+// Whether the existing, non-empty file at `path` (`size` bytes) holds
+// another run's output of its kind (`checkpoint`: the magic at offset 0;
+// else a result file: its marker at offset 0 or ResultFileEvidence), the
+// one rule for what --overwrite may replace. FailedPrecondition "LABEL
+// exists (N bytes) and cannot be read to check that it is another run's
+// KIND (REASON); not replaced, whatever the flags", or "LABEL exists (N
+// bytes) and is not a Coppelius KIND (WHY); ADVICE". `label` is what the
+// messages put before " exists" ("--checkpoint-out=PATH:").
+absl::Status CheckIsAnotherRunsOutput(absl::string_view label,
+                                      const std::string& path, bool checkpoint,
+                                      int64_t size, absl::string_view advice) {
+  const char* kind = checkpoint ? "checkpoint" : "result file";
+  if (const std::optional<UnreadableFile> unreadable =
+          FindUnreadableFile(path)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s exists (%d bytes) and cannot be read to check that it is "
+        "another run's %s (%s); not replaced, whatever the flags",
+        label, unreadable->size, kind, unreadable->reason));
+  }
+  unsigned char head[8] = {};
+  const bool is_kind =
+      checkpoint ? HasCheckpointMagic(path)
+                 : (ReadFileHead(path, head, sizeof(head)) &&
+                    std::memcmp(head, kResultMarker, 8) == 0) ||
+                       !ResultFileEvidence(path).empty();
+  if (is_kind) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s exists (%d bytes) and is not a Coppelius %s (%s); %s", label, size,
+      kind,
+      checkpoint ? "no \"COPPCKPT\" at offset 0"
+                 : "neither its marker at offset 0 nor its host tag, nor a "
+                   "forward record of logits whose step 0 window holds their "
+                   "cross-entropies",
+      advice));
+}
+
 // Refuses to replace a non-empty `path` unless it is the input checkpoint
 // being continued, or `overwrite` and it holds another run's output of the
 // kind `flag` writes (a checkpoint: the magic at offset 0; a result file:
@@ -100,32 +143,12 @@ absl::Status CheckOutputPath(const std::string& flag, const std::string& path,
   if (!input.empty() && SameFile(path, input)) return absl::OkStatus();
   const bool checkpoint = flag == "checkpoint-out";
   const char* kind = checkpoint ? "checkpoint" : "result file";
-  if (const std::optional<UnreadableFile> unreadable =
-          FindUnreadableFile(path)) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "--%s=%s: exists (%d bytes) and cannot be read to check that it is "
-        "another run's %s (%s); not replaced, whatever the flags",
-        flag, path, unreadable->size, kind, unreadable->reason));
-  }
-  unsigned char head[8] = {};
-  const bool head_read = ReadFileHead(path, head, sizeof(head));
-  const bool is_kind =
-      checkpoint
-          ? head_read && std::memcmp(head, kCheckpointMagic, 8) == 0
-          : (head_read && std::memcmp(head, kResultMarker, 8) == 0) ||
-                !ResultFileEvidence(path).empty();
-  if (!is_kind) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "--%s=%s: exists (%d bytes) and is not a Coppelius %s (%s); "
-        "--overwrite replaces only another run's %s, never other files "
-        "(choose another path, or remove it first)",
-        flag, path, static_cast<int64_t>(st.st_size), kind,
-        checkpoint ? "no \"COPPCKPT\" at offset 0"
-                   : "neither its marker at offset 0 nor its host tag, "
-                     "nor a forward record of logits whose step 0 window "
-                     "holds their cross-entropies",
-        kind));
-  }
+  RETURN_IF_ERROR(CheckIsAnotherRunsOutput(
+      absl::StrFormat("--%s=%s:", flag, path), path, checkpoint,
+      static_cast<int64_t>(st.st_size),
+      absl::StrFormat("--overwrite replaces only another run's %s, never "
+                      "other files (choose another path, or remove it first)",
+                      kind)));
   if (overwrite) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
       "--%s=%s: exists and is another run's %s (%d bytes)%s; refusing to "
@@ -356,27 +379,15 @@ absl::Status CheckHistory(const TrainOptions& o, const ModelConfig& config,
           o.checkpoint_history_dir, path, std::strerror(errno), c0 + s));
     }
     if (S_ISREG(target.st_mode) && target.st_size == 0) continue;
-    if (const std::optional<UnreadableFile> unreadable =
-            FindUnreadableFile(path)) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "--checkpoint-history=%s: %s exists (%d bytes) and cannot be read "
-          "to check that it is another run's checkpoint (%s); not replaced, "
-          "whatever the flags",
-          o.checkpoint_history_dir, path, unreadable->size,
-          unreadable->reason));
-    }
-    unsigned char head[8] = {};
-    if (!ReadFileHead(path, head, sizeof(head)) ||
-        std::memcmp(head, kCheckpointMagic, 8) != 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "--checkpoint-history=%s: %s exists (%d bytes) and is not a "
-          "Coppelius checkpoint (no \"COPPCKPT\" at offset 0); a history "
-          "entry this run would publish (update count %d) replaces only "
-          "another run's checkpoint, with --overwrite: remove it or use "
-          "another directory",
-          o.checkpoint_history_dir, path,
-          static_cast<int64_t>(target.st_size), c0 + s));
-    }
+    RETURN_IF_ERROR(CheckIsAnotherRunsOutput(
+        absl::StrFormat("--checkpoint-history=%s: %s",
+                        o.checkpoint_history_dir, path),
+        path, /*checkpoint=*/true, static_cast<int64_t>(target.st_size),
+        absl::StrFormat("a history entry this run would publish (update "
+                        "count %d) replaces only another run's checkpoint, "
+                        "with --overwrite: remove it or use another "
+                        "directory",
+                        c0 + s)));
     if (!o.overwrite) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "--checkpoint-history=%s: %s exists (update count %d, which this "
@@ -671,10 +682,8 @@ absl::Status RunTrain(const TrainOptions& given,
   // Another Coppelius file is named as what it is, before the cache's own
   // checks (break-it, session 23: a checkpoint's magic read as a source
   // mtime "more than a year ahead"; a cut result's size as "not 16 + 4*N").
-  unsigned char tokens_head[8] = {};
   std::string other_kind;
-  if (ReadFileHead(options.tokens_path, tokens_head, sizeof(tokens_head)) &&
-      std::memcmp(tokens_head, kCheckpointMagic, 8) == 0) {
+  if (HasCheckpointMagic(options.tokens_path)) {
     other_kind = "a Coppelius checkpoint (\"COPPCKPT\" at offset 0)";
   } else if (const std::string evidence =
                  ResultFileEvidence(options.tokens_path);
