@@ -338,9 +338,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // A cache above kMaxSourceBytesPerToken could not be told from a raw id
   // file by the readers' rule (CacheHeaderProblem): not published (the
   // writer's temporary is removed; standard output got nothing).
-  if (num_ids > 0 && static_cast<unsigned __int128>(num_ids) *
-                             kMaxSourceBytesPerToken <
-                         all.size()) {
+  if (AboveMaxSourceBytesPerToken(all.size(), num_ids)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes encode to %d ids, more than %d source bytes per id "
         "(the vocabulary %s has tokens that long); a token cache holds at "

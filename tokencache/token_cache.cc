@@ -260,9 +260,7 @@ std::string CacheHeaderProblem(const SourceStat& header, uint64_t num_tokens,
         "the vocabulary's longest token (%d bytes) per token",
         header.size_bytes, num_tokens, max_token_bytes);
   }
-  if (num_tokens > 0 && static_cast<unsigned __int128>(num_tokens) *
-                                kMaxSourceBytesPerToken <
-                            header.size_bytes) {
+  if (AboveMaxSourceBytesPerToken(header.size_bytes, num_tokens)) {
     return absl::StrFormat(
         "its header names %d source bytes (offset 8) for %d tokens, more "
         "than %d per token where text encodes to a few (a raw u32 id file "

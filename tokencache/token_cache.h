@@ -85,6 +85,15 @@ bool SourceMtimeTooFarAhead(uint64_t mtime_ns, absl::Time now);
 // caches from other files by the same rule.
 constexpr uint64_t kMaxSourceBytesPerToken = 1024;
 
+// Whether `source_bytes` for `num_tokens` ids (> 0) is more than
+// kMaxSourceBytesPerToken per id (computed without overflow).
+inline bool AboveMaxSourceBytesPerToken(uint64_t source_bytes,
+                                        uint64_t num_tokens) {
+  return num_tokens > 0 &&
+         static_cast<unsigned __int128>(num_tokens) * kMaxSourceBytesPerToken <
+             source_bytes;
+}
+
 // Why a cache header could not have been written for `num_tokens` ids ("" if
 // it could): the source's mtime (signed: before 1970 is negative) is at
 // most a year after `now` (0, stdin, passes; text read as a time is year
