@@ -13,6 +13,8 @@
 //     the coppelius size, one with programmatic dependent launch, one without);
 //     BeginSnapshot/FinishSnapshot with steps enqueued in between returns the
 //     image as of BeginSnapshot.
+//   * step 0's row losses agree with the forward record by the rule that
+//     recognises a killed run's result (StepZeroAgreesWithForwardRecord).
 #include "trainer/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -35,6 +37,7 @@
 #include "trainer/kernels/launch.h"
 #include "trainer/model_config.h"
 #include "trainer/reference_backend.h"
+#include "trainer/result_file.h"
 
 namespace coppelius {
 namespace {
@@ -618,6 +621,47 @@ TEST(CudaBackendTest, InvalidTokenIsReported) {
   auto telemetry = (*a)->Telemetry();
   ASSERT_TRUE(telemetry.ok());
   EXPECT_TRUE(telemetry->invalid_token_seen);
+}
+
+// A CUDA run's step 0 agrees with its forward record by the rule with which
+// train --overwrite, tokenize and inspect recognise a killed run's result
+// (StepZeroAgreesWithForwardRecord, trainer/result_file.h; run_test checks
+// it on the reference backend's results): each checked row's loss lies in
+// [logsumexp − max, logsumexp − min] of its record row. At the tiny, mid
+// and coppelius sizes, from perturbed initial parameters and again from
+// the state after three updates (a model that has seen context 0, whose
+// targets move toward the rule's lower bound); the same window with row
+// T − 1 moved out of range does not agree.
+TEST(CudaBackendTest, StepZeroAgreesWithForwardRecordAsResultsAreRecognised) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  for (const ModelConfig& config :
+       {*ModelConfigByName("tiny"), MidConfig(),
+        *ModelConfigByName("coppelius")}) {
+    SCOPED_TRACE(config.name);
+    const ResultGeometry geometry = ResultGeometryOf(config);
+    Inputs in = MakeInputs(config, 4, std::random_device{}());
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(round == 0 ? "perturbed initial state"
+                              : "after three updates");
+      auto cuda = CreateCudaBackend(config);
+      ASSERT_TRUE(cuda.ok()) << cuda.status();
+      RunResult r = RunBackend(cuda->get(), config, in, 3);
+      ASSERT_EQ(r.losses.size(), 3u);
+      const std::string record(reinterpret_cast<const char*>(r.record.data()),
+                               r.record.size() * sizeof(float));
+      const std::string window(
+          reinterpret_cast<const char*>(r.losses[0].data()),
+          static_cast<size_t>(config.T) * sizeof(float));
+      EXPECT_TRUE(ReadsAsLosses(window));
+      EXPECT_TRUE(StepZeroAgreesWithForwardRecord(record, window, geometry));
+      std::string moved = window;
+      const float far = 1000.0f;  // beyond logsumexp − min of these rows
+      std::memcpy(&moved[(static_cast<size_t>(config.T) - 1) * sizeof(float)],
+                  &far, sizeof(far));
+      EXPECT_FALSE(StepZeroAgreesWithForwardRecord(record, moved, geometry));
+      in.pmv = std::move(r.pmv);
+    }
+  }
 }
 
 }  // namespace
