@@ -2604,7 +2604,13 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
         [&](const std::vector<std::string>& paths, std::ostream& bytes_out) {
           ExportOptions spooled = o;
           spooled.checkpoint = paths[0];
-          return RunExport(spooled, bytes_out);
+          // Warnings name the stream, as the status does, not its copy.
+          std::ostringstream warnings;
+          spooled.warnings = &warnings;
+          absl::Status s = RunExport(spooled, bytes_out);
+          (o.warnings ? *o.warnings : std::cerr) << absl::StrReplaceAll(
+              warnings.str(), {{paths[0], o.checkpoint}});
+          return s;
         });
   }
   RETURN_IF_ERROR(CheckOutputPath(o.output, {o.checkpoint}));
@@ -2629,7 +2635,21 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
         ", config ", config.name, " expects ", expected, " (3 x 4 x ",
         NumParameters(config), ")"));
   }
+  // With --config, what a run of that config refuses is refused here too,
+  // as report and verify refuse it (break-it, session 24: export checked
+  // only the payload size).
+  if (d.config_source == "--config") {
+    RETURN_IF_ERROR(RunRefusal(reader, config));
+  }
   RETURN_IF_ERROR(reader.VerifyPayload(o.threads));
+  // A state no healthy run writes (non-finite P or M, negative V): exported
+  // as it is, the P plane being the file's, with the problems that make
+  // verify fail it as warnings, as train warns before running from it.
+  for (const std::string& problem :
+       CheckpointStateProblems(o.checkpoint, reader, config)) {
+    (o.warnings ? *o.warnings : std::cerr)
+        << "inspect: warning: export: " << problem << "\n";
+  }
   const CheckpointHeader& h = reader.header();
   const std::vector<std::pair<std::string, std::string>> metadata = {
       {"format", "pt"},

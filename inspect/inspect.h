@@ -250,6 +250,7 @@ struct ExportOptions {
   FileKind kind = FileKind::kAuto;  // kCheckpoint reads it as a checkpoint
   std::string config;  // "" infers it from the checkpoint's identity
   int threads = 2;     // 1..kMaxThreadCount (common/threads.h)
+  std::ostream* warnings = nullptr;  // nullptr: std::cerr
 };
 
 // Exports the P plane of a verified checkpoint as safetensors: one F32
@@ -257,10 +258,17 @@ struct ExportOptions {
 // "embedding"), data in P-plane order, `__metadata__` = {"format": "pt",
 // "state_identity", "learner_identity", "data_identity",
 // "initialization_identity", "model_identity", "update_count"}, the header
-// padded with spaces to a multiple of 8. Written atomically.
+// padded with spaces to a multiple of 8. Written atomically. With
+// `config` named, a checkpoint that a run of that config refuses (its
+// identities, run steps or chunk size; RunRefusal) is refused, as report
+// and verify refuse it; without, the config is inferred and the identity
+// not checked. A state no healthy run writes (non-finite P or M, negative
+// V: PmvStateProblems, which make verify fail the file) is exported with
+// one warning line per problem on `warnings`.
 // Errors: InvalidArgument for a file detected as another kind;
-// FailedPrecondition for a fresh (0-byte) input or a parameter count other
-// than the config's; the reader's DataLoss for a bad digest.
+// FailedPrecondition for a fresh (0-byte) input, a parameter count other
+// than the config's or a checkpoint the named config's run refuses; the
+// reader's DataLoss for a bad digest.
 absl::Status RunExport(const ExportOptions& options, std::ostream& out);
 
 // The safetensors bytes for `p_plane` (NumParameters(config) floats) laid

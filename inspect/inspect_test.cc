@@ -1604,6 +1604,98 @@ TEST_F(InspectTest, StateNoHealthyRunWritesFailsVerify) {
               HasSubstr("\"problems\":[]"));
 }
 
+// export --config=tiny refuses what a tiny run refuses, as report and
+// verify do (break-it, session 24: it exported a checkpoint of 9 run steps,
+// another seed or 64 KiB chunks and wrote the file); without --config the
+// identity is not checked and the file is exported.
+TEST_F(InspectTest, ExportRefusesWhatANamedConfigsRunRefuses) {
+  const struct {
+    std::string name, field;
+  } cases[] = {
+      {"steps.ckpt", "identity field run_steps is 9, the run expects 8"},
+      {"multi.ckpt",
+       "identity field chunk_bytes is 65536, the run expects 4194304"},
+      {"seed.ckpt",
+       "identity field initialization has \"seed=20260926\", the run "
+       "expects \"seed=20260925\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExportOptions o;
+    o.checkpoint = Path(c.name);
+    o.output = Path(c.name + ".safetensors");
+    o.config = "tiny";
+    std::ostringstream out;
+    const absl::Status s = RunExport(o, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_EQ(s.message(),
+              absl::StrCat(Path(c.name), ": checkpoint refused: ", c.field));
+    EXPECT_EQ(access(o.output.c_str(), F_OK), -1);
+    o.config = "";
+    EXPECT_TRUE(RunExport(o, out).ok());
+    EXPECT_EQ(access(o.output.c_str(), F_OK), 0);
+  }
+}
+
+// A state verify fails (non-finite P or M, negative V) is exported as the
+// file holds it, with verify's problems as warnings (as train warns before
+// running from it); from standard input the warnings name "-", not the
+// spooled copy.
+TEST_F(InspectTest, ExportWarnsOfAStateNoHealthyRunWrites) {
+  const ModelConfig config = *ModelConfigByName("tiny");
+  const CheckpointIdentity id = RunCheckpointIdentity(config);
+  const int64_t n = NumParameters(config);
+  std::vector<float> pmv(3 * n, 0.5f);
+  pmv[7] = std::nanf("");
+  pmv[2 * n + 9] = -1.0f;
+  ASSERT_TRUE(PublishCheckpoint(Path("diverged.ckpt"), id, 16, pmv.data(),
+                                id.payload_bytes, {})
+                  .ok());
+  const uint64_t at =
+      CheckpointReader::Open(Path("diverged.ckpt"))->payload_offset();
+  const auto expected = [&](const std::string& name) {
+    return absl::StrCat(
+        "inspect: warning: export: ", name, ": offset ", at + 4 * 7,
+        " (plane P, parameter 7, tensor embedding): 1 of ", n,
+        " parameters are not finite: a diverged run's state (its forward "
+        "gives non-finite losses)\n",
+        "inspect: warning: export: ", name, ": offset ", at + 4 * (2 * n + 9),
+        " (plane V, parameter 9, tensor embedding): 1 of ", n,
+        " AdamW second moments are negative, expected >= 0 (V = beta2 V + "
+        "(1 - beta2) g^2 never is): not a state AdamW writes\n");
+  };
+  ExportOptions o;
+  o.checkpoint = Path("diverged.ckpt");
+  o.output = Path("diverged.safetensors");
+  std::ostringstream warnings, out;
+  o.warnings = &warnings;
+  ASSERT_TRUE(RunExport(o, out).ok());
+  EXPECT_EQ(warnings.str(), expected(Path("diverged.ckpt")));
+  const std::string b = *ReadFile(o.output);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) {
+    header = (header << 8) | static_cast<unsigned char>(b[i]);
+  }
+  float p7;
+  std::memcpy(&p7, b.data() + 8 + header + 4 * 7, 4);
+  EXPECT_TRUE(std::isnan(p7));
+
+  const int fd = open(Path("diverged.ckpt").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  const int saved_stdin = dup(STDIN_FILENO);
+  dup2(fd, STDIN_FILENO);
+  close(fd);
+  o.checkpoint = "-";
+  o.output = Path("stdin.safetensors");
+  warnings.str("");
+  const absl::Status s = RunExport(o, out);
+  dup2(saved_stdin, STDIN_FILENO);
+  close(saved_stdin);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(warnings.str(), expected("-"));
+  EXPECT_EQ(*ReadFile(o.output), b);
+}
+
 TEST(SmoothedCurve, TrailingMean) {
   EXPECT_EQ(SmoothedCurve({1, 2, 3, 4}, 2),
             (std::vector<double>{1, 1.5, 2.5, 3.5}));
