@@ -339,8 +339,16 @@ absl::StatusOr<std::string> OutputTarget(const std::string& path,
 // An existing `path` that is not a regular file (a character device such as
 // /dev/null, a FIFO) is written directly, never replaced; a directory is
 // InvalidArgument.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents);
+// `before_replace`, when given, runs after the temporary is complete and
+// fsynced and right before the rename that replaces what is at `path`
+// (not for "-" or a device or FIFO, which are written, not replaced): a
+// caller's checks of its output made again, so that a file that appeared
+// at `path` while the contents were computed (a checkpoint a run published
+// meanwhile) is judged as one there at the start would be. Its error is
+// returned as it is, the temporary removed and `path` untouched.
+absl::Status WriteFileAtomically(
+    const std::string& path, absl::string_view contents,
+    const std::function<absl::Status()>& before_replace = {});
 
 // True when `a` and `b` name the same existing file (same device and
 // inode); false when either does not exist.

@@ -84,6 +84,45 @@ TEST(WriteFileAtomically, WritesAndReplacesLeavingNoTemporary) {
   EXPECT_EQ(CountEntries(dir), 1);
 }
 
+// before_replace runs once, with the temporary complete and `path` still
+// the old file; its error is returned, the temporary removed and the old
+// file kept; it is not run for a FIFO, which is written, not replaced.
+TEST(WriteFileAtomically, BeforeReplaceRunsLastAndItsErrorKeepsTheOldFile) {
+  std::string dir = TestDir() + "/before_replace";
+  mkdir(dir.c_str(), 0755);
+  const std::string path = dir + "/out.bin";
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  int calls = 0;
+  absl::Status s = WriteFileAtomically(path, "new", [&] {
+    ++calls;
+    EXPECT_EQ(*ReadFile(path), "old");
+    EXPECT_EQ(CountEntries(dir), 2);  // the old file and the temporary
+    return absl::FailedPreconditionError("refused at the last moment");
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(s, absl::FailedPreconditionError("refused at the last moment"));
+  EXPECT_EQ(*ReadFile(path), "old");
+  EXPECT_EQ(CountEntries(dir), 1);
+  s = WriteFileAtomically(path, "new", [&] {
+    ++calls;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(*ReadFile(path), "new");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  s = WriteFileAtomically(fifo, "x", [&] {
+    ++calls;
+    return absl::InternalError("not for a FIFO");
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(calls, 2);
+  close(reader);
+}
+
 // A path that cannot name a file is the caller's argument's fault
 // (InvalidArgument), not the program's (Internal).
 TEST(ErrnoStatus, CodesByErrno) {

@@ -348,7 +348,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
         options.vocab_path, kMaxSourceBytesPerToken));
   }
   if (hold_ids) RETURN_IF_ERROR(writer.Append(held));
-  RETURN_IF_ERROR(writer.Commit());
+  RETURN_IF_ERROR(writer.Commit([&] {
+    return CheckOutputBeforeReplacing(options.output_path, false);
+  }));
   report->total_seconds = SecondsSince(start);
   if (options.summary) {
     absl::FPrintF(stderr,

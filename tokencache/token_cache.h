@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -234,7 +235,10 @@ class TokenCacheWriter {
   // Appends ids (buffered). Errors name the temporary file and offset.
   absl::Status Append(absl::Span<const uint32_t> ids);
   // Flushes, fsyncs, renames to the final path, fsyncs the directory.
-  absl::Status Commit();
+  // `before_replace`, when given, runs right before the rename (not for
+  // stdout), as WriteFileAtomically's (common/file_io.h) does: its error
+  // is returned, the temporary removed and the final path untouched.
+  absl::Status Commit(const std::function<absl::Status()>& before_replace = {});
 
   uint64_t num_tokens() const { return num_tokens_; }
   // The temporary's path ("" for stdout).

@@ -244,6 +244,26 @@ TEST(TokenCacheWriter, KeepsOldCacheUntilCommit) {
   EXPECT_EQ(ReadBytes(path), MakeCacheBytes(1, 2, {1}));
 }
 
+// Commit's before_replace: its error leaves the old file and no temporary.
+TEST(TokenCacheWriter, BeforeReplaceErrorKeepsTheOldFile) {
+  const std::string path =
+      WriteTestFile("late.tok", MakeCacheBytes(9, 9, {9}));
+  auto w = TokenCacheWriter::Create(path, SourceStat{1, 2});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->Append({1}).ok());
+  const std::string tmp = w->temporary_path();
+  int calls = 0;
+  const absl::Status s = w->Commit([&] {
+    ++calls;
+    EXPECT_EQ(ReadBytes(tmp), MakeCacheBytes(1, 2, {1}));
+    return absl::FailedPreconditionError("a checkpoint appeared");
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(s, absl::FailedPreconditionError("a checkpoint appeared"));
+  EXPECT_EQ(ReadBytes(path), MakeCacheBytes(9, 9, {9}));
+  EXPECT_EQ(access(tmp.c_str(), F_OK), -1);
+}
+
 TEST(CacheHeaderProblem, WithoutAVocabularyAtMost1024BytesPerId) {
   const absl::Time now = absl::FromUnixSeconds(1700000000);
   EXPECT_EQ(CacheHeaderProblemWithoutVocabulary({1, 5 * 1024}, 5, now), "");

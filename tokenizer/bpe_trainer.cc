@@ -423,7 +423,9 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
   }
   ASSIGN_OR_RETURN(Vocabulary vocabulary,
                    Vocabulary::FromTokens(std::move(result->tokens)));
-  RETURN_IF_ERROR(vocabulary.Save(options.output_path));
+  RETURN_IF_ERROR(vocabulary.Save(options.output_path, [&] {
+    return CheckOutputBeforeReplacing(options.output_path, true);
+  }));
   if (options.progress) {
     absl::FPrintF(stderr,
                   "bpe: wrote %s: %d ranks + <|endoftext|> = %d ids; %d "

@@ -186,4 +186,18 @@ std::optional<uint64_t> TokenCacheIdCount(absl::string_view head,
   return n;
 }
 
+absl::Status CheckOutputBeforeReplacing(const std::string& output,
+                                        bool token_caches_too) {
+  absl::Status s = CheckNotCoppeliusFile(output);
+  if (s.ok()) s = CheckNotAResultFile(output);
+  if (s.ok() && token_caches_too) s = CheckNotATokenCache(output);
+  if (s.ok()) return s;
+  return absl::Status(
+      s.code(),
+      absl::StrCat(s.message(),
+                   " (found there right before replacing it: it appeared "
+                   "while the output was being written; nothing was written "
+                   "there)"));
+}
+
 }  // namespace coppelius

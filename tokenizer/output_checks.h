@@ -102,6 +102,21 @@ absl::Status CheckOutputIsNotInput(
 // few ids). OK for a missing, empty or non-regular output.
 absl::Status CheckNotATokenCache(const std::string& output);
 
+// The checks of an existing output made again right before the finished
+// output replaces it (WriteFileAtomically's and TokenCacheWriter::Commit's
+// `before_replace`): CheckNotCoppeliusFile, CheckNotAResultFile and, with
+// `token_caches_too` (tokenize; not make-cache, whose output is a cache),
+// CheckNotATokenCache. A file that appeared at `output` after the start's
+// checks (a run publishing its checkpoint there, minutes into a long
+// encode) is then refused as one there at the start would have been, its
+// message ending "(found there right before replacing it: it appeared
+// while the output was being written; nothing was written there)"
+// (break-it, session 24: the start's checks alone let make-cache and
+// tokenize replace a checkpoint copied there meanwhile). A rename can
+// still replace a file created in the instant between this check and it.
+absl::Status CheckOutputBeforeReplacing(const std::string& output,
+                                        bool token_caches_too);
+
 // The id count N when a file of `size` bytes whose first bytes are `head`
 // (at least 16) is shaped like a token cache (size 16 + 4 N) and its header
 // could be a source's (CacheHeaderProblem with `max_token_bytes`); nullopt

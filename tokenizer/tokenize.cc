@@ -158,7 +158,11 @@ absl::Status RunEncode(const EncodeOptions& options) {
     formatted = FormatIds(ids, options.format);
     out = formatted;
   }
-  return Annotate(WriteFileAtomically(options.output_path, out),
+  return Annotate(WriteFileAtomically(options.output_path, out,
+                                      [&] {
+                                        return CheckOutputBeforeReplacing(
+                                            options.output_path, true);
+                                      }),
                   absl::StrCat("writing ids to ", options.output_path));
 }
 
@@ -215,7 +219,11 @@ absl::Status RunDecode(const DecodeOptions& options) {
     }
   }
   RETURN_IF_ERROR(Annotate(decoded, options.input_path));
-  return Annotate(WriteFileAtomically(options.output_path, bytes),
+  return Annotate(WriteFileAtomically(options.output_path, bytes,
+                                      [&] {
+                                        return CheckOutputBeforeReplacing(
+                                            options.output_path, true);
+                                      }),
                   absl::StrCat("writing bytes to ", options.output_path));
 }
 

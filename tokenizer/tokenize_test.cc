@@ -1,8 +1,12 @@
 #include "tokenizer/tokenize.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -215,6 +219,51 @@ TEST(RunEncodeDecode, RefuseToReplaceCheckpointsAndResults) {
   s = RunDecode(d);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_EQ(Slurp(TmpPath("victim.ckpt")), checkpoint);
+}
+
+// A checkpoint that appears at -o while encode reads its input is not
+// replaced (break-it, session 24); as make_cache_test's case, the input a
+// pipe on standard input, the checkpoint written once encode is reading.
+TEST(RunEncodeDecode, CheckpointThatAppearsDuringTheRunIsNotReplaced) {
+  const std::string vocab = TmpPath("v5.tiktoken");
+  WriteFile(vocab, VocabFile());
+  std::string text;
+  while (text.size() < (1u << 20)) text += "in the ";
+  const std::string checkpoint =
+      std::string("COPPCKPT\x01\0\0\0\x80\0\0\0", 16) + "payload";
+  EncodeOptions e;
+  e.vocab_path = vocab;
+  e.input_path = "-";
+  e.output_path = TmpPath("appears.u32");
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  const int saved = dup(STDIN_FILENO);
+  dup2(p[0], STDIN_FILENO);
+  close(p[0]);
+  absl::Status s;
+  std::thread run([&] { s = RunEncode(e); });
+  auto feed = [&](absl::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = write(p[1], bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      bytes.remove_prefix(n);
+    }
+  };
+  const size_t first = 256u << 10;
+  feed(absl::string_view(text).substr(0, first));  // returns once read
+  WriteFile(e.output_path, checkpoint);
+  feed(absl::string_view(text).substr(first));
+  close(p[1]);
+  run.join();
+  dup2(saved, STDIN_FILENO);
+  close(saved);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("appears.u32: exists and is a Coppelius checkpoint"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("it appeared while the output was being written"));
+  EXPECT_EQ(Slurp(e.output_path), checkpoint);
 }
 
 }  // namespace

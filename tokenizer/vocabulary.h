@@ -22,6 +22,7 @@
 #define COPPELIUS_TOKENIZER_VOCABULARY_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,11 @@ class Vocabulary {
   // The rank file text (byte-identical to tiktoken's dump_tiktoken_bpe).
   std::string Serialize() const;
 
-  // Writes Serialize() to `path` atomically ("-" = stdout).
-  absl::Status Save(const std::string& path) const;
+  // Writes Serialize() to `path` atomically ("-" = stdout);
+  // `before_replace` as WriteFileAtomically's (common/file_io.h).
+  absl::Status Save(
+      const std::string& path,
+      const std::function<absl::Status()>& before_replace = {}) const;
 
   // N: number of mergeable tokens (ranks 0..N-1).
   uint32_t num_ranks() const { return static_cast<uint32_t>(tokens_.size()); }
