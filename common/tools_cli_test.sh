@@ -131,11 +131,11 @@ out_of_memory() {  # out_of_memory NAME PATTERN COMMAND...
   local name="$1" pattern="$2"; shift 2
   (ulimit -v 1048576; ulimit -c 0; timeout 60 "$@") > "$tmp/out" 2> "$tmp/err"; local rc=$?
   check "$name: exit 1 (rc $rc)" test $rc -eq 1
-  check "$name: one line: $pattern" one_line_error "$tmp/err" "^[a-z-]*: RESOURCE_EXHAUSTED: $pattern"
+  check "$name: one line: ${prefix:-}$pattern" one_line_error "$tmp/err" "^[a-z-]*: RESOURCE_EXHAUSTED: ${prefix:-}$pattern"
 }
 big="$tmp/big.txt: 3221225472 bytes do not fit in memory (allocation failed); expected less input or more memory (ulimit -v, RAM)$"
 out_of_memory "tokenize encode BIG" "$big" "$tokenize" encode --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.u32"
-out_of_memory "tokenize encode --vocab=BIG" "$big" "$tokenize" encode --vocab="$tmp/big.txt" "$tmp/src.txt" -o "$tmp/m.u32"
+prefix="vocabulary (--vocab): " out_of_memory "tokenize encode --vocab=BIG" "$big" "$tokenize" encode --vocab="$tmp/big.txt" "$tmp/src.txt" -o "$tmp/m.u32"
 out_of_memory "tokenize decode BIG" "$big" "$tokenize" decode --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.txt"
 out_of_memory "tokenize train BIG" "$big" "$tokenize" train "$tmp/big.txt" -o "$tmp/m.tiktoken" --progress=false
 out_of_memory "make-cache BIG" "$big" "$make_cache" --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.tok"
@@ -201,14 +201,14 @@ unreadable() {  # unreadable NAME COMMAND...
   "$@" < / > "$tmp/out" 2> "$tmp/err"; local rc=$?
   check "$name < /: exit 1 (rc $rc)" test $rc -eq 1
   check "$name < /: one line naming standard input" \
-    one_line_error "$tmp/err" "INVALID_ARGUMENT: -: standard input is a directory, expected a file or a pipe$"
+    one_line_error "$tmp/err" "INVALID_ARGUMENT: ${prefix:-}-: standard input is a directory, expected a file or a pipe$"
   "$@" 0> "$tmp/write-only" > "$tmp/out" 2> "$tmp/err"; rc=$?
   check "$name 0> FILE: exit 1 (rc $rc)" test $rc -eq 1
   check "$name 0> FILE: one line naming standard input" \
-    one_line_error "$tmp/err" "INTERNAL: reading standard input: Bad file descriptor$"
+    one_line_error "$tmp/err" "INTERNAL: ${prefix:-}reading standard input: Bad file descriptor$"
 }
 unreadable "tokenize encode -" "$tokenize" encode --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
-unreadable "tokenize encode --vocab=-" "$tokenize" encode --vocab=- "$tmp/src.txt" -o "$tmp/never"
+prefix="vocabulary (--vocab): " unreadable "tokenize encode --vocab=-" "$tokenize" encode --vocab=- "$tmp/src.txt" -o "$tmp/never"
 unreadable "tokenize decode -" "$tokenize" decode --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
 unreadable "tokenize train -" "$tokenize" train - -o "$tmp/never" --progress=false
 unreadable "make-cache -" "$make_cache" --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
@@ -225,11 +225,11 @@ closed_stdin() {  # closed_stdin NAME PATH COMMAND...
   "$@" <&- > "$tmp/out" 2> "$tmp/err"; local rc=$?
   check "$name <&-: exit 1 (rc $rc)" test $rc -eq 1
   check "$name <&-: one line naming $path" \
-    one_line_error "$tmp/err" "FAILED_PRECONDITION: $path: standard input is closed; expected data on it or a file path$"
+    one_line_error "$tmp/err" "FAILED_PRECONDITION: ${prefix:-}$path: standard input is closed; expected data on it or a file path$"
 }
 closed_stdin "tokenize encode /dev/stdin" /dev/stdin "$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/stdin -o "$tmp/never"
 closed_stdin "tokenize decode /dev/fd/0" /dev/fd/0 "$tokenize" decode --vocab="$tmp/v.tiktoken" /dev/fd/0 -o "$tmp/never"
-closed_stdin "tokenize encode --vocab=/proc/self/fd/0" /proc/self/fd/0 "$tokenize" encode --vocab=/proc/self/fd/0 "$tmp/src.txt" -o "$tmp/never"
+prefix="vocabulary (--vocab): " closed_stdin "tokenize encode --vocab=/proc/self/fd/0" /proc/self/fd/0 "$tokenize" encode --vocab=/proc/self/fd/0 "$tmp/src.txt" -o "$tmp/never"
 closed_stdin "tokenize train /dev/stdin" /dev/stdin "$tokenize" train /dev/stdin -o "$tmp/never" --progress=false
 closed_stdin "inspect verify /dev/stdin" /dev/stdin "$inspect" verify /dev/stdin
 check "closed stdin: nothing written" test ! -e "$tmp/never"

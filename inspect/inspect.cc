@@ -199,6 +199,9 @@ struct CacheReport {
   // stream (a pipe), which has no modification time. The ids are still
   // decoded against the source.
   bool vocabulary_time_unknown = false;
+  // Which input had no time when vocabulary_time_unknown: "the cache" or
+  // "the vocabulary" (from a pipe).
+  std::string timeless_input;
 };
 
 // The spools of streams that had no modification time (pipes), as
@@ -291,6 +294,8 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
       r.decode_skipped = "the vocabulary is newer than the cache";
     } else {
       r.vocabulary_time_unknown = !newer;
+      r.timeless_input =
+          TimelessSpools().count(path) != 0 ? "the cache" : "the vocabulary";
       RETURN_IF_ERROR(decode_inputs.Load());
       decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
                      "");
@@ -458,8 +463,10 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
     out << "  vocabulary: stale: " << r.vocabulary_newer
         << " (make-cache rebuilds it)\n";
   } else if (r.vocabulary_time_unknown) {
-    out << "  vocabulary: not compared with the cache's time (a stream has "
-           "none; make-cache rebuilds when its vocabulary is one)\n";
+    out << "  vocabulary: not compared with the cache's time ("
+        << r.timeless_input
+        << " came from a stream, which has none; make-cache rebuilds when "
+           "its vocabulary is one)\n";
   }
   if (r.decode_difference) {
     out << "  ids decoded against the source: "
@@ -1502,7 +1509,9 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
       if (cache->decode_difference && cache->vocabulary_time_unknown) {
         absl::StrAppend(&v.checked,
                         "; its ids decode to the source (the vocabulary's "
-                        "time not compared: a stream has none)");
+                        "time not compared with the cache's: ",
+                        cache->timeless_input,
+                        " came from a stream, which has none)");
       } else if (cache->decode_difference) {
         absl::StrAppend(&v.checked, "; fresh: its ids decode to the source");
       } else if (cache->staleness &&

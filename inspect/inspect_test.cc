@@ -1995,13 +1995,16 @@ class InspectDecodeTest : public InspectTest {
                         " (cache; ids < 512, the V of config tiny; fresh: "
                         "its ids decode to the source)\n");
   }
-  // The line of a cache that passed whose vocabulary or self came from a
-  // pipe: the vocabulary's time could not be compared. `shown` as named.
-  static std::string OkTimeless(const std::string& shown) {
+  // The line of a cache that passed whose vocabulary or self (`timeless`:
+  // "the vocabulary" or "the cache") came from a pipe: the vocabulary's
+  // time could not be compared. `shown` as named.
+  static std::string OkTimeless(const std::string& shown,
+                                const std::string& timeless) {
     return absl::StrCat("OK ", shown,
                         " (cache; ids < 512, the V of config tiny; its ids "
                         "decode to the source (the vocabulary's time not "
-                        "compared: a stream has none))\n");
+                        "compared with the cache's: ",
+                        timeless, " came from a stream, which has none))\n");
   }
   static void SetMtime(const std::string& path, struct timespec t) {
     const struct timespec times[2] = {t, t};
@@ -2063,9 +2066,9 @@ TEST_F(InspectDecodeTest, VerifyReadsTheVocabularyOnceForAllCaches) {
   dup2(saved_stdin, STDIN_FILENO);
   close(saved_stdin);
   EXPECT_TRUE(s.ok()) << s << "\n" << report;
-  EXPECT_EQ(report, OkTimeless(Path("abab.tok")) +
-                        OkTimeless(Path("again.tok")) +
-                        OkTimeless(Path("abab.tok")));
+  EXPECT_EQ(report, OkTimeless(Path("abab.tok"), "the vocabulary") +
+                        OkTimeless(Path("again.tok"), "the vocabulary") +
+                        OkTimeless(Path("abab.tok"), "the vocabulary"));
 }
 
 // A cache that already failed a check (a stale header, a header no source
@@ -2317,7 +2320,7 @@ TEST_F(InspectDecodeTest, TheVocabularyRuleOnStandardInput) {
   // From a pipe: not compared, said so; the decode still runs.
   with_stdin(Path("abab.tok"), true, [&] {
     EXPECT_TRUE(verify_stdin_cache(Path("newer2.tiktoken")).ok()) << report;
-    EXPECT_EQ(report, OkTimeless("-"));
+    EXPECT_EQ(report, OkTimeless("-", "the cache"));
   });
   // The report's JSON: null where the rule was not applied.
   with_stdin(Path("ab.tiktoken"), true, [&] {
@@ -2332,6 +2335,21 @@ TEST_F(InspectDecodeTest, TheVocabularyRuleOnStandardInput) {
     EXPECT_THAT(out.str(), HasSubstr("\"fresh\":null"));
     EXPECT_THAT(out.str(), HasSubstr("\"vocabulary_newer\":null"));
     EXPECT_THAT(out.str(), HasSubstr("\"decodes_to_source\":true"));
+  });
+  // The text report names the input that had no time.
+  with_stdin(Path("ab.tiktoken"), true, [&] {
+    InspectOptions o;
+    o.path = Path("abab.tok");
+    o.config = "tiny";
+    o.source = Path("abab.txt");
+    o.vocab = "-";
+    std::ostringstream out;
+    EXPECT_TRUE(RunInspect(o, out).ok());
+    EXPECT_THAT(out.str(),
+                HasSubstr("  vocabulary: not compared with the cache's time "
+                          "(the vocabulary came from a stream, which has "
+                          "none; make-cache rebuilds when its vocabulary is "
+                          "one)\n"));
   });
   // make-cache: the older vocabulary as `< FILE` keeps the cache; from a
   // pipe it rebuilds.

@@ -120,6 +120,17 @@ absl::Status CheckOutputIsNotAnInput(const std::string& output,
   return CheckOutputIsNotInput(output, "vocabulary file", vocab);
 }
 
+// The --vocab file, its errors saying which input they are about
+// ("vocabulary (--vocab): /dev/zero: is a character device ..."), as
+// make-cache's do (break-it, session 24).
+absl::StatusOr<Vocabulary> LoadVocabulary(const std::string& path) {
+  absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(path);
+  if (!vocabulary.ok()) {
+    return Annotate(vocabulary.status(), "vocabulary (--vocab)");
+  }
+  return vocabulary;
+}
+
 }  // namespace
 
 absl::Status RunEncode(const EncodeOptions& options) {
@@ -127,7 +138,7 @@ absl::Status RunEncode(const EncodeOptions& options) {
                                           options.input_path,
                                           options.vocab_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
-  ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
+  ASSIGN_OR_RETURN(Vocabulary vocabulary, LoadVocabulary(options.vocab_path));
   RETURN_IF_ERROR(CheckNotATokenCache(options.output_path));
   Encoder encoder(std::move(vocabulary));
   ASSIGN_OR_RETURN(std::string text, ReadFile(options.input_path));
@@ -172,7 +183,7 @@ absl::Status RunDecode(const DecodeOptions& options) {
                                           options.vocab_path));
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   // Decoding only concatenates token bytes: no Encoder (BPE tables) needed.
-  ASSIGN_OR_RETURN(Vocabulary vocabulary, Vocabulary::Load(options.vocab_path));
+  ASSIGN_OR_RETURN(Vocabulary vocabulary, LoadVocabulary(options.vocab_path));
   RETURN_IF_ERROR(CheckNotATokenCache(options.output_path));
   ASSIGN_OR_RETURN(std::string data, ReadFile(options.input_path));
   // Parsing and decoding (one thread) take memory in proportion to the

@@ -133,7 +133,20 @@ TEST(RunEncode, MissingVocabulary) {
   e.output_path = "-";
   absl::Status s = RunEncode(e);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("vocabulary (--vocab): opening "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("missing.tiktoken"));
+  // A device names the flag too (it said only "/dev/zero: is a character
+  // device ...").
+  DecodeOptions d;
+  d.vocab_path = "/dev/zero";
+  d.input_path = "-";
+  d.output_path = "-";
+  s = RunDecode(d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("vocabulary (--vocab): /dev/zero: is a character "
+                        "device"));
 }
 
 TEST(ParseIdFormat, Names) {
