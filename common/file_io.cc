@@ -754,9 +754,9 @@ absl::Status ProbeTemporaryInDirectory(const std::string& path,
   return ErrnoStatus(err, absl::StrCat("creating a file beside ", what), path);
 }
 
-absl::Status WriteFileAtomically(
-    const std::string& path_or_link, absl::string_view contents,
-    const std::function<absl::Status()>& before_replace) {
+absl::Status WriteFileAtomically(const std::string& path_or_link,
+                                 absl::string_view contents,
+                                 const BeforeReplace& before_replace) {
   // A symbolic link is followed: its target is replaced, not the link. A
   // link to nothing is refused (as make-cache and train refuse it): a
   // rename over it would replace the link with a file where the link's
@@ -794,7 +794,7 @@ absl::Status WriteFileAtomically(
   absl::Status status = WriteAll(fd, contents.data(), contents.size(), tmp);
   if (status.ok() && fsync(fd) != 0) status = ErrnoStatus(errno, "fsync", tmp);
   if (close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "closing", tmp);
-  if (status.ok() && before_replace) status = before_replace();
+  if (status.ok() && before_replace) status = before_replace(path);
   if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
     status = ErrnoStatus(errno, "renaming to", path);
   }

@@ -341,14 +341,16 @@ absl::StatusOr<std::string> OutputTarget(const std::string& path,
 // InvalidArgument.
 // `before_replace`, when given, runs after the temporary is complete and
 // fsynced and right before the rename that replaces what is at `path`
-// (not for "-" or a device or FIFO, which are written, not replaced): a
+// (not for "-" or a device or FIFO, which are written, not replaced), with
+// the path the rename replaces (`path`, or a symbolic link's target): a
 // caller's checks of its output made again, so that a file that appeared
-// at `path` while the contents were computed (a checkpoint a run published
+// there while the contents were computed (a checkpoint a run published
 // meanwhile) is judged as one there at the start would be. Its error is
-// returned as it is, the temporary removed and `path` untouched.
-absl::Status WriteFileAtomically(
-    const std::string& path, absl::string_view contents,
-    const std::function<absl::Status()>& before_replace = {});
+// returned as it is, the temporary removed and the file untouched.
+using BeforeReplace = std::function<absl::Status(const std::string& target)>;
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents,
+                                 const BeforeReplace& before_replace = {});
 
 // True when `a` and `b` name the same existing file (same device and
 // inode); false when either does not exist.

@@ -93,8 +93,9 @@ TEST(WriteFileAtomically, BeforeReplaceRunsLastAndItsErrorKeepsTheOldFile) {
   const std::string path = dir + "/out.bin";
   ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
   int calls = 0;
-  absl::Status s = WriteFileAtomically(path, "new", [&] {
+  absl::Status s = WriteFileAtomically(path, "new", [&](const std::string& t) {
     ++calls;
+    EXPECT_EQ(t, path);
     EXPECT_EQ(*ReadFile(path), "old");
     EXPECT_EQ(CountEntries(dir), 2);  // the old file and the temporary
     return absl::FailedPreconditionError("refused at the last moment");
@@ -103,18 +104,31 @@ TEST(WriteFileAtomically, BeforeReplaceRunsLastAndItsErrorKeepsTheOldFile) {
   EXPECT_EQ(s, absl::FailedPreconditionError("refused at the last moment"));
   EXPECT_EQ(*ReadFile(path), "old");
   EXPECT_EQ(CountEntries(dir), 1);
-  s = WriteFileAtomically(path, "new", [&] {
+  s = WriteFileAtomically(path, "new", [&](const std::string&) {
     ++calls;
     return absl::OkStatus();
   });
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(*ReadFile(path), "new");
+  // Through a symbolic link the check is given the file the rename
+  // replaces, the link's target.
+  const std::string link = dir + "/link";
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  std::string checked;
+  s = WriteFileAtomically(link, "newer", [&](const std::string& t) {
+    checked = t;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(checked, path);
+  EXPECT_EQ(*ReadFile(path), "newer");
+  unlink(link.c_str());
   const std::string fifo = dir + "/fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
   const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(reader, 0);
-  s = WriteFileAtomically(fifo, "x", [&] {
+  s = WriteFileAtomically(fifo, "x", [&](const std::string&) {
     ++calls;
     return absl::InternalError("not for a FIFO");
   });

@@ -135,7 +135,7 @@ out_of_memory() {  # out_of_memory NAME PATTERN COMMAND...
 }
 big="$tmp/big.txt: 3221225472 bytes do not fit in memory (allocation failed); expected less input or more memory (ulimit -v, RAM)$"
 out_of_memory "tokenize encode BIG" "$big" "$tokenize" encode --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.u32"
-prefix="vocabulary (--vocab): " out_of_memory "tokenize encode --vocab=BIG" "$big" "$tokenize" encode --vocab="$tmp/big.txt" "$tmp/src.txt" -o "$tmp/m.u32"
+prefix="--vocab: " out_of_memory "tokenize encode --vocab=BIG" "$big" "$tokenize" encode --vocab="$tmp/big.txt" "$tmp/src.txt" -o "$tmp/m.u32"
 out_of_memory "tokenize decode BIG" "$big" "$tokenize" decode --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.txt"
 out_of_memory "tokenize train BIG" "$big" "$tokenize" train "$tmp/big.txt" -o "$tmp/m.tiktoken" --progress=false
 out_of_memory "make-cache BIG" "$big" "$make_cache" --vocab="$tmp/v.tiktoken" "$tmp/big.txt" -o "$tmp/m.tok"
@@ -208,7 +208,7 @@ unreadable() {  # unreadable NAME COMMAND...
     one_line_error "$tmp/err" "INTERNAL: ${prefix:-}reading standard input: Bad file descriptor$"
 }
 unreadable "tokenize encode -" "$tokenize" encode --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
-prefix="vocabulary (--vocab): " unreadable "tokenize encode --vocab=-" "$tokenize" encode --vocab=- "$tmp/src.txt" -o "$tmp/never"
+prefix="--vocab: " unreadable "tokenize encode --vocab=-" "$tokenize" encode --vocab=- "$tmp/src.txt" -o "$tmp/never"
 unreadable "tokenize decode -" "$tokenize" decode --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
 unreadable "tokenize train -" "$tokenize" train - -o "$tmp/never" --progress=false
 unreadable "make-cache -" "$make_cache" --vocab="$tmp/v.tiktoken" - -o "$tmp/never"
@@ -229,7 +229,7 @@ closed_stdin() {  # closed_stdin NAME PATH COMMAND...
 }
 closed_stdin "tokenize encode /dev/stdin" /dev/stdin "$tokenize" encode --vocab="$tmp/v.tiktoken" /dev/stdin -o "$tmp/never"
 closed_stdin "tokenize decode /dev/fd/0" /dev/fd/0 "$tokenize" decode --vocab="$tmp/v.tiktoken" /dev/fd/0 -o "$tmp/never"
-prefix="vocabulary (--vocab): " closed_stdin "tokenize encode --vocab=/proc/self/fd/0" /proc/self/fd/0 "$tokenize" encode --vocab=/proc/self/fd/0 "$tmp/src.txt" -o "$tmp/never"
+prefix="--vocab: " closed_stdin "tokenize encode --vocab=/proc/self/fd/0" /proc/self/fd/0 "$tokenize" encode --vocab=/proc/self/fd/0 "$tmp/src.txt" -o "$tmp/never"
 closed_stdin "tokenize train /dev/stdin" /dev/stdin "$tokenize" train /dev/stdin -o "$tmp/never" --progress=false
 closed_stdin "inspect verify /dev/stdin" /dev/stdin "$inspect" verify /dev/stdin
 check "closed stdin: nothing written" test ! -e "$tmp/never"

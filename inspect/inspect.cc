@@ -199,8 +199,8 @@ struct CacheReport {
   // stream (a pipe), which has no modification time. The ids are still
   // decoded against the source.
   bool vocabulary_time_unknown = false;
-  // Which input had no time when vocabulary_time_unknown: "the cache" or
-  // "the vocabulary" (from a pipe).
+  // Which input had no time when vocabulary_time_unknown: "the cache",
+  // "the vocabulary" or "the cache and the vocabulary" (from pipes).
   std::string timeless_input;
 };
 
@@ -294,8 +294,19 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
       r.decode_skipped = "the vocabulary is newer than the cache";
     } else {
       r.vocabulary_time_unknown = !newer;
-      r.timeless_input =
-          TimelessSpools().count(path) != 0 ? "the cache" : "the vocabulary";
+      if (!newer) {
+        // The vocabulary's own time is asked for even when the cache has
+        // none, to name every input that came from a stream.
+        const bool cache_timeless = TimelessSpools().count(path) != 0;
+        const bool vocabulary_timeless =
+            !VocabularyNewerThanCache(decode_inputs.vocab_path(),
+                                      info.file_mtime)
+                 .has_value();
+        r.timeless_input = cache_timeless && vocabulary_timeless
+                               ? "the cache and the vocabulary"
+                           : cache_timeless ? "the cache"
+                                            : "the vocabulary";
+      }
       RETURN_IF_ERROR(decode_inputs.Load());
       decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
                      "");
@@ -1585,13 +1596,15 @@ bool IsStream(const std::string& path) {
 // Runs `run` on `paths` with each stream (IsStream; each at most once)
 // replaced by a spool of its bytes: a temporary file under $TMPDIR
 // (checkpoints are mapped, caches and results read by offset, so they need
-// a file), removed afterwards. The status, and the report when
+// a file), removed afterwards. The status, the warnings `run` writes to
+// the stream it is given (sent on to `warnings`), and the report when
 // `report_names_paths`, name the stream ("-" or its path), not the spool.
 absl::Status WithStreamsSpooled(
     const std::vector<std::string>& paths, bool report_names_paths,
-    std::ostream& out,
+    std::ostream& out, std::ostream& warnings,
     const std::function<absl::Status(const std::vector<std::string>&,
-                                     std::ostream&)>& run) {
+                                     std::ostream& out,
+                                     std::ostream& warnings)>& run) {
   std::vector<NamedInput> inputs;
   for (const std::string& path : paths) inputs.push_back({"", path});
   RETURN_IF_ERROR(CheckStandardInputReadOnce(inputs));
@@ -1647,9 +1660,11 @@ absl::Status WithStreamsSpooled(
     if (!w.ok()) return w;
     spooled[i] = spool;
   }
-  std::ostringstream report;
-  absl::Status status = run(spooled, report_names_paths ? report : out);
+  std::ostringstream report, spool_warnings;
+  absl::Status status =
+      run(spooled, report_names_paths ? report : out, spool_warnings);
   std::move(remove_spools).Invoke();
+  warnings << absl::StrReplaceAll(spool_warnings.str(), names);
   if (report_names_paths) out << absl::StrReplaceAll(report.str(), names);
   if (status.ok()) return status;
   return WithMessage(status, absl::StrReplaceAll(status.message(), names));
@@ -2065,9 +2080,12 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
     if (!IsStream(options.path)) return InspectPath(options, report);
     return WithStreamsSpooled(
         {options.path}, true, report,
-        [&](const std::vector<std::string>& paths, std::ostream& spooled) {
+        options.warnings ? *options.warnings : std::cerr,
+        [&](const std::vector<std::string>& paths, std::ostream& spooled,
+            std::ostream& warnings) {
           InspectOptions o = options;
           o.path = paths[0];
+          o.warnings = &warnings;
           return InspectPath(o, spooled);
         });
   };
@@ -2151,10 +2169,12 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
   if (std::any_of(o.paths.begin(), o.paths.end(), IsStream)) {
     return WithStreamsSpooled(
-        o.paths, true, out,
-        [&](const std::vector<std::string>& paths, std::ostream& report) {
+        o.paths, true, out, o.warnings ? *o.warnings : std::cerr,
+        [&](const std::vector<std::string>& paths, std::ostream& report,
+            std::ostream& warnings) {
           VerifyOptions spooled = o;
           spooled.paths = paths;
+          spooled.warnings = &warnings;
           return RunVerify(spooled, report);
         });
   }
@@ -2420,10 +2440,12 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
   if (std::any_of(o.results.begin(), o.results.end(), IsStream)) {
     return WithStreamsSpooled(
-        o.results, false, out,
-        [&](const std::vector<std::string>& paths, std::ostream& svg_out) {
+        o.results, false, out, o.warnings ? *o.warnings : std::cerr,
+        [&](const std::vector<std::string>& paths, std::ostream& svg_out,
+            std::ostream& warnings) {
           PlotOptions spooled = o;
           spooled.results = paths;
+          spooled.warnings = &warnings;
           return RunPlot(spooled, svg_out);
         });
   }
@@ -2609,17 +2631,13 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (IsStream(o.checkpoint)) {
     return WithStreamsSpooled(
-        {o.checkpoint}, false, out,
-        [&](const std::vector<std::string>& paths, std::ostream& bytes_out) {
+        {o.checkpoint}, false, out, o.warnings ? *o.warnings : std::cerr,
+        [&](const std::vector<std::string>& paths, std::ostream& bytes_out,
+            std::ostream& warnings) {
           ExportOptions spooled = o;
           spooled.checkpoint = paths[0];
-          // Warnings name the stream, as the status does, not its copy.
-          std::ostringstream warnings;
           spooled.warnings = &warnings;
-          absl::Status s = RunExport(spooled, bytes_out);
-          (o.warnings ? *o.warnings : std::cerr) << absl::StrReplaceAll(
-              warnings.str(), {{paths[0], o.checkpoint}});
-          return s;
+          return RunExport(spooled, bytes_out);
         });
   }
   RETURN_IF_ERROR(CheckOutputPath(o.output, {o.checkpoint}));
@@ -2645,12 +2663,14 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
         NumParameters(config), ")"));
   }
   // With --config, what a run of that config refuses is refused here too,
-  // as report and verify refuse it (break-it, session 24: export checked
-  // only the payload size).
+  // after the digests, as report and verify refuse it (break-it, session
+  // 24: export checked only the payload size).
+  // Digests first, as report and verify give a corrupt file's damage
+  // before its identity.
+  RETURN_IF_ERROR(reader.VerifyPayload(o.threads));
   if (d.config_source == "--config") {
     RETURN_IF_ERROR(RunRefusal(reader, config));
   }
-  RETURN_IF_ERROR(reader.VerifyPayload(o.threads));
   // A state no healthy run writes (non-finite P or M, negative V): exported
   // as it is, the P plane being the file's, with the problems that make
   // verify fail it as warnings, as train warns before running from it.

@@ -1064,6 +1064,28 @@ TEST_F(InspectTest, PlotDrawsARunThatRecordedNonFiniteLosses) {
                          "smoothed line averages the finite steps)\n"));
   // Step 3 is a gap in the per-step line: a new subpath at step 4.
   EXPECT_THAT(PolylinePoints(out.str(), "per-step"), HasSubstr(" M"));
+  // From standard input the warning names "-", not the spooled copy
+  // (review, session 24: it named /tmp/inspect-stdin.XXXXXX).
+  {
+    const int fd = open(Path("diverged.res").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    const int saved_stdin = dup(STDIN_FILENO);
+    dup2(fd, STDIN_FILENO);
+    close(fd);
+    PlotOptions from_stdin = o;
+    from_stdin.results = {"-"};
+    std::ostringstream svg;
+    warnings.str("");
+    const absl::Status piped = RunPlot(from_stdin, svg);
+    dup2(saved_stdin, STDIN_FILENO);
+    close(saved_stdin);
+    ASSERT_TRUE(piped.ok()) << piped;
+    EXPECT_EQ(warnings.str(),
+              "inspect: warning: plot: -: the run recorded \"non-finite "
+              "loss\" (1 step with a non-finite loss, the first step 3); "
+              "drawn with those steps as gaps in the per-step line (the "
+              "smoothed line averages the finite steps)\n");
+  }
   // Any other text, or that text without a count, is not what train
   // writes: refused as before.
   for (const auto& [other_text, other_count] :

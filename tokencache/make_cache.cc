@@ -95,6 +95,42 @@ absl::StatusOr<std::string> StaleReason(const TokenCache& cache,
   return check.Difference();
 }
 
+// The output's checks made again right before the finished cache replaces
+// it (TokenCacheWriter::Commit's before_replace; break-it, session 24: a
+// checkpoint copied to -o while make-cache ran was replaced): never a
+// checkpoint or result (CheckOutputBeforeReplacing), and without --force
+// nothing that is not a token cache (the start's rule, without its
+// exceptions for this source's own cache: the file the start judged,
+// `at_start`, same device, inode, size and modification time, passes as
+// it did).
+absl::Status CheckCacheOutputAgain(const std::string& target, bool force,
+                                   const struct stat* at_start) {
+  RETURN_IF_ERROR(CheckOutputBeforeReplacing(target, false));
+  struct stat now;
+  if (force || stat(target.c_str(), &now) != 0 || !S_ISREG(now.st_mode) ||
+      now.st_size == 0) {
+    return absl::OkStatus();
+  }
+  if (at_start != nullptr && now.st_dev == at_start->st_dev &&
+      now.st_ino == at_start->st_ino && now.st_size == at_start->st_size &&
+      now.st_mtim.tv_sec == at_start->st_mtim.tv_sec &&
+      now.st_mtim.tv_nsec == at_start->st_mtim.tv_nsec) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<TokenCache> cache = TokenCache::Open(target);
+  const std::string not_a_cache =
+      cache.ok() ? CacheHeaderProblemWithoutVocabulary(
+                       cache->header(), cache->num_tokens(), absl::Now())
+                 : std::string(cache.status().message());
+  if (not_a_cache.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "-o %s: exists and is not a token cache (%s); refusing to replace it "
+      "(--force replaces it) (found there right before replacing it: it "
+      "appeared while the output was being written; nothing was written "
+      "there)",
+      target, not_a_cache));
+}
+
 }  // namespace
 
 absl::Status RunMakeCache(const MakeCacheOptions& given,
@@ -140,6 +176,11 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // (tokenizer/output_checks.h; for "-" they examine standard output's file).
   RETURN_IF_ERROR(CheckNotCoppeliusFile(options.output_path));
   RETURN_IF_ERROR(CheckNotAResultFile(options.output_path));
+  // The output as the start's checks see it, for the same checks made
+  // again right before the cache replaces it (CheckCacheOutputAgain).
+  struct stat output_at_start;
+  const bool output_existed =
+      !to_stdout && stat(options.output_path.c_str(), &output_at_start) == 0;
   if (to_stdout) {
     // `-o - >> FILE` with FILE not empty: a cache begins with its header,
     // so one appended to FILE is never a cache, and FILE (another cache, a
@@ -186,7 +227,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // fresh: a cache is fresh only for a usable vocabulary. The encoder's
   // tables are built only if the source is encoded.
   absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(options.vocab_path);
-  if (!vocabulary.ok()) return Annotate(vocabulary.status(), "vocabulary");
+  if (!vocabulary.ok()) return Annotate(vocabulary.status(), "--vocab");
 
   // The source's bytes, once read (by the freshness check's decode, or for
   // the encoding).
@@ -348,8 +389,9 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
         options.vocab_path, kMaxSourceBytesPerToken));
   }
   if (hold_ids) RETURN_IF_ERROR(writer.Append(held));
-  RETURN_IF_ERROR(writer.Commit([&] {
-    return CheckOutputBeforeReplacing(options.output_path, false);
+  RETURN_IF_ERROR(writer.Commit([&](const std::string& target) {
+    return CheckCacheOutputAgain(target, options.force,
+                                 output_existed ? &output_at_start : nullptr);
   }));
   report->total_seconds = SecondsSince(start);
   if (options.summary) {

@@ -13,13 +13,13 @@
 #include <fstream>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/stdin_pipe.h"
 #include "tokencache/token_cache.h"
 #include "tokenizer/encoder.h"
 #include "tokenizer/vocabulary.h"
@@ -443,61 +443,67 @@ TEST(RunMakeCache, CheckpointAndResultOutputsAreNeverReplaced) {
   }
 }
 
-// A checkpoint that appears at -o while make-cache reads its source is not
-// replaced (break-it, session 24: the output was checked only at the start
-// and the finished cache renamed over whatever was there by then). The
-// source comes through a pipe on standard input: once the first 256 KiB
-// have gone in (more than a pipe holds), make-cache is reading it, past
-// its start's checks; the checkpoint is written then, the rest after it.
-TEST(RunMakeCache, CheckpointThatAppearsDuringTheRunIsNotReplaced) {
+// A file that appears at -o while make-cache reads its source is judged as
+// one there at the start would be (break-it, session 24: the output was
+// checked only at the start and the finished cache renamed over whatever
+// was there by then): a checkpoint is never replaced, a file that is not a
+// token cache only with --force. The source comes through a pipe on
+// standard input, the file written once make-cache is reading it
+// (RunWithFileAppearing).
+TEST(RunMakeCache, FileThatAppearsDuringTheRunIsJudgedBeforeReplacing) {
   std::string text;
   while (text.size() < (1u << 20)) text += "hello world, the cat sat. ";
   const std::string checkpoint =
       std::string("COPPCKPT\x01\0\0\0\x80\0\0\0", 16) + std::string(4096, 'x');
+  const std::string notes = "notes, not a token cache\n";
   const std::string dir = TestDir() + "/appears";
   mkdir(dir.c_str(), 0755);
-  MakeCacheOptions o = Options("-", dir + "/corpus.tok");
-  int p[2];
-  ASSERT_EQ(pipe(p), 0);
-  const int saved = dup(STDIN_FILENO);
-  dup2(p[0], STDIN_FILENO);
-  close(p[0]);
-  absl::Status s;
-  std::thread run([&] { s = RunMakeCache(o); });
-  auto feed = [&](absl::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = write(p[1], bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      bytes.remove_prefix(n);
+  const auto entries = [&] {
+    std::vector<std::string> names;
+    DIR* d = opendir(dir.c_str());
+    while (dirent* e = d != nullptr ? readdir(d) : nullptr) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
     }
+    if (d != nullptr) closedir(d);
+    return names;
   };
-  const size_t first = 256u << 10;
-  feed(absl::string_view(text).substr(0, first));  // returns once read
-  WriteFile(o.output_path, checkpoint);
-  feed(absl::string_view(text).substr(first));
-  close(p[1]);
-  run.join();
-  dup2(saved, STDIN_FILENO);
-  close(saved);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr(absl::StrCat("-o ", o.output_path,
-                                     ": exists and is a Coppelius checkpoint")));
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("found there right before replacing it: it appeared "
-                        "while the output was being written"));
-  EXPECT_EQ(ReadBytes(o.output_path), checkpoint);
-  // Nothing else in the directory: the temporary is gone.
-  DIR* d = opendir(dir.c_str());
-  ASSERT_NE(d, nullptr);
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
+  const struct {
+    std::string contents, kind;
+    bool force, replaced;
+  } cases[] = {
+      {checkpoint, "exists and is a Coppelius checkpoint", false, false},
+      {checkpoint, "exists and is a Coppelius checkpoint", true, false},
+      {notes, "exists and is not a token cache", false, false},
+      {notes, "", true, true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(absl::StrCat(c.kind, c.force ? " --force" : ""));
+    MakeCacheOptions o = Options("-", dir + "/corpus.tok");
+    o.force = c.force;
+    unlink(o.output_path.c_str());
+    const AppearingFileRun r = RunWithFileAppearing(
+        [&] { return RunMakeCache(o); }, text, 256u << 10, o.output_path,
+        c.contents);
+    EXPECT_TRUE(r.fed) << r.status;
+    if (c.replaced) {
+      EXPECT_TRUE(r.status.ok()) << r.status;
+      absl::StatusOr<TokenCache> cache = TokenCache::Open(o.output_path);
+      ASSERT_TRUE(cache.ok()) << cache.status();
+      EXPECT_GT(cache->num_tokens(), 0u);
+    } else {
+      EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition)
+          << r.status;
+      EXPECT_THAT(std::string(r.status.message()),
+                  HasSubstr(absl::StrCat("-o ", o.output_path, ": ", c.kind)));
+      EXPECT_THAT(std::string(r.status.message()),
+                  HasSubstr("found there right before replacing it: it "
+                            "appeared while the output was being written"));
+      EXPECT_EQ(ReadBytes(o.output_path), c.contents);
+    }
+    // Nothing else in the directory: the temporary is gone.
+    EXPECT_EQ(entries(), std::vector<std::string>{"corpus.tok"});
   }
-  closedir(d);
-  EXPECT_EQ(names, std::vector<std::string>{"corpus.tok"});
 }
 
 // `-o - >> FILE` with FILE not empty is refused, --force or not, FILE

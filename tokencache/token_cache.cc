@@ -369,8 +369,7 @@ absl::Status TokenCacheWriter::Append(absl::Span<const uint32_t> ids) {
   return absl::OkStatus();
 }
 
-absl::Status TokenCacheWriter::Commit(
-    const std::function<absl::Status()>& before_replace) {
+absl::Status TokenCacheWriter::Commit(const BeforeReplace& before_replace) {
   if (fd_ < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(path_, ": token cache writer already closed"));
@@ -387,7 +386,7 @@ absl::Status TokenCacheWriter::Commit(
     status = ErrnoStatus(errno, "closing", tmp_path_);
   }
   fd_ = -1;
-  if (status.ok() && before_replace) status = before_replace();
+  if (status.ok() && before_replace) status = before_replace(path_);
   if (status.ok() && rename(tmp_path_.c_str(), path_.c_str()) != 0) {
     status = ErrnoStatus(errno, absl::StrCat("renaming ", tmp_path_, " to"),
                          path_);

@@ -26,10 +26,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "absl/base/internal/endian.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -236,9 +236,10 @@ class TokenCacheWriter {
   absl::Status Append(absl::Span<const uint32_t> ids);
   // Flushes, fsyncs, renames to the final path, fsyncs the directory.
   // `before_replace`, when given, runs right before the rename (not for
-  // stdout), as WriteFileAtomically's (common/file_io.h) does: its error
-  // is returned, the temporary removed and the final path untouched.
-  absl::Status Commit(const std::function<absl::Status()>& before_replace = {});
+  // stdout) with the final path, as WriteFileAtomically's
+  // (common/file_io.h) does: its error is returned, the temporary removed
+  // and the final path untouched.
+  absl::Status Commit(const BeforeReplace& before_replace = {});
 
   uint64_t num_tokens() const { return num_tokens_; }
   // The temporary's path ("" for stdout).

@@ -253,8 +253,9 @@ TEST(TokenCacheWriter, BeforeReplaceErrorKeepsTheOldFile) {
   ASSERT_TRUE(w->Append({1}).ok());
   const std::string tmp = w->temporary_path();
   int calls = 0;
-  const absl::Status s = w->Commit([&] {
+  const absl::Status s = w->Commit([&](const std::string& target) {
     ++calls;
+    EXPECT_EQ(target, path);
     EXPECT_EQ(ReadBytes(tmp), MakeCacheBytes(1, 2, {1}));
     return absl::FailedPreconditionError("a checkpoint appeared");
   });

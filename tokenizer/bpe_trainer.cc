@@ -423,9 +423,16 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
   }
   ASSIGN_OR_RETURN(Vocabulary vocabulary,
                    Vocabulary::FromTokens(std::move(result->tokens)));
-  RETURN_IF_ERROR(vocabulary.Save(options.output_path, [&] {
-    return CheckOutputBeforeReplacing(options.output_path, true);
-  }));
+  // The output's checks made again right before the rename; that refusal
+  // returned as it is (not under "writing vocabulary ...").
+  absl::Status refused;
+  const absl::Status saved = vocabulary.Save(
+      options.output_path, [&refused](const std::string& target) {
+        refused = CheckOutputBeforeReplacing(target, true);
+        return refused;
+      });
+  if (!refused.ok()) return refused;
+  RETURN_IF_ERROR(saved);
   if (options.progress) {
     absl::FPrintF(stderr,
                   "bpe: wrote %s: %d ranks + <|endoftext|> = %d ids; %d "

@@ -121,14 +121,29 @@ absl::Status CheckOutputIsNotAnInput(const std::string& output,
 }
 
 // The --vocab file, its errors saying which input they are about
-// ("vocabulary (--vocab): /dev/zero: is a character device ..."), as
-// make-cache's do (break-it, session 24).
+// ("--vocab: /dev/zero: is a character device ..."), as make-cache's and
+// inspect's do (break-it, session 24).
 absl::StatusOr<Vocabulary> LoadVocabulary(const std::string& path) {
   absl::StatusOr<Vocabulary> vocabulary = Vocabulary::Load(path);
   if (!vocabulary.ok()) {
-    return Annotate(vocabulary.status(), "vocabulary (--vocab)");
+    return Annotate(vocabulary.status(), "--vocab");
   }
   return vocabulary;
+}
+
+// Publishes `bytes` at `output` (WriteFileAtomically), its output checks
+// made again right before the rename (CheckOutputBeforeReplacing): that
+// refusal returned as it is, other errors annotated "`what`OUTPUT".
+absl::Status WriteOutput(const std::string& output, absl::string_view bytes,
+                         absl::string_view what) {
+  absl::Status refused;
+  const absl::Status s = WriteFileAtomically(
+      output, bytes, [&refused](const std::string& target) {
+        refused = CheckOutputBeforeReplacing(target, true);
+        return refused;
+      });
+  if (!refused.ok()) return refused;
+  return Annotate(s, absl::StrCat(what, output));
 }
 
 }  // namespace
@@ -169,12 +184,7 @@ absl::Status RunEncode(const EncodeOptions& options) {
     formatted = FormatIds(ids, options.format);
     out = formatted;
   }
-  return Annotate(WriteFileAtomically(options.output_path, out,
-                                      [&] {
-                                        return CheckOutputBeforeReplacing(
-                                            options.output_path, true);
-                                      }),
-                  absl::StrCat("writing ids to ", options.output_path));
+  return WriteOutput(options.output_path, out, "writing ids to ");
 }
 
 absl::Status RunDecode(const DecodeOptions& options) {
@@ -230,12 +240,7 @@ absl::Status RunDecode(const DecodeOptions& options) {
     }
   }
   RETURN_IF_ERROR(Annotate(decoded, options.input_path));
-  return Annotate(WriteFileAtomically(options.output_path, bytes,
-                                      [&] {
-                                        return CheckOutputBeforeReplacing(
-                                            options.output_path, true);
-                                      }),
-                  absl::StrCat("writing bytes to ", options.output_path));
+  return WriteOutput(options.output_path, bytes, "writing bytes to ");
 }
 
 }  // namespace coppelius

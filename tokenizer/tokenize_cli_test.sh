@@ -225,7 +225,7 @@ tokenize: warning: --progress is not used by encode: ignored"
 # A rank too large for a u32 id is out of range (not "not a decimal").
 { head -n 256 "$tmp/v.tiktoken"; echo 'YWI= 99999999999999999999'; } > "$tmp/bigrank.tiktoken"
 "$bin" encode --vocab="$tmp/bigrank.tiktoken" "$tmp/in.txt" -o "$tmp/never" 2> "$tmp/err"
-check "rank out of range" one_line_error "$tmp/err" "DATA_LOSS: vocabulary (--vocab): $tmp/bigrank.tiktoken:257 (byte [0-9]*): rank 99999999999999999999 at byte [0-9]* is out of range (expected < 4294967296"
+check "rank out of range" one_line_error "$tmp/err" "DATA_LOSS: --vocab: $tmp/bigrank.tiktoken:257 (byte [0-9]*): rank 99999999999999999999 at byte [0-9]* is out of range (expected < 4294967296"
 # Output paths are checked before any work (train used to run its whole
 # training, then fail naming a temporary file).
 mkdir -p "$tmp/adir"

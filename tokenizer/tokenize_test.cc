@@ -2,16 +2,17 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/stdin_pipe.h"
+#include "tokenizer/bpe_trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -134,7 +135,7 @@ TEST(RunEncode, MissingVocabulary) {
   absl::Status s = RunEncode(e);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("vocabulary (--vocab): opening "));
+              HasSubstr("--vocab: opening "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("missing.tiktoken"));
   // A device names the flag too (it said only "/dev/zero: is a character
   // device ...").
@@ -145,7 +146,7 @@ TEST(RunEncode, MissingVocabulary) {
   s = RunDecode(d);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("vocabulary (--vocab): /dev/zero: is a character "
+              HasSubstr("--vocab: /dev/zero: is a character "
                         "device"));
 }
 
@@ -234,49 +235,72 @@ TEST(RunEncodeDecode, RefuseToReplaceCheckpointsAndResults) {
   EXPECT_EQ(Slurp(TmpPath("victim.ckpt")), checkpoint);
 }
 
-// A checkpoint that appears at -o while encode reads its input is not
-// replaced (break-it, session 24); as make_cache_test's case, the input a
-// pipe on standard input, the checkpoint written once encode is reading.
+// A checkpoint that appears at -o while encode, decode or train reads its
+// input is not replaced (break-it, session 24: the output was checked only
+// at the start); the input a pipe on standard input, the checkpoint
+// written once the run is reading it (RunWithFileAppearing).
 TEST(RunEncodeDecode, CheckpointThatAppearsDuringTheRunIsNotReplaced) {
   const std::string vocab = TmpPath("v5.tiktoken");
   WriteFile(vocab, VocabFile());
   std::string text;
   while (text.size() < (1u << 20)) text += "in the ";
+  // The same text's ids as decode's input: "i", "n", " the" (256).
+  std::string ids;
+  for (size_t i = 0; i < text.size() / 7; ++i) {
+    ids += std::string("i\0\0\0n\0\0\0\0\x01\0\0 \0\0\0", 16);
+  }
   const std::string checkpoint =
       std::string("COPPCKPT\x01\0\0\0\x80\0\0\0", 16) + "payload";
-  EncodeOptions e;
-  e.vocab_path = vocab;
-  e.input_path = "-";
-  e.output_path = TmpPath("appears.u32");
-  int p[2];
-  ASSERT_EQ(pipe(p), 0);
-  const int saved = dup(STDIN_FILENO);
-  dup2(p[0], STDIN_FILENO);
-  close(p[0]);
-  absl::Status s;
-  std::thread run([&] { s = RunEncode(e); });
-  auto feed = [&](absl::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = write(p[1], bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      bytes.remove_prefix(n);
-    }
+  const std::string output = TmpPath("appears.out");
+  const struct {
+    const char* name;
+    std::string input;
+    std::function<absl::Status()> run;
+  } cases[] = {
+      {"encode", text,
+       [&] {
+         EncodeOptions e;
+         e.vocab_path = vocab;
+         e.input_path = "-";
+         e.output_path = output;
+         return RunEncode(e);
+       }},
+      {"decode", ids,
+       [&] {
+         DecodeOptions d;
+         d.vocab_path = vocab;
+         d.input_path = "-";
+         d.output_path = output;
+         return RunDecode(d);
+       }},
+      {"train", text,
+       [&] {
+         TrainVocabularyOptions t;
+         t.corpus_path = "-";
+         t.output_path = output;
+         t.vocab_size = 260;
+         t.threads = 2;
+         t.progress = false;
+         return RunTrainVocabulary(t);
+       }},
   };
-  const size_t first = 256u << 10;
-  feed(absl::string_view(text).substr(0, first));  // returns once read
-  WriteFile(e.output_path, checkpoint);
-  feed(absl::string_view(text).substr(first));
-  close(p[1]);
-  run.join();
-  dup2(saved, STDIN_FILENO);
-  close(saved);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("appears.u32: exists and is a Coppelius checkpoint"));
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("it appeared while the output was being written"));
-  EXPECT_EQ(Slurp(e.output_path), checkpoint);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    unlink(output.c_str());
+    const AppearingFileRun r =
+        RunWithFileAppearing(c.run, c.input, 256u << 10, output, checkpoint);
+    EXPECT_TRUE(r.fed) << r.status;
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition)
+        << r.status;
+    EXPECT_THAT(std::string(r.status.message()),
+                HasSubstr("appears.out: exists and is a Coppelius checkpoint"));
+    EXPECT_THAT(std::string(r.status.message()),
+                HasSubstr("it appeared while the output was being written"));
+    // The refusal as it is, not under "writing ids to ...".
+    EXPECT_EQ(std::string(r.status.message()).rfind("-o ", 0), 0u)
+        << r.status;
+    EXPECT_EQ(Slurp(output), checkpoint);
+  }
 }
 
 }  // namespace

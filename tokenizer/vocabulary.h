@@ -22,10 +22,10 @@
 #define COPPELIUS_TOKENIZER_VOCABULARY_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,9 +61,8 @@ class Vocabulary {
 
   // Writes Serialize() to `path` atomically ("-" = stdout);
   // `before_replace` as WriteFileAtomically's (common/file_io.h).
-  absl::Status Save(
-      const std::string& path,
-      const std::function<absl::Status()>& before_replace = {}) const;
+  absl::Status Save(const std::string& path,
+                    const BeforeReplace& before_replace = {}) const;
 
   // N: number of mergeable tokens (ranks 0..N-1).
   uint32_t num_ranks() const { return static_cast<uint32_t>(tokens_.size()); }
