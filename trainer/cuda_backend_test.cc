@@ -639,7 +639,9 @@ TEST(CudaBackendTest, StepZeroAgreesWithForwardRecordAsResultsAreRecognised) {
         *ModelConfigByName("coppelius")}) {
     SCOPED_TRACE(config.name);
     const ResultGeometry geometry = ResultGeometryOf(config);
-    Inputs in = MakeInputs(config, 4, std::random_device{}());
+    const uint64_t seed = std::random_device{}();
+    SCOPED_TRACE(seed);
+    Inputs in = MakeInputs(config, 4, seed);
     for (int round = 0; round < 2; ++round) {
       SCOPED_TRACE(round == 0 ? "perturbed initial state"
                               : "after three updates");
