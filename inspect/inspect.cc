@@ -284,29 +284,24 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
       r.decode_skipped = "the header cannot be a source's";
     } else if (r.staleness && r.staleness->staleness != Staleness::kFresh) {
       r.decode_skipped = "the header is stale";
-    } else if (const std::optional<std::string> newer =
-                   TimelessSpools().count(path) != 0
-                       ? std::nullopt
-                       : VocabularyNewerThanCache(decode_inputs.vocab_path(),
-                                                  info.file_mtime);
-               newer && !newer->empty()) {
-      r.vocabulary_newer = *newer;
-      r.decode_skipped = "the vocabulary is newer than the cache";
     } else {
-      r.vocabulary_time_unknown = !newer;
-      if (!newer) {
-        // The vocabulary's own time is asked for even when the cache has
-        // none, to name every input that came from a stream.
-        const bool cache_timeless = TimelessSpools().count(path) != 0;
-        const bool vocabulary_timeless =
-            !VocabularyNewerThanCache(decode_inputs.vocab_path(),
-                                      info.file_mtime)
-                 .has_value();
-        r.timeless_input = cache_timeless && vocabulary_timeless
-                               ? "the cache and the vocabulary"
-                           : cache_timeless ? "the cache"
-                                            : "the vocabulary";
+      // The vocabulary's time against the cache's, unless either came from
+      // a stream (no time; nullopt from VocabularyNewerThanCache for the
+      // vocabulary's).
+      const bool cache_timeless = TimelessSpools().count(path) != 0;
+      const std::optional<std::string> newer = VocabularyNewerThanCache(
+          decode_inputs.vocab_path(), info.file_mtime);
+      if (!cache_timeless && newer && !newer->empty()) {
+        r.vocabulary_newer = *newer;
+        r.decode_skipped = "the vocabulary is newer than the cache";
+        return absl::OkStatus();
       }
+      r.vocabulary_time_unknown = cache_timeless || !newer;
+      r.timeless_input = !r.vocabulary_time_unknown ? ""
+                         : cache_timeless && !newer
+                             ? "the cache and the vocabulary"
+                         : cache_timeless ? "the cache"
+                                          : "the vocabulary";
       RETURN_IF_ERROR(decode_inputs.Load());
       decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
                      "");
@@ -1075,15 +1070,6 @@ std::vector<std::string> ResultProblems(const std::string& path,
   return problems;
 }
 
-// A loss as the text report gives it: 6 decimals (5.280339), or 6
-// significant digits where that would print dozens of digits (a diverged
-// run's 3.4e+38) or a non-finite value.
-std::string LossText(double loss) {
-  return std::isfinite(loss) && std::fabs(loss) < 1e6
-             ? absl::StrFormat("%.6f", loss)
-             : absl::StrFormat("%.6g", loss);
-}
-
 // Writes the report of `r`; `problems` are ResultProblems(o.path, r).
 void PrintResult(const InspectOptions& o, const FileDetection& d,
                  const ResultFile& r, const std::vector<std::string>& problems,
@@ -1287,15 +1273,16 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
     out << absl::StrFormat(
         "  loss: first %d-step window mean %s, last %d-step window mean "
         "%s; %d %s with a non-finite mean\n",
-        w, LossText(first_window), w, LossText(last_window), nonfinite_steps,
-        nonfinite_steps == 1 ? "step" : "steps");
+        w, LossText(first_window, 6), w, LossText(last_window, 6),
+        nonfinite_steps, nonfinite_steps == 1 ? "step" : "steps");
     out << "  per-step mean loss (smoothed over " << window << " steps):\n";
     const size_t n = means.size();
     const size_t shown = std::min<size_t>(n, 20);
     for (size_t i = 0; i < shown; ++i) {
       const size_t s = shown == 1 ? 0 : i * (n - 1) / (shown - 1);
       out << absl::StrFormat("    step %6d  loss %s  smoothed %s\n", s,
-                             LossText(means[s]), LossText(smoothed[s]));
+                             LossText(means[s], 6),
+                             LossText(smoothed[s], 6));
     }
   }
   if (!r.complete) {
@@ -1344,7 +1331,7 @@ void PrintResult(const InspectOptions& o, const FileDetection& d,
                              t.loss.last_row_losses.begin() + rows_kept);
     out << absl::StrFormat("  loss block: last step mean loss %s over %d "
                            "rows\n",
-                           LossText(Mean(last, 0, last.size())), rows_kept);
+                           LossText(Mean(last, 0, last.size()), 6), rows_kept);
     out << "    embedding gradient head (1024): "
         << StatsText(ComputeTensorStats(t.loss.embedding_gradient_head.data(),
                                         kResultLossWindowFloats))
@@ -1581,6 +1568,13 @@ std::string FormatTick(double v) {
     return absl::StrFormat("%.0f", v);
   }
   return absl::StrFormat("%.4g", v);
+}
+
+// Where a mode's one-line warnings go: its options' `warnings` stream, or
+// standard error when none is set.
+template <typename Options>
+std::ostream& WarningsOf(const Options& o) {
+  return o.warnings != nullptr ? *o.warnings : std::cerr;
 }
 
 // Whether `path` is read as a stream: "-" (stdin), or a pipe or character
@@ -2080,7 +2074,7 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
     if (!IsStream(options.path)) return InspectPath(options, report);
     return WithStreamsSpooled(
         {options.path}, true, report,
-        options.warnings ? *options.warnings : std::cerr,
+        WarningsOf(options),
         [&](const std::vector<std::string>& paths, std::ostream& spooled,
             std::ostream& warnings) {
           InspectOptions o = options;
@@ -2112,7 +2106,7 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
 
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
   ASSIGN_OR_RETURN(FileDetection d, DetectFile(o.path, o.kind, o.config));
-  std::ostream& warnings = o.warnings ? *o.warnings : std::cerr;
+  std::ostream& warnings = WarningsOf(o);
   if (!o.source.empty() && d.kind != FileKind::kCache) {
     warnings << "inspect: warning: --source is for token caches; "
              << o.path << " is a " << FileKindName(d.kind)
@@ -2169,7 +2163,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   if (!o.config.empty()) RETURN_IF_ERROR(ModelConfigByName(o.config).status());
   if (std::any_of(o.paths.begin(), o.paths.end(), IsStream)) {
     return WithStreamsSpooled(
-        o.paths, true, out, o.warnings ? *o.warnings : std::cerr,
+        o.paths, true, out, WarningsOf(o),
         [&](const std::vector<std::string>& paths, std::ostream& report,
             std::ostream& warnings) {
           VerifyOptions spooled = o;
@@ -2225,13 +2219,13 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   j.EndObject();
   if (o.json) out << j.str() << "\n";
   if (!o.source.empty() && !any_cache) {
-    (o.warnings ? *o.warnings : std::cerr)
+    WarningsOf(o)
         << "inspect: warning: --source is for token caches; no FILE is one: "
            "--source ignored"
         << std::endl;
   }
   if (!o.vocab.empty() && (o.source.empty() || !any_cache)) {
-    (o.warnings ? *o.warnings : std::cerr)
+    WarningsOf(o)
         << "inspect: warning: verify uses --vocab only for a token cache "
            "with --source (its ids decoded against the source): --vocab "
            "ignored"
@@ -2440,7 +2434,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
   RETURN_IF_ERROR(CheckSmoothing(o.smoothing_steps));
   if (std::any_of(o.results.begin(), o.results.end(), IsStream)) {
     return WithStreamsSpooled(
-        o.results, false, out, o.warnings ? *o.warnings : std::cerr,
+        o.results, false, out, WarningsOf(o),
         [&](const std::vector<std::string>& paths, std::ostream& svg_out,
             std::ostream& warnings) {
           PlotOptions spooled = o;
@@ -2495,7 +2489,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
             "incomplete"));
       }
       if (!r.complete) {
-        (o.warnings ? *o.warnings : std::cerr)
+        WarningsOf(o)
             << "inspect: warning: plot: " << path
             << " is incomplete and names no c0; drawn as continuing "
             << previous << " at context " << previous_c0 + previous_steps
@@ -2514,7 +2508,7 @@ absl::Status RunPlot(const PlotOptions& o, std::ostream& out) {
     // A run that completed with non-finite losses recorded it (train
     // exited 1): drawn, its non-finite steps as gaps, with a warning.
     if (r.complete && RecordsNonFiniteLosses(r.tail)) {
-      (o.warnings ? *o.warnings : std::cerr)
+      WarningsOf(o)
           << "inspect: warning: plot: " << path << ": the run recorded \""
           << r.tail.errors.text << "\" ("
           << r.tail.errors.nonfinite_steps
@@ -2631,7 +2625,7 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   RETURN_IF_ERROR(CheckThreads(o.threads));
   if (IsStream(o.checkpoint)) {
     return WithStreamsSpooled(
-        {o.checkpoint}, false, out, o.warnings ? *o.warnings : std::cerr,
+        {o.checkpoint}, false, out, WarningsOf(o),
         [&](const std::vector<std::string>& paths, std::ostream& bytes_out,
             std::ostream& warnings) {
           ExportOptions spooled = o;
@@ -2662,11 +2656,9 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
         ", config ", config.name, " expects ", expected, " (3 x 4 x ",
         NumParameters(config), ")"));
   }
-  // With --config, what a run of that config refuses is refused here too,
-  // after the digests, as report and verify refuse it (break-it, session
-  // 24: export checked only the payload size).
-  // Digests first, as report and verify give a corrupt file's damage
-  // before its identity.
+  // The digests, then, with --config, what a run of that config refuses:
+  // the order in which report and verify give them (break-it, session 24:
+  // export checked only the payload size).
   RETURN_IF_ERROR(reader.VerifyPayload(o.threads));
   if (d.config_source == "--config") {
     RETURN_IF_ERROR(RunRefusal(reader, config));
@@ -2676,7 +2668,7 @@ absl::Status RunExport(const ExportOptions& o, std::ostream& out) {
   // verify fail it as warnings, as train warns before running from it.
   for (const std::string& problem :
        CheckpointStateProblems(o.checkpoint, reader, config)) {
-    (o.warnings ? *o.warnings : std::cerr)
+    WarningsOf(o)
         << "inspect: warning: export: " << problem << "\n";
   }
   const CheckpointHeader& h = reader.header();

@@ -409,20 +409,27 @@ TEST_F(InspectTest, CheckpointIdentityIsCheckedOnlyAgainstANamedConfig) {
                                  field, "\n"));
 }
 
+// The test data's intact checkpoints that `train --config=tiny` refuses,
+// with the identity field each refusal names: steps.ckpt (run_steps 9) and
+// multi.ckpt (64 KiB chunks) hold tiny's five identities and payload size
+// (its run is 8 steps in 4 MiB chunks); seed.ckpt another seed.
+struct RefusedCheckpoint {
+  const char* name;
+  const char* field;
+};
+constexpr RefusedCheckpoint kRefusedByTiny[] = {
+    {"steps.ckpt", "identity field run_steps is 9, the run expects 8"},
+    {"multi.ckpt",
+     "identity field chunk_bytes is 65536, the run expects 4194304"},
+    {"seed.ckpt",
+     "identity field initialization has \"seed=20260926\", the run expects "
+     "\"seed=20260925\""},
+};
+
 TEST_F(InspectTest, NamedConfigRefusesWhatItsRunRefuses) {
-  // steps.ckpt (run_steps 9) and multi.ckpt (64 KiB chunks) are intact and
-  // hold tiny's five identities and payload size; `train --config=tiny`
-  // refuses both (its run is 8 steps in 4 MiB chunks), so inspect and verify
-  // with --config=tiny fail them, naming the field; without --config they
-  // check integrity only.
-  const struct {
-    std::string name, field;
-  } cases[] = {
-      {"steps.ckpt", "identity field run_steps is 9, the run expects 8"},
-      {"multi.ckpt",
-       "identity field chunk_bytes is 65536, the run expects 4194304"},
-  };
-  for (const auto& c : cases) {
+  // inspect and verify with --config=tiny fail each of kRefusedByTiny,
+  // naming its field; without --config they check integrity only.
+  for (const auto& c : kRefusedByTiny) {
     const std::string refusal =
         absl::StrCat(Path(c.name), ": checkpoint refused: ", c.field);
     std::string report;
@@ -1631,21 +1638,11 @@ TEST_F(InspectTest, StateNoHealthyRunWritesFailsVerify) {
 // another seed or 64 KiB chunks and wrote the file); without --config the
 // identity is not checked and the file is exported.
 TEST_F(InspectTest, ExportRefusesWhatANamedConfigsRunRefuses) {
-  const struct {
-    std::string name, field;
-  } cases[] = {
-      {"steps.ckpt", "identity field run_steps is 9, the run expects 8"},
-      {"multi.ckpt",
-       "identity field chunk_bytes is 65536, the run expects 4194304"},
-      {"seed.ckpt",
-       "identity field initialization has \"seed=20260926\", the run "
-       "expects \"seed=20260925\""},
-  };
-  for (const auto& c : cases) {
+  for (const auto& c : kRefusedByTiny) {
     SCOPED_TRACE(c.name);
     ExportOptions o;
     o.checkpoint = Path(c.name);
-    o.output = Path(c.name + ".safetensors");
+    o.output = Path(absl::StrCat(c.name, ".safetensors"));
     o.config = "tiny";
     std::ostringstream out;
     const absl::Status s = RunExport(o, out);

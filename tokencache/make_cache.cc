@@ -95,6 +95,16 @@ absl::StatusOr<std::string> StaleReason(const TokenCache& cache,
   return check.Difference();
 }
 
+// The refusal of an output that is not a token cache (`why`: what the
+// cache rules found), --force not given.
+absl::Status NotATokenCacheRefusal(const std::string& output,
+                                   absl::string_view why) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "-o %s: exists and is not a token cache (%s); refusing to replace it "
+      "(--force replaces it)",
+      output, why));
+}
+
 // The output's checks made again right before the finished cache replaces
 // it (TokenCacheWriter::Commit's before_replace; break-it, session 24: a
 // checkpoint copied to -o while make-cache ran was replaced): never a
@@ -123,12 +133,7 @@ absl::Status CheckCacheOutputAgain(const std::string& target, bool force,
                        cache->header(), cache->num_tokens(), absl::Now())
                  : std::string(cache.status().message());
   if (not_a_cache.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "-o %s: exists and is not a token cache (%s); refusing to replace it "
-      "(--force replaces it) (found there right before replacing it: it "
-      "appeared while the output was being written; nothing was written "
-      "there)",
-      target, not_a_cache));
+  return FoundBeforeReplacing(NotATokenCacheRefusal(target, not_a_cache));
 }
 
 }  // namespace
@@ -262,10 +267,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
           existing->header(), existing->num_tokens(), absl::Now());
     }
     if (!not_a_cache.empty()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "-o %s: exists and is not a token cache (%s); refusing to replace "
-          "it (--force replaces it)",
-          options.output_path, not_a_cache));
+      return NotATokenCacheRefusal(options.output_path, not_a_cache);
     }
     if (existing.ok() && !from_stdin && existing->header() == source_stat) {
       // A cache that fails the readers' rule (one that an older make-cache

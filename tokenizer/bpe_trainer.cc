@@ -423,16 +423,8 @@ absl::Status RunTrainVocabulary(const TrainVocabularyOptions& options) {
   }
   ASSIGN_OR_RETURN(Vocabulary vocabulary,
                    Vocabulary::FromTokens(std::move(result->tokens)));
-  // The output's checks made again right before the rename; that refusal
-  // returned as it is (not under "writing vocabulary ...").
-  absl::Status refused;
-  const absl::Status saved = vocabulary.Save(
-      options.output_path, [&refused](const std::string& target) {
-        refused = CheckOutputBeforeReplacing(target, true);
-        return refused;
-      });
-  if (!refused.ok()) return refused;
-  RETURN_IF_ERROR(saved);
+  RETURN_IF_ERROR(WriteOutputCheckedAgain(
+      options.output_path, vocabulary.Serialize(), "writing vocabulary "));
   if (options.progress) {
     absl::FPrintF(stderr,
                   "bpe: wrote %s: %d ranks + <|endoftext|> = %d ids; %d "

@@ -191,13 +191,29 @@ absl::Status CheckOutputBeforeReplacing(const std::string& output,
   absl::Status s = CheckNotCoppeliusFile(output);
   if (s.ok()) s = CheckNotAResultFile(output);
   if (s.ok() && token_caches_too) s = CheckNotATokenCache(output);
-  if (s.ok()) return s;
-  return absl::Status(
-      s.code(),
-      absl::StrCat(s.message(),
+  return s.ok() ? s : FoundBeforeReplacing(s);
+}
+
+absl::Status FoundBeforeReplacing(const absl::Status& refusal) {
+  return WithMessage(
+      refusal,
+      absl::StrCat(refusal.message(),
                    " (found there right before replacing it: it appeared "
                    "while the output was being written; nothing was written "
                    "there)"));
+}
+
+absl::Status WriteOutputCheckedAgain(const std::string& output,
+                                     absl::string_view bytes,
+                                     absl::string_view what) {
+  absl::Status refused;
+  const absl::Status written = WriteFileAtomically(
+      output, bytes, [&refused](const std::string& target) {
+        refused = CheckOutputBeforeReplacing(target, true);
+        return refused;
+      });
+  if (!refused.ok()) return refused;
+  return Annotate(written, absl::StrCat(what, output));
 }
 
 }  // namespace coppelius

@@ -117,6 +117,21 @@ absl::Status CheckNotATokenCache(const std::string& output);
 absl::Status CheckOutputBeforeReplacing(const std::string& output,
                                         bool token_caches_too);
 
+// `refusal` (not OK) with the ending CheckOutputBeforeReplacing gives its
+// messages ("... (found there right before replacing it: ...)"): for
+// callers whose own rules, made again before a rename, refuse a file that
+// appeared meanwhile (make-cache's rule for files that are not caches).
+absl::Status FoundBeforeReplacing(const absl::Status& refusal);
+
+// Writes `bytes` to `output` atomically (WriteFileAtomically) with
+// CheckOutputBeforeReplacing(target, true) run right before the rename:
+// its refusal returned as it is; other errors annotated "`what`OUTPUT"
+// ("writing ids to out.u32: ..."). The publication of `tokenize`'s
+// outputs (encode, decode, train).
+absl::Status WriteOutputCheckedAgain(const std::string& output,
+                                     absl::string_view bytes,
+                                     absl::string_view what);
+
 // The id count N when a file of `size` bytes whose first bytes are `head`
 // (at least 16) is shaped like a token cache (size 16 + 4 N) and its header
 // could be a source's (CacheHeaderProblem with `max_token_bytes`); nullopt

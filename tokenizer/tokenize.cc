@@ -131,21 +131,6 @@ absl::StatusOr<Vocabulary> LoadVocabulary(const std::string& path) {
   return vocabulary;
 }
 
-// Publishes `bytes` at `output` (WriteFileAtomically), its output checks
-// made again right before the rename (CheckOutputBeforeReplacing): that
-// refusal returned as it is, other errors annotated "`what`OUTPUT".
-absl::Status WriteOutput(const std::string& output, absl::string_view bytes,
-                         absl::string_view what) {
-  absl::Status refused;
-  const absl::Status s = WriteFileAtomically(
-      output, bytes, [&refused](const std::string& target) {
-        refused = CheckOutputBeforeReplacing(target, true);
-        return refused;
-      });
-  if (!refused.ok()) return refused;
-  return Annotate(s, absl::StrCat(what, output));
-}
-
 }  // namespace
 
 absl::Status RunEncode(const EncodeOptions& options) {
@@ -184,7 +169,7 @@ absl::Status RunEncode(const EncodeOptions& options) {
     formatted = FormatIds(ids, options.format);
     out = formatted;
   }
-  return WriteOutput(options.output_path, out, "writing ids to ");
+  return WriteOutputCheckedAgain(options.output_path, out, "writing ids to ");
 }
 
 absl::Status RunDecode(const DecodeOptions& options) {
@@ -240,7 +225,8 @@ absl::Status RunDecode(const DecodeOptions& options) {
     }
   }
   RETURN_IF_ERROR(Annotate(decoded, options.input_path));
-  return WriteOutput(options.output_path, bytes, "writing bytes to ");
+  return WriteOutputCheckedAgain(options.output_path, bytes,
+                                 "writing bytes to ");
 }
 
 }  // namespace coppelius

@@ -308,9 +308,8 @@ std::string Vocabulary::Serialize() const {
   return out;
 }
 
-absl::Status Vocabulary::Save(const std::string& path,
-                              const BeforeReplace& before_replace) const {
-  return Annotate(WriteFileAtomically(path, Serialize(), before_replace),
+absl::Status Vocabulary::Save(const std::string& path) const {
+  return Annotate(WriteFileAtomically(path, Serialize()),
                   absl::StrCat("writing vocabulary ", path));
 }
 

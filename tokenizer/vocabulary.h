@@ -25,7 +25,6 @@
 #include <string>
 #include <vector>
 
-#include "common/file_io.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,10 +58,8 @@ class Vocabulary {
   // The rank file text (byte-identical to tiktoken's dump_tiktoken_bpe).
   std::string Serialize() const;
 
-  // Writes Serialize() to `path` atomically ("-" = stdout);
-  // `before_replace` as WriteFileAtomically's (common/file_io.h).
-  absl::Status Save(const std::string& path,
-                    const BeforeReplace& before_replace = {}) const;
+  // Writes Serialize() to `path` atomically ("-" = stdout).
+  absl::Status Save(const std::string& path) const;
 
   // N: number of mergeable tokens (ranks 0..N-1).
   uint32_t num_ranks() const { return static_cast<uint32_t>(tokens_.size()); }

@@ -923,6 +923,12 @@ std::vector<double> StepMeanLosses(const ResultFile& result) {
   return means;
 }
 
+std::string LossText(double loss, int digits) {
+  return std::isfinite(loss) && std::fabs(loss) < 1e6
+             ? absl::StrFormat("%.*f", digits, loss)
+             : absl::StrFormat("%.*g", digits, loss);
+}
+
 bool ReadsAsLosses(absl::string_view window) {
   for (size_t at = 0; at + 4 <= window.size(); at += 4) {
     float value;

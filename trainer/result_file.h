@@ -377,6 +377,12 @@ absl::StatusOr<bool> FirstWindowReadsAsStepZero(const std::string& path,
 // Step s's mean loss over its T rows (a file's per-step curve).
 std::vector<double> StepMeanLosses(const ResultFile& result);
 
+// A loss as text for people: `digits` decimals ("5.2803"), or `digits`
+// significant digits where decimals would print dozens of digits (a
+// diverged run's "3e+38", from 1e6 on) or the value is not finite ("nan").
+// train's progress line (4) and inspect's result report (6).
+std::string LossText(double loss, int digits);
+
 }  // namespace coppelius
 
 #endif  // COPPELIUS_TRAINER_RESULT_FILE_H_

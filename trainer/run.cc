@@ -529,15 +529,10 @@ class ProgressLine {
     double elapsed = (now - start_) * 1e-9;
     double tokens_per_s = elapsed > 0 ? done * static_cast<double>(T_) / elapsed : 0;
     double eta = done > 0 ? elapsed / done * (steps_ - done) : 0;
-    // 4 decimals, or 4 significant digits for a loss that would print
-    // dozens of digits (a diverged run's 3e+38) or is not finite.
-    const double loss = window_sum_ / window_n_;
-    const std::string loss_text = std::isfinite(loss) && std::fabs(loss) < 1e6
-                                      ? absl::StrFormat("%.4f", loss)
-                                      : absl::StrFormat("%.4g", loss);
     out_ << absl::StrFormat(
                 "train: step %d/%d  loss %s  %.0f tok/s  %.2f ms/step  ETA %.0fs",
-                done, steps_, loss_text, tokens_per_s,
+                done, steps_, LossText(window_sum_ / window_n_, 4),
+                tokens_per_s,
                 done > 0 ? elapsed * 1e3 / done : 0.0, eta)
          << std::endl;
     window_sum_ = 0;
