@@ -79,8 +79,10 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; t
     note "memcheck $(basename "$bin")" "$([ $rc -eq 0 ] && echo clean || echo "rc=$rc")"
   done
   # The attention kernels with several warpgroups per CTA (named barriers,
-  # shared memory handed from warpgroup to warpgroup): synccheck and
-  # racecheck (~45 s together on the H200).
+  # shared memory handed from warpgroup to warpgroup), and beside them the
+  # one-warpgroup dq and dk/dv kernels with their pipelined loops (slots
+  # refilled after one wait a tile): synccheck and racecheck (~45 s
+  # together on the H200).
   bin=stage/tests/trainer_kernels__kernels_test
   if [ -x "$bin" ]; then
     for tool in synccheck racecheck; do

@@ -1608,6 +1608,8 @@ AttentionSplits CudaAttentionSplits(const CudaStepTuning& tuning) {
   s.forward_warpgroups = tuning.attention_forward_warpgroups;
   s.query_warpgroups = tuning.attention_query_warpgroups;
   s.keys_warpgroups = tuning.attention_keys_warpgroups;
+  s.pipelined_backward = tuning.attention_pipelined_backward;
+  s.pipelined_forward = tuning.attention_pipelined_forward;
   return s;
 }
 

@@ -74,6 +74,7 @@ using kernels::PrefetchTensorMap;
 using kernels::SharedAddress;
 using kernels::TmaLoad;
 using kernels::Wgmma;
+using kernels::WgmmaFirst64;
 using kernels::WgmmaCommit;
 using kernels::WgmmaFence;
 using kernels::WgmmaRegA;
@@ -282,10 +283,12 @@ __device__ __forceinline__ void IssueRowProducts(const RowOperand<kHS>& a,
   const uint32_t a_base = SharedAddress(a.tile);
   const uint32_t b_base = SharedAddress(b) + n0 * 8 * kHS * 2;
   float(&d)[kN * 4] = reinterpret_cast<float(&)[kN * 4]>(s);
+  static_assert(kN == 8, "64 × 64 tiles");
+  WgmmaFirst64(d, Descriptor(a_base), Descriptor(b_base));
 #pragma unroll
-  for (int ks = 0; ks < kHS / 16; ++ks) {
+  for (int ks = 1; ks < kHS / 16; ++ks) {
     Wgmma<kN * 8, 0>(d, Descriptor(a_base + 32 * ks),
-                     Descriptor(b_base + 32 * ks), ks > 0);
+                     Descriptor(b_base + 32 * ks), 1);
   }
 }
 
@@ -427,6 +430,8 @@ struct Params {
   int warpgroups;  // per CTA of the forward's TMA kernel (1, 2 or 4)
   int query_warpgroups;  // per CTA of the dq TMA kernel (1, 2 or 4)
   int keys_warpgroups;  // per CTA of the dk/dv TMA kernel (1 or 2)
+  bool pipelined;  // AttentionSplits::pipelined_backward
+  bool pipelined_forward;  // AttentionSplits::pipelined_forward
   float scale;   // 1/sqrt(HS)
   float scale2;  // scale · log2(e): scores in base-2 exponent units
   // Scratch (AttentionScratchBytes): counters [3][NH][num_tiles] (zero
@@ -601,19 +606,16 @@ __device__ __forceinline__ void ForEachKeyTile(const bf16* k, const bf16* v,
   }
 }
 
-// The forward's step over one key tile, staged in s_k and s_v (j0 its
-// first key; `diagonal`: the query tile's own, masked above the diagonal):
-// FlashAttention-2's online softmax (Algorithm 1) on the raw scores, the
-// rows' running maximum m and sum l, o rescaled and P̃·v added.
+// ForwardTile's online softmax over the scores s of one key tile: the
+// running maxima, sums and o rescaled, P̃ packed as bf16 A fragments pa.
 template <int kHS>
-__device__ __forceinline__ void ForwardTile(const RowOperand<kHS>& qa,
-                                            const bf16* s_k, const bf16* s_v,
-                                            bool diagonal, int j0, int t0,
-                                            float scale2, float& m0,
-                                            float& m1, float& l0, float& l1,
-                                            float (&o)[kHS / 8][4]) {
-  float s[8][4];
-  RowProducts<kHS, 8>(qa, s_k, 0, s);
+__device__ __forceinline__ void ForwardSoftmax(float (&s)[8][4],
+                                               bool diagonal, int j0, int t0,
+                                               float scale2, float& m0,
+                                               float& m1, float& l0,
+                                               float& l1,
+                                               float (&o)[kHS / 8][4],
+                                               uint32_t (&pa)[4][4]) {
   if (diagonal) MaskAbove(s, j0, t0, -INFINITY);
   float x0 = m0, x1 = m1;
 #pragma unroll
@@ -647,8 +649,24 @@ __device__ __forceinline__ void ForwardTile(const RowOperand<kHS>& qa,
     o[dn][2] *= a1;
     o[dn][3] *= a1;
   }
-  uint32_t pa[4][4];
   PackA<8>(s, pa);
+}
+
+// The forward's step over one key tile, staged in s_k and s_v (j0 its
+// first key; `diagonal`: the query tile's own, masked above the diagonal):
+// FlashAttention-2's online softmax (Algorithm 1) on the raw scores, the
+// rows' running maximum m and sum l, o rescaled and P̃·v added.
+template <int kHS>
+__device__ __forceinline__ void ForwardTile(const RowOperand<kHS>& qa,
+                                            const bf16* s_k, const bf16* s_v,
+                                            bool diagonal, int j0, int t0,
+                                            float scale2, float& m0,
+                                            float& m1, float& l0, float& l1,
+                                            float (&o)[kHS / 8][4]) {
+  float s[8][4];
+  RowProducts<kHS, 8>(qa, s_k, 0, s);
+  uint32_t pa[4][4];
+  ForwardSoftmax<kHS>(s, diagonal, j0, t0, scale2, m0, m1, l0, l1, o, pa);
   AccumulateT<kHS, 4>(pa, s_v, 0, o);
 }
 
@@ -1056,6 +1074,19 @@ __device__ __forceinline__ void TmaPrologue(const TmaTiles<kOwn, kStages>& t,
   __syncthreads();
 }
 
+// Thread-level: slot `slot`'s pair refilled with rows row0.. of first and
+// second (its barrier armed for both tiles' bytes).
+template <int kOwn, int kStages>
+__device__ __forceinline__ void RefillSlot(const TmaTiles<kOwn, kStages>& t,
+                                           int slot, TmaSource first,
+                                           TmaSource second, int row0) {
+  BarrierArriveExpectBytes(t.Bar(1 + slot), 2 * kTmaTileBytes);
+  TmaLoad(SharedAddress(t.First(slot)), first.map, first.col, row0,
+          t.Bar(1 + slot));
+  TmaLoad(SharedAddress(t.Second(slot)), second.map, second.col, row0,
+          t.Bar(1 + slot));
+}
+
 // The loop over tiles tile0 .. tile0 + n − 1: body(i, first, second) on
 // each pair as it arrives (slot i % kStages, phase i / kStages).
 template <int kOwn, int kStages, typename Body>
@@ -1069,15 +1100,55 @@ __device__ __forceinline__ void ForEachTmaPair(
     if (i + kStages < n) {
       __syncthreads();
       if (threadIdx.x == 0) {
-        const int row0 = (tile0 + i + kStages) * kTile;
-        BarrierArriveExpectBytes(t.Bar(1 + slot), 2 * kTmaTileBytes);
-        TmaLoad(SharedAddress(t.First(slot)), first.map, first.col, row0,
-                t.Bar(1 + slot));
-        TmaLoad(SharedAddress(t.Second(slot)), second.map, second.col, row0,
-                t.Bar(1 + slot));
+        RefillSlot(t, slot, first, second, (tile0 + i + kStages) * kTile);
       }
     }
   }
+}
+
+// ForEachTmaPair with the row products of tile i + 1 issued right behind
+// tile i's accumulation, in one wgmma group, so that the warpgroup waits
+// for its products once a tile instead of twice. issue(i, first, second)
+// issues tile i's row products (no fence or commit); consume(i, first,
+// second) runs once they have completed: it pins and reads their
+// accumulators, computes, fences and issues the accumulation (no commit).
+// Every group is waited for within its step, so no product is in flight
+// across the loop's back edge, and the last step is peeled off so that
+// every step of the loop issues the next row products: a branch around
+// them, or accumulators live across the back edge, make ptxas define
+// accumulator registers with ordinary moves inside the group, and then it
+// serializes the products (C7515). Slot i % kStages is refilled with tile
+// i + kStages once step i's group has completed. The same products in the
+// same order as ForEachTmaPair's callers: the same bits. One warpgroup per
+// CTA.
+template <int kOwn, int kStages, typename Issue, typename Consume>
+__device__ __forceinline__ void ForEachTmaPairPipelined(
+    const TmaTiles<kOwn, kStages>& t, TmaSource first, TmaSource second,
+    int tile0, int n, Issue&& issue, Consume&& consume) {
+  BarrierWait(t.Bar(1), 0);
+  WgmmaFence();
+  issue(0, t.First(0), t.Second(0));
+  WgmmaCommit();
+  WgmmaWait<0>();
+  for (int i = 0; i + 1 < n; ++i) {
+    const int slot = i % kStages, next = (i + 1) % kStages;
+    consume(i, t.First(slot), t.Second(slot));
+    BarrierWait(t.Bar(1 + next), ((i + 1) / kStages) & 1);
+    WgmmaFence();  // after the wait's loop (else ptxas injects it, C7519)
+    issue(i + 1, t.First(next), t.Second(next));
+    WgmmaCommit();
+    WgmmaWait<0>();
+    if (i + kStages < n) {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        RefillSlot(t, slot, first, second, (tile0 + i + kStages) * kTile);
+      }
+    }
+  }
+  const int last = (n - 1) % kStages;
+  consume(n - 1, t.First(last), t.Second(last));
+  WgmmaCommit();
+  WgmmaWait<0>();
 }
 
 // Several warpgroups per CTA (the *GroupsKernel kernels): warpgroup w of
@@ -1109,6 +1180,17 @@ __device__ __forceinline__ void WarpgroupBarrier() {
   asm volatile("bar.sync %0, %1;" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
+// Warpgroup wg's named refill barrier (constant ids).
+template <int kGroups>
+__device__ __forceinline__ void GroupRefillBarrier(int wg) {
+  switch (wg) {
+    case 0: WarpgroupBarrier<kGroupRefillBarrier>(); break;
+    case 1: WarpgroupBarrier<kGroupRefillBarrier + 1>(); break;
+    case 2: WarpgroupBarrier<kGroupRefillBarrier + 2>(); break;
+    default: WarpgroupBarrier<kGroupRefillBarrier + 3>(); break;
+  }
+}
+
 // The loop of warpgroup wg (thread lt of it) of kGroups over its tiles of
 // the chunk's n (tile0 its first): body(i, first, second) on tile i's pair
 // as it arrives (slot i % kStages, phase i / kStages); then, when tile
@@ -1126,21 +1208,49 @@ __device__ __forceinline__ void ForEachGroupTile(
     BarrierWait(t.Bar(1 + slot), (i / kStages) & 1);
     body(i, t.First(slot), t.Second(slot));
     if (i + kStages >= n) continue;
-    switch (wg) {  // named barriers with constant ids
-      case 0: WarpgroupBarrier<kGroupRefillBarrier>(); break;
-      case 1: WarpgroupBarrier<kGroupRefillBarrier + 1>(); break;
-      case 2: WarpgroupBarrier<kGroupRefillBarrier + 2>(); break;
-      default: WarpgroupBarrier<kGroupRefillBarrier + 3>(); break;
-    }
+    GroupRefillBarrier<kGroups>(wg);
     if (lt == 0) {
-      const int row0 = (tile0 + i + kStages) * kTile;
-      BarrierArriveExpectBytes(t.Bar(1 + slot), 2 * kTmaTileBytes);
-      TmaLoad(SharedAddress(t.First(slot)), first.map, first.col, row0,
-              t.Bar(1 + slot));
-      TmaLoad(SharedAddress(t.Second(slot)), second.map, second.col, row0,
-              t.Bar(1 + slot));
+      RefillSlot(t, slot, first, second, (tile0 + i + kStages) * kTile);
     }
   }
+}
+
+// ForEachGroupTile in ForEachTmaPairPipelined's form: warpgroup wg's tiles
+// wg, wg + kGroups, …, tile i + kGroups's row products issued right behind
+// tile i's accumulation (issue and consume as there; nothing when the
+// warpgroup has no tile).
+template <int kGroups, int kOwn, int kStages, typename Issue,
+          typename Consume>
+__device__ __forceinline__ void ForEachGroupTilePipelined(
+    const TmaTiles<kOwn, kStages>& t, TmaSource first, TmaSource second,
+    int tile0, int n, int wg, int lt, Issue&& issue, Consume&& consume) {
+  static_assert(kStages % kGroups == 0, "a slot serves one warpgroup");
+  static_assert(kGroups <= 4, "refill barriers for 4 warpgroups");
+  if (wg >= n) return;
+  BarrierWait(t.Bar(1 + wg % kStages), (wg / kStages) & 1);
+  WgmmaFence();
+  issue(wg, t.First(wg % kStages), t.Second(wg % kStages));
+  WgmmaCommit();
+  WgmmaWait<0>();
+  int i = wg;
+  for (; i + kGroups < n; i += kGroups) {
+    const int slot = i % kStages, next = (i + kGroups) % kStages;
+    consume(i, t.First(slot), t.Second(slot));
+    BarrierWait(t.Bar(1 + next), ((i + kGroups) / kStages) & 1);
+    WgmmaFence();
+    issue(i + kGroups, t.First(next), t.Second(next));
+    WgmmaCommit();
+    WgmmaWait<0>();
+    if (i + kStages < n) {
+      GroupRefillBarrier<kGroups>(wg);
+      if (lt == 0) {
+        RefillSlot(t, slot, first, second, (tile0 + i + kStages) * kTile);
+      }
+    }
+  }
+  consume(i, t.First(i % kStages), t.Second(i % kStages));
+  WgmmaCommit();
+  WgmmaWait<0>();
 }
 
 // The merge barrier of a CTA of kAll threads: warpgroups 1.. arrive (their
@@ -1239,7 +1349,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kGroups>
 using ForwardGroups = GroupTiles<kGroups, 1, kGroups == 2 ? 6 : 8>;
 
-template <int kGroups>
+template <int kGroups, bool kPipelined>
 __global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta, 1)
     ForwardTmaGroupsKernel(const __grid_constant__ CUtensorMap qkv_map,
                            const Params p) {
@@ -1265,13 +1375,32 @@ __global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta, 1)
   qa.Load(t.Own(0), (lt >> 5) * 16);
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   float o[kHS / 8][4] = {};
-  ForEachGroupTile<kGroups>(
-      t, ks, vs, kt0, n, wg, lt,
-      [&](int i, const bf16* s_k, const bf16* s_v) {
-        const int kt = kt0 + i;
-        ForwardTile<kHS>(qa, s_k, s_v, kt == qt, kt * kTile, t0, p.scale2, m0,
-                         m1, l0, l1, o);
-      });
+  if constexpr (kPipelined) {
+    float s[8][4];
+    uint32_t pa[4][4];
+    ForEachGroupTilePipelined<kGroups>(
+        t, ks, vs, kt0, n, wg, lt,
+        [&](int, const bf16* s_k, const bf16*) {
+          IssueRowProducts<kHS, 8>(qa, s_k, 0, s);
+        },
+        [&](int i, const bf16*, const bf16* s_v) {
+          PinFragments(s);
+          const int kt = kt0 + i;
+          ForwardSoftmax<kHS>(s, kt == qt, kt * kTile, t0, p.scale2, m0, m1,
+                              l0, l1, o, pa);
+          WgmmaFence();
+          IssueAccumulateT<kHS, 4>(pa, s_v, 0, o);
+        });
+    PinFragments(o);
+  } else {
+    ForEachGroupTile<kGroups>(
+        t, ks, vs, kt0, n, wg, lt,
+        [&](int i, const bf16* s_k, const bf16* s_v) {
+          const int kt = kt0 + i;
+          ForwardTile<kHS>(qa, s_k, s_v, kt == qt, kt * kTile, t0, p.scale2,
+                           m0, m1, l0, l1, o);
+        });
+  }
   // Value v of warpgroup w's thread lt: word (v % 16)·128 + lt of its
   // (v / 16)-th tile (16 values × 128 threads × 4 bytes = one 8 KB tile).
   static_assert(kValues <= 48, "three tiles per warpgroup");
@@ -1366,17 +1495,13 @@ __device__ __forceinline__ float RowDelta(const Params& p, int h, int t) {
   return t < p.T ? p.delta[h * p.T + t] : 0.0f;
 }
 
-// The dq kernel's step over key tile kt (k and v staged in s_k, s_v):
-// dS = P ⊙ (dP − D) (rows' D in d0, d1), dq += bf16(dS) · k.
+// dS = P ⊙ (dP − D) (rows' D in d0, d1; times the scale unless
+// ScaleInEpilogue), overwriting s, as bf16 A fragments dsa.
 template <int kHS>
-__device__ __forceinline__ void QueryTileStep(const QuerySide<kHS>& qs,
-                                              const bf16* s_k,
-                                              const bf16* s_v, int kt,
-                                              float d0, float d1,
-                                              const Params& p,
-                                              float (&dq)[kHS / 8][4]) {
-  float s[8][4], dp[8][4];
-  qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+__device__ __forceinline__ void DsFromProbs(float (&s)[8][4],
+                                            const float (&dp)[8][4], float d0,
+                                            float d1, const Params& p,
+                                            uint32_t (&dsa)[4][4]) {
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
     s[n][0] *= dp[n][0] - d0;
@@ -1388,8 +1513,22 @@ __device__ __forceinline__ void QueryTileStep(const QuerySide<kHS>& qs,
       for (int e = 0; e < 4; ++e) s[n][e] *= p.scale;
     }
   }
-  uint32_t dsa[4][4];
   PackA<8>(s, dsa);
+}
+
+// The dq kernel's step over key tile kt (k and v staged in s_k, s_v):
+// dS = P ⊙ (dP − D) (rows' D in d0, d1), dq += bf16(dS) · k.
+template <int kHS>
+__device__ __forceinline__ void QueryTileStep(const QuerySide<kHS>& qs,
+                                              const bf16* s_k,
+                                              const bf16* s_v, int kt,
+                                              float d0, float d1,
+                                              const Params& p,
+                                              float (&dq)[kHS / 8][4]) {
+  float s[8][4], dp[8][4];
+  qs.Probs(s_k, s_v, p.scale2, kt, s, dp);
+  uint32_t dsa[4][4];
+  DsFromProbs<kHS>(s, dp, d0, d1, p, dsa);
   AccumulateT<kHS, 4>(dsa, s_k, 0, dq);
 }
 
@@ -1451,6 +1590,50 @@ __global__ void __launch_bounds__(kThreads, UseWgmma<kHS>() ? 3 : 1)
   QueryFinish<kHS>(p, h, chunk, qs, dq);
 }
 
+// The dk/dv step's elementwise part for the kN n-tiles of part `half` of
+// query tile qt: st (Sᵀ) ← P, dpt (dPᵀ) ← dS = P ⊙ (dP − D) (times the
+// scale unless ScaleInEpilogue), packed into bf16 A fragments pa, dsa.
+// Columns (queries) beyond T have lse2 = +∞, so P = 0 there.
+template <int kHS, int kN>
+__device__ __forceinline__ void KeyProbsAndDs(
+    float (&st)[kN][4], float (&dpt)[kN][4], const float* s_lse,
+    const float* s_d, int half, int qt, int kt, int j0, int j1,
+    const Params& p, uint32_t (&pa)[kN / 2][4], uint32_t (&dsa)[kN / 2][4]) {
+  const int c = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    const int il = (half * kN + n) * 8 + c * 2;
+    const float2 lse = *reinterpret_cast<const float2*>(s_lse + il);
+    const float2 d = *reinterpret_cast<const float2*>(s_d + il);
+    float pr[4];
+    pr[0] = Exp2(fmaf(st[n][0], p.scale2, -lse.x));
+    pr[1] = Exp2(fmaf(st[n][1], p.scale2, -lse.y));
+    pr[2] = Exp2(fmaf(st[n][2], p.scale2, -lse.x));
+    pr[3] = Exp2(fmaf(st[n][3], p.scale2, -lse.y));
+    if (qt == kt) {  // diagonal tile: keys after the query → 0
+      const int i = qt * kTile + il;
+      if (j0 > i) pr[0] = 0.0f;
+      if (j0 > i + 1) pr[1] = 0.0f;
+      if (j1 > i) pr[2] = 0.0f;
+      if (j1 > i + 1) pr[3] = 0.0f;
+    }
+    st[n][0] = pr[0];
+    st[n][1] = pr[1];
+    st[n][2] = pr[2];
+    st[n][3] = pr[3];
+    dpt[n][0] = pr[0] * (dpt[n][0] - d.x);
+    dpt[n][1] = pr[1] * (dpt[n][1] - d.y);
+    dpt[n][2] = pr[2] * (dpt[n][2] - d.x);
+    dpt[n][3] = pr[3] * (dpt[n][3] - d.y);
+    if constexpr (!ScaleInEpilogue<kHS>()) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[n][e] *= p.scale;
+    }
+  }
+  PackA<kN>(st, pa);
+  PackA<kN>(dpt, dsa);
+}
+
 // The dk/dv kernel's step over query tile qt (q and dy staged in s_q,
 // s_o; the rows' lse2 and D in s_lse, s_d): P and dS of the key rows j0,
 // j1 of this thread against the tile's queries, dv += bf16(P)ᵀ · dy,
@@ -1461,7 +1644,6 @@ __device__ __forceinline__ void KeyTileStep(
     const bf16* s_o, const float* s_lse, const float* s_d, int qt, int kt,
     int j0, int j1, const Params& p, float (&dk)[kHS / 8][4],
     float (&dv)[kHS / 8][4]) {
-  const int c = threadIdx.x & 3;
   // The query tile in kHalves parts of kN n-tiles: mma.sync in two
   // halves (registers), wgmma whole (64 × 64 products; the same k order).
   constexpr int kHalves = UseWgmma<kHS>() ? 1 : 2;
@@ -1480,40 +1662,9 @@ __device__ __forceinline__ void KeyTileStep(
       RowProducts<kHS, kN>(ka, s_q, half * kN, st);
       RowProducts<kHS, kN>(va, s_o, half * kN, dpt);
     }
-    // Columns (queries) beyond T have lse2 = +∞, so P = 0 there.
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-      const int il = (half * kN + n) * 8 + c * 2;
-      const float2 lse = *reinterpret_cast<const float2*>(s_lse + il);
-      const float2 d = *reinterpret_cast<const float2*>(s_d + il);
-      float pr[4];
-      pr[0] = Exp2(fmaf(st[n][0], p.scale2, -lse.x));
-      pr[1] = Exp2(fmaf(st[n][1], p.scale2, -lse.y));
-      pr[2] = Exp2(fmaf(st[n][2], p.scale2, -lse.x));
-      pr[3] = Exp2(fmaf(st[n][3], p.scale2, -lse.y));
-      if (qt == kt) {  // diagonal tile: keys after the query → 0
-        const int i = qt * kTile + il;
-        if (j0 > i) pr[0] = 0.0f;
-        if (j0 > i + 1) pr[1] = 0.0f;
-        if (j1 > i) pr[2] = 0.0f;
-        if (j1 > i + 1) pr[3] = 0.0f;
-      }
-      st[n][0] = pr[0];
-      st[n][1] = pr[1];
-      st[n][2] = pr[2];
-      st[n][3] = pr[3];
-      dpt[n][0] = pr[0] * (dpt[n][0] - d.x);
-      dpt[n][1] = pr[1] * (dpt[n][1] - d.y);
-      dpt[n][2] = pr[2] * (dpt[n][2] - d.x);
-      dpt[n][3] = pr[3] * (dpt[n][3] - d.y);
-      if constexpr (!ScaleInEpilogue<kHS>()) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dpt[n][e] *= p.scale;
-      }
-    }
     uint32_t pa[kN / 2][4], dsa[kN / 2][4];
-    PackA<kN>(st, pa);
-    PackA<kN>(dpt, dsa);
+    KeyProbsAndDs<kHS, kN>(st, dpt, s_lse, s_d, half, qt, kt, j0, j1, p, pa,
+                           dsa);
     if constexpr (UseWgmma<kHS>()) {  // both products in one batch
       WgmmaFence();
       IssueAccumulateT<kHS, kN / 2>(pa, s_o, half * kN * 8, dv);
@@ -1642,7 +1793,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The dq kernel (BackwardQueryKernel's work) on the TMA: own tiles q, dy;
-// pairs k, v.
+// pairs k, v. kPipelined: ForEachTmaPairPipelined (the same bits).
+template <bool kPipelined>
 __global__ void __launch_bounds__(kThreads, 3)
     BackwardQueryTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
                            const __grid_constant__ CUtensorMap dy_map,
@@ -1665,10 +1817,32 @@ __global__ void __launch_bounds__(kThreads, 3)
   qs.qa.Load(t.Own(0), (threadIdx.x >> 5) * 16);
   qs.da.Load(t.Own(1), (threadIdx.x >> 5) * 16);
   float dq[kHS / 8][4] = {};
-  ForEachTmaPair(t, ks, vs, kt0, kt1 - kt0 + 1,
-                 [&](int i, const bf16* s_k, const bf16* s_v) {
-                   QueryTileStep<kHS>(qs, s_k, s_v, kt0 + i, d0, d1, p, dq);
-                 });
+  if constexpr (kPipelined) {
+    float s[8][4], dp[8][4];
+    uint32_t dsa[4][4];
+    ForEachTmaPairPipelined(
+        t, ks, vs, kt0, kt1 - kt0 + 1,
+        [&](int, const bf16* s_k, const bf16* s_v) {
+          IssueRowProducts<kHS, 8>(qs.qa, s_k, 0, s);
+          IssueRowProducts<kHS, 8>(qs.da, s_v, 0, dp);
+        },
+        [&](int i, const bf16* s_k, const bf16*) {
+          PinFragments(s);
+          PinFragments(dp);
+          const int kt = kt0 + i;
+          Probabilities(s, p.scale2, qs.lse0, qs.lse1, kt == qs.qt,
+                        kt * kTile, qs.t0);
+          DsFromProbs<kHS>(s, dp, d0, d1, p, dsa);
+          WgmmaFence();
+          IssueAccumulateT<kHS, 4>(dsa, s_k, 0, dq);
+        });
+    PinFragments(dq);
+  } else {
+    ForEachTmaPair(t, ks, vs, kt0, kt1 - kt0 + 1,
+                   [&](int i, const bf16* s_k, const bf16* s_v) {
+                     QueryTileStep<kHS>(qs, s_k, s_v, kt0 + i, d0, d1, p, dq);
+                   });
+  }
   QueryFinish<kHS>(p, h, chunk, qs, dq);
 }
 
@@ -1772,8 +1946,9 @@ __device__ __forceinline__ void KeyRowStats(const Params& p, int h, int qt0,
 // pairs q, dy; the lse2 and D of every query row of the chunk loaded into
 // shared memory by the threads while the first tiles arrive.
 // kMaxTiles: the most query tiles of a chunk (the split), which the rows'
-// lse2 and D in shared memory are sized for.
-template <int kMaxTiles>
+// lse2 and D in shared memory are sized for. kPipelined:
+// ForEachTmaPairPipelined (the same bits).
+template <int kMaxTiles, bool kPipelined>
 __global__ void __launch_bounds__(kThreads)
     BackwardKeyTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
                          const __grid_constant__ CUtensorMap dy_map,
@@ -1800,12 +1975,34 @@ __global__ void __launch_bounds__(kThreads)
   ka.Load(t.Own(0), r0);
   va.Load(t.Own(1), r0);
   float dk[kHS / 8][4] = {}, dv[kHS / 8][4] = {};
-  ForEachTmaPair(t, qs, ds, qt0, n,
-                 [&](int i, const bf16* s_q, const bf16* s_o) {
-                   KeyTileStep<kHS>(ka, va, s_q, s_o, s_lse + i * kTile,
-                                    s_d + i * kTile, qt0 + i, kt, j0, j1, p,
-                                    dk, dv);
-                 });
+  if constexpr (kPipelined) {
+    float st[8][4], dpt[8][4];
+    uint32_t pa[4][4], dsa[4][4];
+    ForEachTmaPairPipelined(
+        t, qs, ds, qt0, n,
+        [&](int, const bf16* s_q, const bf16* s_o) {
+          IssueRowProducts<kHS, 8>(ka, s_q, 0, st);
+          IssueRowProducts<kHS, 8>(va, s_o, 0, dpt);
+        },
+        [&](int i, const bf16* s_q, const bf16* s_o) {
+          PinFragments(st);
+          PinFragments(dpt);
+          KeyProbsAndDs<kHS, 8>(st, dpt, s_lse + i * kTile, s_d + i * kTile,
+                                0, qt0 + i, kt, j0, j1, p, pa, dsa);
+          WgmmaFence();
+          IssueAccumulateT<kHS, 4>(pa, s_o, 0, dv);
+          IssueAccumulateT<kHS, 4>(dsa, s_q, 0, dk);
+        });
+    PinFragments(dv);
+    PinFragments(dk);
+  } else {
+    ForEachTmaPair(t, qs, ds, qt0, n,
+                   [&](int i, const bf16* s_q, const bf16* s_o) {
+                     KeyTileStep<kHS>(ka, va, s_q, s_o, s_lse + i * kTile,
+                                      s_d + i * kTile, qt0 + i, kt, j0, j1, p,
+                                      dk, dv);
+                   });
+  }
   KeyFinish<kHS>(p, h, kt, chunk, j0, dk, dv);
 }
 
@@ -1949,6 +2146,8 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   p.warpgroups = splits.forward_warpgroups;
   p.query_warpgroups = splits.query_warpgroups;
   p.keys_warpgroups = splits.keys_warpgroups;
+  p.pipelined = splits.pipelined_backward;
+  p.pipelined_forward = splits.pipelined_forward;
   p.scale = 1.0f / sqrtf(static_cast<float>(HS));
   p.scale2 = p.scale * 1.4426950408889634f;  // log2(e)
   p.counters = reinterpret_cast<int*>(w + l.counters);
@@ -2008,11 +2207,21 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
         if (e == cudaSuccess) {
           switch (p.warpgroups) {
             case 2:
-              return LaunchGroups<ForwardGroups<2>>(ForwardTmaGroupsKernel<2>,
-                                                    grid, stream, qkv_map, p);
+              return p.pipelined_forward
+                         ? LaunchGroups<ForwardGroups<2>>(
+                               ForwardTmaGroupsKernel<2, true>, grid, stream,
+                               qkv_map, p)
+                         : LaunchGroups<ForwardGroups<2>>(
+                               ForwardTmaGroupsKernel<2, false>, grid, stream,
+                               qkv_map, p);
             case 4:
-              return LaunchGroups<ForwardGroups<4>>(ForwardTmaGroupsKernel<4>,
-                                                    grid, stream, qkv_map, p);
+              return p.pipelined_forward
+                         ? LaunchGroups<ForwardGroups<4>>(
+                               ForwardTmaGroupsKernel<4, true>, grid, stream,
+                               qkv_map, p)
+                         : LaunchGroups<ForwardGroups<4>>(
+                               ForwardTmaGroupsKernel<4, false>, grid, stream,
+                               qkv_map, p);
             default:
               return LaunchDynamic(ForwardTmaKernel, ForwardTma::kBytes, grid,
                                    kThreads, stream, qkv_map, p);
@@ -2048,9 +2257,13 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
                     BackwardQueryTmaGroupsKernel<4>, grid, stream, qkv_map,
                     dy_map, p);
               default:
-                return LaunchDynamic(BackwardQueryTmaKernel, QueryTma::kBytes,
-                                     grid, kThreads, stream, qkv_map, dy_map,
-                                     p);
+                return p.pipelined
+                           ? LaunchDynamic(BackwardQueryTmaKernel<true>,
+                                           QueryTma::kBytes, grid, kThreads,
+                                           stream, qkv_map, dy_map, p)
+                           : LaunchDynamic(BackwardQueryTmaKernel<false>,
+                                           QueryTma::kBytes, grid, kThreads,
+                                           stream, qkv_map, dy_map, p);
             }
           }
           if (p.keys_warpgroups == 2) {
@@ -2058,13 +2271,26 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
                                               grid, stream, qkv_map, dy_map,
                                               p);
           }
-          return p.split <= kTmaKeysShortSplit
-                     ? LaunchDynamic(BackwardKeyTmaKernel<kTmaKeysShortSplit>,
-                                     KeyTma::kBytes, grid, kThreads, stream,
-                                     qkv_map, dy_map, p)
-                     : LaunchDynamic(BackwardKeyTmaKernel<kTmaKeysLongSplit>,
-                                     KeyTma::kBytes, grid, kThreads, stream,
-                                     qkv_map, dy_map, p);
+          if (p.split <= kTmaKeysShortSplit) {
+            return p.pipelined
+                       ? LaunchDynamic(
+                             BackwardKeyTmaKernel<kTmaKeysShortSplit, true>,
+                             KeyTma::kBytes, grid, kThreads, stream, qkv_map,
+                             dy_map, p)
+                       : LaunchDynamic(
+                             BackwardKeyTmaKernel<kTmaKeysShortSplit, false>,
+                             KeyTma::kBytes, grid, kThreads, stream, qkv_map,
+                             dy_map, p);
+          }
+          return p.pipelined
+                     ? LaunchDynamic(
+                           BackwardKeyTmaKernel<kTmaKeysLongSplit, true>,
+                           KeyTma::kBytes, grid, kThreads, stream, qkv_map,
+                           dy_map, p)
+                     : LaunchDynamic(
+                           BackwardKeyTmaKernel<kTmaKeysLongSplit, false>,
+                           KeyTma::kBytes, grid, kThreads, stream, qkv_map,
+                           dy_map, p);
         }
         if (e != cudaErrorNotSupported) return e;
       }

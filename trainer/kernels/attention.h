@@ -67,6 +67,12 @@
 // attention.cu TmaTiles); otherwise every thread loads 16-byte pieces into
 // registers and stores them, the next tile's loads in flight during the
 // current one.
+// Products: in the TMA kernels of one warpgroup for dq and dk/dv, and of 2
+// or 4 for the forward, a tile's row products (S, and dP in the
+// backward) go into the same wgmma group as the previous tile's
+// accumulation (P̃·v; dv and dk; dq), so a warpgroup waits for its products
+// once a tile, not twice (AttentionSplits::pipelined_backward,
+// pipelined_forward; the same products in the same order).
 //
 // Layouts: qkv [T, 3C] bf16 row-major (q heads at columns 0..C−1, then k,
 // then v); y and dy [T, C] bf16; stats [NH, T] fp32 (lse2);
@@ -121,6 +127,15 @@ struct AttentionSplits {
   // ignored there.
   int query_warpgroups = 1;
   int keys_warpgroups = 1;
+  // The one-warpgroup dq and dk/dv kernels on the tensor memory
+  // accelerator (HS = 64) issue the row products of the next tile (S and
+  // dP) behind this tile's accumulation, waiting for their products once a
+  // tile instead of twice. The same products in the same order: the same
+  // bits either way.
+  bool pipelined_backward = true;
+  // The same for the forward kernel of several warpgroups (each
+  // warpgroup's next scores issued behind its P̃·v; the same bits).
+  bool pipelined_forward = true;
 };
 
 // True if the fused kernels support head size HS (16, 32 or 64).

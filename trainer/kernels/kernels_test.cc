@@ -753,7 +753,8 @@ void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {})
                                   << splits.query << "/" << splits.keys << " forward "
                                   << splits.forward_warpgroups << " dq "
                                   << splits.query_warpgroups << " dk/dv "
-                                  << splits.keys_warpgroups << " warpgroup(s)");
+                                  << splits.keys_warpgroups << " warpgroup(s)"
+                                  << (splits.pipelined_backward ? " pipelined" : ""));
   const int C = NH * HS;
   const size_t nqkv = static_cast<size_t>(T) * 3 * C, ny = static_cast<size_t>(T) * C;
   // Scores of standard deviation ~2: peaked and flat rows both occur.
@@ -858,8 +859,12 @@ void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {})
   }
   // Deterministic: a second run (counters left at zero by the first) gives
   // the same bits, with the backward's query and keys kernels on two
-  // concurrent streams this time; the outputs are poisoned again first, so
-  // an element the second run fails to write cannot pass.
+  // concurrent streams this time, and with the other form of their loop
+  // (AttentionSplits::pipelined_backward: the same products in the same
+  // order); the outputs are poisoned again first, so an element the second
+  // run fails to write cannot pass.
+  AttentionSplits other = splits;
+  other.pipelined_backward = !splits.pipelined_backward;
   ASSERT_EQ(cudaMemset(d_y.get(), 0xFF, ny * 2), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_stats.get(), 0xFF, static_cast<size_t>(NH) * T * 4), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_dqkv.get(), 0xFF, nqkv * 2), cudaSuccess);
@@ -873,11 +878,11 @@ void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {})
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(AttentionBackwardKeys(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
-                                  T, NH, HS, scratch.get(), AsBf16(d_dqkv), side, splits),
+                                  T, NH, HS, scratch.get(), AsBf16(d_dqkv), side, other),
             cudaSuccess);
   ASSERT_EQ(AttentionBackwardQuery(AsBf16(d_qkv), AsBf16(d_dy), d_stats.get(), d_rope.get(),
                                    T, NH, HS, scratch.get(), AsBf16(d_dqkv), nullptr,
-                                   splits),
+                                   other),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStreamDestroy(side);

@@ -125,6 +125,15 @@ ABSL_FLAG(int, attention_keys_warpgroups,
           coppelius::CudaStepTuning().attention_keys_warpgroups,
           "warpgroups per CTA of the attention backward's dk/dv kernel (1 "
           "or 2); also for the kernel rows");
+ABSL_FLAG(bool, attention_pipelined_backward,
+          coppelius::CudaStepTuning().attention_pipelined_backward,
+          "the attention backward's one-warpgroup kernels issue the next "
+          "tile's row products behind this tile's accumulation (the same "
+          "bits); also for the kernel rows");
+ABSL_FLAG(bool, attention_pipelined_forward,
+          coppelius::CudaStepTuning().attention_pipelined_forward,
+          "the attention forward's warpgroups issue their next scores "
+          "behind this tile's P~v (the same bits); also for the kernel rows");
 ABSL_FLAG(std::string, graph_dot, "",
           "diagnostics: write the captured step graph to this file (DOT)");
 ABSL_FLAG(int, context, 0,
@@ -812,6 +821,10 @@ int Main(int argc, char** argv) {
       absl::GetFlag(FLAGS_attention_query_warpgroups);
   tuning.attention_keys_warpgroups =
       absl::GetFlag(FLAGS_attention_keys_warpgroups);
+  tuning.attention_pipelined_backward =
+      absl::GetFlag(FLAGS_attention_pipelined_backward);
+  tuning.attention_pipelined_forward =
+      absl::GetFlag(FLAGS_attention_pipelined_forward);
   const std::string graph_dot = absl::GetFlag(FLAGS_graph_dot);
   if (!graph_dot.empty()) tuning.graph_dot_file = graph_dot.c_str();
   for (const std::string& name : absl::GetFlag(FLAGS_skip)) {

@@ -128,6 +128,22 @@ __device__ __forceinline__ void Wgmma(float (&d)[kBN / 2], uint64_t desc_a,
   }
 }
 
+// d = A · B for a 64 × 64 × 16 slice (Wgmma<64, 0> with scale-d 0), the
+// accumulators written only: their earlier values are not inputs, so no
+// instruction before it has to keep or define them (ptxas serializes a
+// pipeline stage in which ordinary instructions define accumulator
+// registers of a wgmma in flight, C7515).
+__device__ __forceinline__ void WgmmaFirst64(float (&d)[32], uint64_t desc_a,
+                                             uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(0));
+}
+
 // d = A · B + (scale_d ? d : 0) for a 64 × kBN × 16 slice, A from this
 // warpgroup's registers (the layout above: 16 of the warp's rows × 16 of
 // K), B in shared memory K-major (kTransB = 0) or N-major (kTransB = 1);
