@@ -274,8 +274,9 @@ __device__ __forceinline__ void WgmmaSync() {
 
 // wgmma form of RowProducts (issue only: the caller fences before and
 // calls WgmmaSync, then PinFragments, before reading s): s = A · Bᵀ for the
-// kN n-tiles from row 8·n0 of the swizzled tile b, K-major over the head
-// dimension; the first k-step starts from zero (scale-d 0).
+// kN = 8 n-tiles (the whole 64-row tile) from row 8·n0 of the swizzled
+// tile b, K-major over the head dimension; the first k-step writes the
+// accumulators without reading them (WgmmaFirst64, scale-d 0).
 template <int kHS, int kN>
 __device__ __forceinline__ void IssueRowProducts(const RowOperand<kHS>& a,
                                                  const bf16* b, int n0,
@@ -430,7 +431,7 @@ struct Params {
   int warpgroups;  // per CTA of the forward's TMA kernel (1, 2 or 4)
   int query_warpgroups;  // per CTA of the dq TMA kernel (1, 2 or 4)
   int keys_warpgroups;  // per CTA of the dk/dv TMA kernel (1 or 2)
-  bool pipelined;  // AttentionSplits::pipelined_backward
+  bool pipelined_backward;  // AttentionSplits::pipelined_backward
   bool pipelined_forward;  // AttentionSplits::pipelined_forward
   float scale;   // 1/sqrt(HS)
   float scale2;  // scale · log2(e): scores in base-2 exponent units
@@ -1106,51 +1107,6 @@ __device__ __forceinline__ void ForEachTmaPair(
   }
 }
 
-// ForEachTmaPair with the row products of tile i + 1 issued right behind
-// tile i's accumulation, in one wgmma group, so that the warpgroup waits
-// for its products once a tile instead of twice. issue(i, first, second)
-// issues tile i's row products (no fence or commit); consume(i, first,
-// second) runs once they have completed: it pins and reads their
-// accumulators, computes, fences and issues the accumulation (no commit).
-// Every group is waited for within its step, so no product is in flight
-// across the loop's back edge, and the last step is peeled off so that
-// every step of the loop issues the next row products: a branch around
-// them, or accumulators live across the back edge, make ptxas define
-// accumulator registers with ordinary moves inside the group, and then it
-// serializes the products (C7515). Slot i % kStages is refilled with tile
-// i + kStages once step i's group has completed. The same products in the
-// same order as ForEachTmaPair's callers: the same bits. One warpgroup per
-// CTA.
-template <int kOwn, int kStages, typename Issue, typename Consume>
-__device__ __forceinline__ void ForEachTmaPairPipelined(
-    const TmaTiles<kOwn, kStages>& t, TmaSource first, TmaSource second,
-    int tile0, int n, Issue&& issue, Consume&& consume) {
-  BarrierWait(t.Bar(1), 0);
-  WgmmaFence();
-  issue(0, t.First(0), t.Second(0));
-  WgmmaCommit();
-  WgmmaWait<0>();
-  for (int i = 0; i + 1 < n; ++i) {
-    const int slot = i % kStages, next = (i + 1) % kStages;
-    consume(i, t.First(slot), t.Second(slot));
-    BarrierWait(t.Bar(1 + next), ((i + 1) / kStages) & 1);
-    WgmmaFence();  // after the wait's loop (else ptxas injects it, C7519)
-    issue(i + 1, t.First(next), t.Second(next));
-    WgmmaCommit();
-    WgmmaWait<0>();
-    if (i + kStages < n) {
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        RefillSlot(t, slot, first, second, (tile0 + i + kStages) * kTile);
-      }
-    }
-  }
-  const int last = (n - 1) % kStages;
-  consume(n - 1, t.First(last), t.Second(last));
-  WgmmaCommit();
-  WgmmaWait<0>();
-}
-
 // Several warpgroups per CTA (the *GroupsKernel kernels): warpgroup w of
 // kGroups takes tiles w, w + kGroups, … of the chunk's n, tile i in slot
 // i % kSlots (kSlots a multiple of kGroups, so a slot serves one
@@ -1181,7 +1137,6 @@ __device__ __forceinline__ void WarpgroupBarrier() {
 }
 
 // Warpgroup wg's named refill barrier (constant ids).
-template <int kGroups>
 __device__ __forceinline__ void GroupRefillBarrier(int wg) {
   switch (wg) {
     case 0: WarpgroupBarrier<kGroupRefillBarrier>(); break;
@@ -1208,23 +1163,38 @@ __device__ __forceinline__ void ForEachGroupTile(
     BarrierWait(t.Bar(1 + slot), (i / kStages) & 1);
     body(i, t.First(slot), t.Second(slot));
     if (i + kStages >= n) continue;
-    GroupRefillBarrier<kGroups>(wg);
+    GroupRefillBarrier(wg);
     if (lt == 0) {
       RefillSlot(t, slot, first, second, (tile0 + i + kStages) * kTile);
     }
   }
 }
 
-// ForEachGroupTile in ForEachTmaPairPipelined's form: warpgroup wg's tiles
-// wg, wg + kGroups, …, tile i + kGroups's row products issued right behind
-// tile i's accumulation (issue and consume as there; nothing when the
-// warpgroup has no tile).
+// ForEachGroupTile with the row products of a warpgroup's next tile (tile
+// i + kGroups) issued right behind tile i's accumulation, in one wgmma
+// group, so that the warpgroup waits for its products once a tile
+// instead of twice. Also the loop of the one-warpgroup kernels (kGroups =
+// 1, wg = 0: its named barrier then spans the CTA). issue(i, first,
+// second) issues tile i's row products (no fence or commit); consume(i,
+// first, second) runs once they have completed: it pins and reads their
+// accumulators, computes, fences and issues the accumulation (no commit).
+// Every group is waited for within its step, so no product is in flight
+// across the loop's back edge, and the last step is peeled off so that
+// every step of the loop issues the next row products: a branch around
+// them, or accumulators live across the back edge, make ptxas define
+// accumulator registers with ordinary moves inside the group, and then it
+// serializes the products (C7515). Slot i % kStages is refilled with tile
+// i + kStages once step i's group has completed, so the next tile's slot
+// must be another: kStages ≥ 2·kGroups. n ≥ 1 (a warpgroup with no tile,
+// wg ≥ n, does nothing). The same products in the same order as
+// ForEachTmaPair's and ForEachGroupTile's callers: the same bits.
 template <int kGroups, int kOwn, int kStages, typename Issue,
           typename Consume>
 __device__ __forceinline__ void ForEachGroupTilePipelined(
     const TmaTiles<kOwn, kStages>& t, TmaSource first, TmaSource second,
     int tile0, int n, int wg, int lt, Issue&& issue, Consume&& consume) {
   static_assert(kStages % kGroups == 0, "a slot serves one warpgroup");
+  static_assert(kStages >= 2 * kGroups, "the next tile in another slot");
   static_assert(kGroups <= 4, "refill barriers for 4 warpgroups");
   if (wg >= n) return;
   BarrierWait(t.Bar(1 + wg % kStages), (wg / kStages) & 1);
@@ -1242,7 +1212,7 @@ __device__ __forceinline__ void ForEachGroupTilePipelined(
     WgmmaCommit();
     WgmmaWait<0>();
     if (i + kStages < n) {
-      GroupRefillBarrier<kGroups>(wg);
+      GroupRefillBarrier(wg);
       if (lt == 0) {
         RefillSlot(t, slot, first, second, (tile0 + i + kStages) * kTile);
       }
@@ -1385,6 +1355,7 @@ __global__ void __launch_bounds__(ForwardGroups<kGroups>::kThreadsPerCta, 1)
         },
         [&](int i, const bf16*, const bf16* s_v) {
           PinFragments(s);
+          PinFragments(o);
           const int kt = kt0 + i;
           ForwardSoftmax<kHS>(s, kt == qt, kt * kTile, t0, p.scale2, m0, m1,
                               l0, l1, o, pa);
@@ -1793,7 +1764,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The dq kernel (BackwardQueryKernel's work) on the TMA: own tiles q, dy;
-// pairs k, v. kPipelined: ForEachTmaPairPipelined (the same bits).
+// pairs k, v. kPipelined: ForEachGroupTilePipelined (the same bits).
 template <bool kPipelined>
 __global__ void __launch_bounds__(kThreads, 3)
     BackwardQueryTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
@@ -1820,8 +1791,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   if constexpr (kPipelined) {
     float s[8][4], dp[8][4];
     uint32_t dsa[4][4];
-    ForEachTmaPairPipelined(
-        t, ks, vs, kt0, kt1 - kt0 + 1,
+    ForEachGroupTilePipelined<1>(
+        t, ks, vs, kt0, kt1 - kt0 + 1, 0, threadIdx.x,
         [&](int, const bf16* s_k, const bf16* s_v) {
           IssueRowProducts<kHS, 8>(qs.qa, s_k, 0, s);
           IssueRowProducts<kHS, 8>(qs.da, s_v, 0, dp);
@@ -1947,7 +1918,7 @@ __device__ __forceinline__ void KeyRowStats(const Params& p, int h, int qt0,
 // shared memory by the threads while the first tiles arrive.
 // kMaxTiles: the most query tiles of a chunk (the split), which the rows'
 // lse2 and D in shared memory are sized for. kPipelined:
-// ForEachTmaPairPipelined (the same bits).
+// ForEachGroupTilePipelined (the same bits).
 template <int kMaxTiles, bool kPipelined>
 __global__ void __launch_bounds__(kThreads)
     BackwardKeyTmaKernel(const __grid_constant__ CUtensorMap qkv_map,
@@ -1978,8 +1949,8 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kPipelined) {
     float st[8][4], dpt[8][4];
     uint32_t pa[4][4], dsa[4][4];
-    ForEachTmaPairPipelined(
-        t, qs, ds, qt0, n,
+    ForEachGroupTilePipelined<1>(
+        t, qs, ds, qt0, n, 0, threadIdx.x,
         [&](int, const bf16* s_q, const bf16* s_o) {
           IssueRowProducts<kHS, 8>(ka, s_q, 0, st);
           IssueRowProducts<kHS, 8>(va, s_o, 0, dpt);
@@ -2146,7 +2117,7 @@ Params MakeParams(const bf16* qkv, const bf16* dy, bf16* y, float* stats,
   p.warpgroups = splits.forward_warpgroups;
   p.query_warpgroups = splits.query_warpgroups;
   p.keys_warpgroups = splits.keys_warpgroups;
-  p.pipelined = splits.pipelined_backward;
+  p.pipelined_backward = splits.pipelined_backward;
   p.pipelined_forward = splits.pipelined_forward;
   p.scale = 1.0f / sqrtf(static_cast<float>(HS));
   p.scale2 = p.scale * 1.4426950408889634f;  // log2(e)
@@ -2196,6 +2167,13 @@ cudaError_t LaunchGroups(void (*kernel)(Params...), dim3 grid,
                        std::forward<Args>(args)...);
 }
 
+// launch(std::true_type) or launch(std::false_type): a kernel template's
+// pipelined or plain instance picked at run time.
+template <typename Launch>
+cudaError_t WithPipelined(bool pipelined, Launch&& launch) {
+  return pipelined ? launch(std::true_type{}) : launch(std::false_type{});
+}
+
 template <int kHS>
 cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
   const dim3 grid(NumAttentionItems(p.num_tiles, p.split), p.NH);
@@ -2207,21 +2185,17 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
         if (e == cudaSuccess) {
           switch (p.warpgroups) {
             case 2:
-              return p.pipelined_forward
-                         ? LaunchGroups<ForwardGroups<2>>(
-                               ForwardTmaGroupsKernel<2, true>, grid, stream,
-                               qkv_map, p)
-                         : LaunchGroups<ForwardGroups<2>>(
-                               ForwardTmaGroupsKernel<2, false>, grid, stream,
-                               qkv_map, p);
+              return WithPipelined(p.pipelined_forward, [&](auto on) {
+                return LaunchGroups<ForwardGroups<2>>(
+                    ForwardTmaGroupsKernel<2, decltype(on)::value>, grid,
+                    stream, qkv_map, p);
+              });
             case 4:
-              return p.pipelined_forward
-                         ? LaunchGroups<ForwardGroups<4>>(
-                               ForwardTmaGroupsKernel<4, true>, grid, stream,
-                               qkv_map, p)
-                         : LaunchGroups<ForwardGroups<4>>(
-                               ForwardTmaGroupsKernel<4, false>, grid, stream,
-                               qkv_map, p);
+              return WithPipelined(p.pipelined_forward, [&](auto on) {
+                return LaunchGroups<ForwardGroups<4>>(
+                    ForwardTmaGroupsKernel<4, decltype(on)::value>, grid,
+                    stream, qkv_map, p);
+              });
             default:
               return LaunchDynamic(ForwardTmaKernel, ForwardTma::kBytes, grid,
                                    kThreads, stream, qkv_map, p);
@@ -2257,13 +2231,12 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
                     BackwardQueryTmaGroupsKernel<4>, grid, stream, qkv_map,
                     dy_map, p);
               default:
-                return p.pipelined
-                           ? LaunchDynamic(BackwardQueryTmaKernel<true>,
-                                           QueryTma::kBytes, grid, kThreads,
-                                           stream, qkv_map, dy_map, p)
-                           : LaunchDynamic(BackwardQueryTmaKernel<false>,
-                                           QueryTma::kBytes, grid, kThreads,
-                                           stream, qkv_map, dy_map, p);
+                return WithPipelined(p.pipelined_backward, [&](auto on) {
+                  return LaunchDynamic(
+                      BackwardQueryTmaKernel<decltype(on)::value>,
+                      QueryTma::kBytes, grid, kThreads, stream, qkv_map,
+                      dy_map, p);
+                });
             }
           }
           if (p.keys_warpgroups == 2) {
@@ -2271,26 +2244,18 @@ cudaError_t LaunchHS(Which which, const Params& p, cudaStream_t stream) {
                                               grid, stream, qkv_map, dy_map,
                                               p);
           }
-          if (p.split <= kTmaKeysShortSplit) {
-            return p.pipelined
+          return WithPipelined(p.pipelined_backward, [&](auto on) {
+            constexpr bool kOn = decltype(on)::value;
+            return p.split <= kTmaKeysShortSplit
                        ? LaunchDynamic(
-                             BackwardKeyTmaKernel<kTmaKeysShortSplit, true>,
+                             BackwardKeyTmaKernel<kTmaKeysShortSplit, kOn>,
                              KeyTma::kBytes, grid, kThreads, stream, qkv_map,
                              dy_map, p)
                        : LaunchDynamic(
-                             BackwardKeyTmaKernel<kTmaKeysShortSplit, false>,
+                             BackwardKeyTmaKernel<kTmaKeysLongSplit, kOn>,
                              KeyTma::kBytes, grid, kThreads, stream, qkv_map,
                              dy_map, p);
-          }
-          return p.pipelined
-                     ? LaunchDynamic(
-                           BackwardKeyTmaKernel<kTmaKeysLongSplit, true>,
-                           KeyTma::kBytes, grid, kThreads, stream, qkv_map,
-                           dy_map, p)
-                     : LaunchDynamic(
-                           BackwardKeyTmaKernel<kTmaKeysLongSplit, false>,
-                           KeyTma::kBytes, grid, kThreads, stream, qkv_map,
-                           dy_map, p);
+          });
         }
         if (e != cudaErrorNotSupported) return e;
       }

@@ -753,8 +753,9 @@ void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {})
                                   << splits.query << "/" << splits.keys << " forward "
                                   << splits.forward_warpgroups << " dq "
                                   << splits.query_warpgroups << " dk/dv "
-                                  << splits.keys_warpgroups << " warpgroup(s)"
-                                  << (splits.pipelined_backward ? " pipelined" : ""));
+                                  << splits.keys_warpgroups << " warpgroup(s), pipelined "
+                                  << splits.pipelined_backward << "/"
+                                  << splits.pipelined_forward << " (backward/forward)");
   const int C = NH * HS;
   const size_t nqkv = static_cast<size_t>(T) * 3 * C, ny = static_cast<size_t>(T) * C;
   // Scores of standard deviation ~2: peaked and flat rows both occur.
@@ -859,19 +860,23 @@ void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {})
   }
   // Deterministic: a second run (counters left at zero by the first) gives
   // the same bits, with the backward's query and keys kernels on two
-  // concurrent streams this time, and with the other form of their loop
-  // (AttentionSplits::pipelined_backward: the same products in the same
-  // order); the outputs are poisoned again first, so an element the second
-  // run fails to write cannot pass.
+  // concurrent streams this time, and with the other form of the loops
+  // (AttentionSplits::pipelined_backward and pipelined_forward: the same
+  // products in the same order); the outputs are poisoned again first, so
+  // an element the second run fails to write cannot pass. Only the kernels
+  // on the tensor memory accelerator (HS = 64) with one warpgroup for dq
+  // and dk/dv (dk/dv splits ≤ 16) and 2 or 4 for the forward have the two
+  // forms; elsewhere the rerun checks determinism alone.
   AttentionSplits other = splits;
   other.pipelined_backward = !splits.pipelined_backward;
+  other.pipelined_forward = !splits.pipelined_forward;
   ASSERT_EQ(cudaMemset(d_y.get(), 0xFF, ny * 2), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_stats.get(), 0xFF, static_cast<size_t>(NH) * T * 4), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_dqkv.get(), 0xFF, nqkv * 2), cudaSuccess);
   cudaStream_t side;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(AttentionForward(AsBf16(d_qkv), T, NH, HS, AsBf16(d_y), d_stats.get(),
-                             scratch.get(), nullptr, splits),
+                             scratch.get(), nullptr, other),
             cudaSuccess);
   ASSERT_EQ(AttentionBackwardDelta(AsBf16(d_y), AsBf16(d_dy), T, NH, HS, scratch.get(),
                                    nullptr, splits),
@@ -887,6 +892,7 @@ void RunAttentionCase(int NH, int T, int HS, const AttentionSplits& splits = {})
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStreamDestroy(side);
   EXPECT_EQ(FromBf16(d_y.Download()), got_y);
+  EXPECT_EQ(d_stats.Download(), got_stats);
   EXPECT_EQ(FromBf16(d_dqkv.Download()), got_dqkv);
 }
 

@@ -132,8 +132,9 @@ ABSL_FLAG(bool, attention_pipelined_backward,
           "bits); also for the kernel rows");
 ABSL_FLAG(bool, attention_pipelined_forward,
           coppelius::CudaStepTuning().attention_pipelined_forward,
-          "the attention forward's warpgroups issue their next scores "
-          "behind this tile's P~v (the same bits); also for the kernel rows");
+          "the attention forward of 2 or 4 warpgroups issues each "
+          "warpgroup's next scores behind its P~v (the same bits); also for "
+          "the kernel rows");
 ABSL_FLAG(std::string, graph_dot, "",
           "diagnostics: write the captured step graph to this file (DOT)");
 ABSL_FLAG(int, context, 0,
