@@ -195,13 +195,12 @@ struct CacheReport {
   // rule that a vocabulary file modified after the cache makes it stale
   // (tokencache/decode_check.h VocabularyNewerThanCache), or "".
   std::string vocabulary_newer;
-  // That rule could not be applied: the vocabulary or the cache came from a
-  // stream (a pipe), which has no modification time. The ids are still
-  // decoded against the source.
-  bool vocabulary_time_unknown = false;
-  // Which input had no time when vocabulary_time_unknown: "the cache",
-  // "the vocabulary" or "the cache and the vocabulary" (from pipes).
+  // Which input had no time, so that rule could not be applied: "the
+  // cache", "the vocabulary" or "the cache and the vocabulary" (from
+  // streams, pipes, which have no modification time), or "". The ids are
+  // still decoded against the source.
   std::string timeless_input;
+  bool vocabulary_time_unknown() const { return !timeless_input.empty(); }
 };
 
 // The spools of streams that had no modification time (pipes), as
@@ -296,12 +295,11 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
         r.decode_skipped = "the vocabulary is newer than the cache";
         return absl::OkStatus();
       }
-      r.vocabulary_time_unknown = cache_timeless || !newer;
-      r.timeless_input = !r.vocabulary_time_unknown ? ""
-                         : cache_timeless && !newer
+      r.timeless_input = cache_timeless && !newer
                              ? "the cache and the vocabulary"
                          : cache_timeless ? "the cache"
-                                          : "the vocabulary";
+                         : !newer         ? "the vocabulary"
+                                          : "";
       RETURN_IF_ERROR(decode_inputs.Load());
       decode.emplace(decode_inputs.vocabulary(), decode_inputs.source_text(),
                      "");
@@ -422,7 +420,7 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
       j.Field("state", StalenessName(r.staleness->staleness));
       // null: the vocabulary rule could not be applied (a stream's time).
       j.Key("fresh");
-      if (r.vocabulary_time_unknown &&
+      if (r.vocabulary_time_unknown() &&
           r.staleness->staleness == Staleness::kFresh) {
         j.Null();
       } else {
@@ -430,7 +428,7 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
                r.vocabulary_newer.empty());
       }
       j.Key("vocabulary_newer");
-      if (r.vocabulary_time_unknown) {
+      if (r.vocabulary_time_unknown()) {
         j.Null();
       } else {
         j.Bool(!r.vocabulary_newer.empty());
@@ -468,7 +466,7 @@ void PrintCache(const CacheReport& r, const ModelConfig& config,
   if (!r.vocabulary_newer.empty()) {
     out << "  vocabulary: stale: " << r.vocabulary_newer
         << " (make-cache rebuilds it)\n";
-  } else if (r.vocabulary_time_unknown) {
+  } else if (r.vocabulary_time_unknown()) {
     out << "  vocabulary: not compared with the cache's time ("
         << r.timeless_input
         << " came from a stream, which has none; make-cache rebuilds when "
@@ -1504,7 +1502,7 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
                              "vocabulary; --config=NAME checks another"));
       // Fresh against --source: by the header alone, or also by its ids
       // decoded against the source (--vocab).
-      if (cache->decode_difference && cache->vocabulary_time_unknown) {
+      if (cache->decode_difference && cache->vocabulary_time_unknown()) {
         absl::StrAppend(&v.checked,
                         "; its ids decode to the source (the vocabulary's "
                         "time not compared with the cache's: ",

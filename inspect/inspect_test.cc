@@ -2341,30 +2341,28 @@ TEST_F(InspectDecodeTest, TheVocabularyRuleOnStandardInput) {
     EXPECT_TRUE(verify_stdin_cache(Path("newer2.tiktoken")).ok()) << report;
     EXPECT_EQ(report, OkTimeless("-", "the cache"));
   });
-  // The report's JSON: null where the rule was not applied.
-  with_stdin(Path("ab.tiktoken"), true, [&] {
+  // The cache's report with the vocabulary from a pipe.
+  const auto inspect_stdin_vocab = [&](bool json) {
     InspectOptions o;
     o.path = Path("abab.tok");
     o.config = "tiny";
     o.source = Path("abab.txt");
     o.vocab = "-";
-    o.json = true;
+    o.json = json;
     std::ostringstream out;
     EXPECT_TRUE(RunInspect(o, out).ok());
-    EXPECT_THAT(out.str(), HasSubstr("\"fresh\":null"));
-    EXPECT_THAT(out.str(), HasSubstr("\"vocabulary_newer\":null"));
-    EXPECT_THAT(out.str(), HasSubstr("\"decodes_to_source\":true"));
+    return out.str();
+  };
+  // The report's JSON: null where the rule was not applied.
+  with_stdin(Path("ab.tiktoken"), true, [&] {
+    const std::string json = inspect_stdin_vocab(true);
+    EXPECT_THAT(json, HasSubstr("\"fresh\":null"));
+    EXPECT_THAT(json, HasSubstr("\"vocabulary_newer\":null"));
+    EXPECT_THAT(json, HasSubstr("\"decodes_to_source\":true"));
   });
   // The text report names the input that had no time.
   with_stdin(Path("ab.tiktoken"), true, [&] {
-    InspectOptions o;
-    o.path = Path("abab.tok");
-    o.config = "tiny";
-    o.source = Path("abab.txt");
-    o.vocab = "-";
-    std::ostringstream out;
-    EXPECT_TRUE(RunInspect(o, out).ok());
-    EXPECT_THAT(out.str(),
+    EXPECT_THAT(inspect_stdin_vocab(false),
                 HasSubstr("  vocabulary: not compared with the cache's time "
                           "(the vocabulary came from a stream, which has "
                           "none; make-cache rebuilds when its vocabulary is "
