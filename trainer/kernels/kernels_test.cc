@@ -64,6 +64,7 @@ struct MatmulCase {
   float alpha, beta;
   int algo_index = 0;  // MatmulShape::algo_index
   int sm_count_target = 0;  // MatmulShape::sm_count_target
+  MatmulAlgoConfig algo_config = {};  // MatmulShape::algo_config
 };
 
 void RunMatmulCase(const MatmulCase& c) {
@@ -106,6 +107,7 @@ void RunMatmulCase(const MatmulCase& c) {
   s.beta = c.beta;
   s.algo_index = c.algo_index;
   s.sm_count_target = c.sm_count_target;
+  s.algo_config = c.algo_config;
   const size_t ws_bytes = 32u << 20;
   DeviceBuffer<char> ws(ws_bytes);
   auto plan = MatmulPlan::Create(lt, s, ws_bytes);
@@ -247,6 +249,78 @@ TEST(MatmulTest, NonDefaultCandidatesAgainstDoubleReference) {
     RunMatmulCase({false, true, 1024, 1000, 64, 1, 1.0f, 0.0f, index});
     RunMatmulCase({true, false, 1000, 128, 256, 1, 1.0f, 0.0f, index});
   }
+}
+
+// MatmulShape::algo_config: the heuristic's own pick, read back from its
+// plan and given as a configuration, is taken (configured()) and computes
+// the same bits; a configuration cuBLASLt refuses (an algorithm id it does
+// not have; a tile id no algorithm lists) falls back to the heuristic's
+// pick, the same bits again; a split of K in two, where the algorithm
+// takes it, matches the double reference.
+TEST(MatmulTest, AlgoConfigurations) {
+  SKIP_WITHOUT_GPU();
+  const int64_t M = 256, N = 192, K = 320;
+  auto a = RandomNormal(M * K, 1.0f, &Rng());
+  auto b = RandomNormal(N * K, 1.0f, &Rng());
+  Bf16Buffer da(a.size()), db(b.size());
+  da.Upload(ToBf16(a));
+  db.Upload(ToBf16(b));
+  cublasLtHandle_t lt;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const size_t ws_bytes = 32u << 20;
+  DeviceBuffer<char> ws(ws_bytes);
+  MatmulShape s;
+  s.name = "configured";
+  s.trans_b = true;
+  s.m = M;
+  s.n = N;
+  s.k = K;
+  s.lda = K;
+  s.ldb = K;
+  s.ldc = N;
+  auto bits = [&](const MatmulShape& shape, bool* configured,
+                  MatmulAlgoConfig* config) {
+    auto plan = MatmulPlan::Create(lt, shape, ws_bytes);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    DeviceBuffer<float> d(M * N);
+    if (!plan.ok()) return d.Download();
+    *configured = (*plan)->configured();
+    *config = (*plan)->algo_config();
+    EXPECT_TRUE((*plan)
+                    ->Run(AsBf16(da), AsBf16(db), nullptr, d.get(), ws.get(),
+                          nullptr)
+                    .ok());
+    return d.Download();
+  };
+  bool configured = true;
+  MatmulAlgoConfig heuristic;
+  const std::vector<float> want = bits(s, &configured, &heuristic);
+  EXPECT_FALSE(configured);
+  ASSERT_GE(heuristic.algo_id, 0);
+  MatmulShape given = s;
+  given.algo_config = heuristic;
+  MatmulAlgoConfig used;
+  EXPECT_EQ(bits(given, &configured, &used), want);
+  EXPECT_TRUE(configured);
+  EXPECT_EQ(MatmulAlgoConfigString(used), MatmulAlgoConfigString(heuristic));
+  for (const bool bad_id : {true, false}) {
+    SCOPED_TRACE(bad_id ? "unknown algorithm id" : "unknown tile id");
+    MatmulShape refused = s;
+    refused.algo_config = heuristic;
+    if (bad_id) {
+      refused.algo_config.algo_id = 1 << 20;
+    } else {
+      refused.algo_config.tile = 1 << 20;
+    }
+    EXPECT_EQ(bits(refused, &configured, &used), want);
+    EXPECT_FALSE(configured);
+    EXPECT_EQ(MatmulAlgoConfigString(used), MatmulAlgoConfigString(heuristic));
+  }
+  cublasLtDestroy(lt);
+  MatmulAlgoConfig split = heuristic;
+  split.split_k = 2;
+  split.reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  RunMatmulCase({false, true, M, N, K, 1, 1.0f, 0.0f, 0, 0, split});
 }
 
 // The backend plans the side stream's dW products for part of the device

@@ -8,6 +8,7 @@
 #include "trainer/kernels/matmul.h"
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -43,7 +44,123 @@ absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols,
   return absl::OkStatus();
 }
 
+// The fixed configuration `c` of algorithm c.algo_id for the plan's
+// descriptors into *algo (MatmulShape::algo_config); InvalidArgument
+// (saying why) when cuBLASLt lacks or refuses it.
+absl::Status InitConfiguredAlgo(cublasLtHandle_t handle,
+                                const MatmulAlgoConfig& c, bool d_bf16,
+                                int alignment_bytes, size_t workspace_bytes,
+                                cublasLtMatmulDesc_t op,
+                                cublasLtMatrixLayout_t a,
+                                cublasLtMatrixLayout_t b,
+                                cublasLtMatrixLayout_t cd,
+                                cublasLtMatmulAlgo_t* algo,
+                                const std::string& what) {
+  const cudaDataType_t out = d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const std::string config = MatmulAlgoConfigString(c);
+  if (cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F,
+                             CUDA_R_16BF, CUDA_R_16BF, out, out, c.algo_id,
+                             algo) != CUBLAS_STATUS_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": no algorithm ", c.algo_id, " for configuration ", config));
+  }
+  const uint32_t tile = c.tile, stages = c.stages, reduction = c.reduction,
+                 swizzle = c.swizzle, custom = c.custom;
+  const int32_t split_k = c.split_k;
+  const uint16_t cluster = c.cluster, inner = c.inner;
+  const struct {
+    cublasLtMatmulAlgoConfigAttributes_t attr;
+    const void* value;
+    size_t size;
+  } attrs[] = {
+      {CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages)},
+      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k)},
+      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction)},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle)},
+      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom)},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster)},
+      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner)},
+  };
+  for (const auto& [attr, value, size] : attrs) {
+    if (cublasLtMatmulAlgoConfigSetAttribute(algo, attr, value, size) !=
+        CUBLAS_STATUS_SUCCESS) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": configuration ", config, " refused (attribute ",
+          static_cast<int>(attr), ")"));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result = {};
+  if (cublasLtMatmulAlgoCheck(handle, op, a, b, cd, cd, algo, &result) !=
+      CUBLAS_STATUS_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": configuration ", config, " does not fit the product"));
+  }
+  if (result.workspaceSize > workspace_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": configuration ", config, " needs ", result.workspaceSize,
+        " bytes of workspace, the plan has ", workspace_bytes));
+  }
+  for (const cublasLtMatmulAlgoCapAttributes_t cap :
+       {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES,
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES,
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES}) {
+    uint32_t need = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(algo, cap, &need, sizeof(need),
+                                          &written) == CUBLAS_STATUS_SUCCESS &&
+        written == sizeof(need) && need > static_cast<uint32_t>(alignment_bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": configuration ", config, " needs ", need,
+          "-byte aligned operands, the plan guarantees ", alignment_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string MatmulAlgoConfigString(const MatmulAlgoConfig& c) {
+  return absl::StrCat(c.algo_id, "/", c.tile, "/", c.stages, "/", c.split_k,
+                      "/", c.reduction, "/", c.swizzle, "/", c.custom, "/",
+                      c.cluster, "/", c.inner);
+}
+
+MatmulAlgoConfig MatmulPlan::algo_config() const {
+  MatmulAlgoConfig c;
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto* value) {
+    size_t written = 0;
+    std::remove_pointer_t<decltype(value)> v = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, attr, &v, sizeof(v),
+                                             &written) ==
+        CUBLAS_STATUS_SUCCESS) {
+      *value = v;
+    }
+  };
+  int32_t id = -1, split_k = 1;
+  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
+  uint16_t cluster = 0, inner = 0;
+  get(CUBLASLT_ALGO_CONFIG_ID, &id);
+  get(CUBLASLT_ALGO_CONFIG_TILE_ID, &tile);
+  get(CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages);
+  get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k);
+  get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction);
+  get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle);
+  get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom);
+  get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster);
+  get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner);
+  c.algo_id = id;
+  c.tile = static_cast<int>(tile);
+  c.stages = static_cast<int>(stages);
+  c.split_k = split_k;
+  c.reduction = static_cast<int>(reduction);
+  c.swizzle = static_cast<int>(swizzle);
+  c.custom = static_cast<int>(custom);
+  c.cluster = cluster;
+  c.inner = inner;
+  return c;
+}
 
 MatmulPlan::~MatmulPlan() {
   if (layout_c_ != nullptr) cublasLtMatrixLayoutDestroy(layout_c_);
@@ -125,6 +242,18 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
     if (!st.ok()) return st;
   }
 
+  if (s.algo_config.algo_id >= 0) {
+    // Refused (InvalidArgument): the heuristic's candidate below instead.
+    const absl::Status st = InitConfiguredAlgo(
+        handle, s.algo_config, s.d_bf16, s.alignment_bytes, workspace_bytes,
+        plan->op_desc_, plan->layout_a_, plan->layout_b_, plan->layout_c_,
+        &plan->algo_, what);
+    if (st.ok()) {
+      plan->configured_ = true;
+      return plan;
+    }
+    if (!absl::IsInvalidArgument(st)) return st;
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref),
                          absl::StrCat(what, ": cublasLtMatmulPreferenceCreate"));

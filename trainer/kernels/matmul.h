@@ -39,6 +39,25 @@
 
 namespace coppelius {
 
+// One cuBLASLt algorithm configuration (cublasLtMatmulAlgoInit's algo_id,
+// then the CUBLASLT_ALGO_CONFIG_* attributes of the same names: tile,
+// stages, split_k, reduction scheme, CTA swizzling, custom option, cluster
+// shape, inner shape — the cuBLASLt enums' values). algo_id < 0: none.
+struct MatmulAlgoConfig {
+  int algo_id = -1;
+  int tile = 0;
+  int stages = 0;
+  int split_k = 1;
+  int reduction = 0;
+  int swizzle = 0;
+  int custom = 0;
+  int cluster = 0;
+  int inner = 0;
+};
+
+// "id/tile/stages/split_k/reduction/swizzle/custom/cluster/inner".
+std::string MatmulAlgoConfigString(const MatmulAlgoConfig& c);
+
 struct MatmulShape {
   std::string name;  // names errors, e.g. "blocks.3.qkv forward"
   bool trans_a = false;
@@ -61,6 +80,14 @@ struct MatmulShape {
   // candidates at start-up would not). InvalidArgument if the heuristic
   // returns fewer candidates.
   int algo_index = 0;
+  // With algo_config.algo_id ≥ 0, that configuration instead of the
+  // heuristic's list (chosen offline by matmul_search, like algo_index),
+  // where cuBLASLt has the algorithm, cublasLtMatmulAlgoCheck accepts the
+  // configuration for the shape and it fits the workspace and the
+  // alignment; otherwise (another GPU, another cuBLAS) the heuristic's
+  // candidate algo_index as without it. MatmulPlan::configured() says
+  // which.
+  MatmulAlgoConfig algo_config;
   // > 0: cuBLASLt's heuristic plans for this many SMs
   // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), for a product that runs beside
   // work on other streams; 0: the whole device.
@@ -93,6 +120,11 @@ class MatmulPlan {
                        cudaStream_t stream) const;
 
   const MatmulShape& shape() const { return shape_; }
+  // The configuration of the algorithm the plan runs (read back from it).
+  MatmulAlgoConfig algo_config() const;
+  // True if the plan runs shape().algo_config, false if the heuristic's
+  // candidate (none given, or it was refused).
+  bool configured() const { return configured_; }
 
  private:
   MatmulPlan() = default;
@@ -108,6 +140,7 @@ class MatmulPlan {
   cublasLtMatrixLayout_t layout_b_ = nullptr;
   cublasLtMatrixLayout_t layout_c_ = nullptr;
   cublasLtMatmulAlgo_t algo_;
+  bool configured_ = false;
 };
 
 }  // namespace coppelius
