@@ -752,6 +752,9 @@ absl::Status CudaBackend::Init() {
   if (g_tuning.output_dx_sms > 0) {
     shapes[kOutputDx].sm_count_target = g_tuning.output_dx_sms;
   }
+  if (!g_tuning.lt_configs) {
+    for (MatmulShape& s : shapes) s.algo_config = MatmulAlgoConfig();
+  }
   for (int p = 0; p < kNumCudaProducts; ++p) {
     RETURN_IF_ERROR(Plan(&plans_[p], shapes[p]));
   }

@@ -173,6 +173,13 @@ struct CudaStepTuning {
   // 2.407).
   int logits_dx_sms = 88;
   int output_dx_sms = 62;
+  // The cuBLASLt algorithm configurations cuda_products.cc pins for some
+  // products (MatmulShape::algo_config); false: the heuristic's candidate
+  // (algo_index) for every product. Read when the backend is created. The
+  // same bits either way. Measured (docs/PERFORMANCE.md run 28, H200,
+  // 2026-12-02, two calls): 2.204–2.207 against 2.218–2.219 ms/step, the
+  // forward 0.725–0.726 against 0.739.
+  bool lt_configs = true;
   // The qkv / gate|up forward product as our own TMA/wgmma kernel with
   // RoPE / SwiGLU in its epilogue (kernels/fused_matmul.h), with this tile
   // configuration (0 .. kFusedConfigs − 1), where the shapes allow; −1: a

@@ -17,6 +17,7 @@
 //     recognises a killed run's result (StepZeroAgreesWithForwardRecord).
 #include "trainer/cuda_backend.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -32,9 +33,11 @@
 #include "gtest/gtest.h"
 #include "trainer/adamw.h"
 #include "trainer/backend.h"
+#include "trainer/cuda_products.h"
 #include "trainer/initialization.h"
 #include "trainer/kernels/attention.h"
 #include "trainer/kernels/launch.h"
+#include "trainer/kernels/matmul.h"
 #include "trainer/model_config.h"
 #include "trainer/reference_backend.h"
 #include "trainer/result_file.h"
@@ -518,6 +521,47 @@ TEST(CudaBackendTest, UpdateGridsGiveTheSameBits) {
     ExpectSameBits(runs[0], runs[3], "the whole embedding in the tail");
     ExpectSameBits(runs[0], runs[4], "the embedding's early rows on one CTA");
   }
+}
+
+// The cuBLASLt configurations cuda_products.cc pins (MatmulShape::
+// algo_config) are taken on this GPU, and the step computes the same bits
+// with them as with the heuristic's candidates they replace
+// (CudaStepTuning::lt_configs false): losses of every step, P/M/V, the
+// forward record and the final logits.
+TEST(CudaBackendTest, PinnedLtConfigurationsGiveTheSameBits) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  const ModelConfig config = *ModelConfigByName("coppelius");
+  {
+    cublasLtHandle_t lt;
+    ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+    int pinned = 0;
+    for (const MatmulShape& s : CudaProductShapes(config)) {
+      if (s.algo_config.algo_id < 0) continue;
+      ++pinned;
+      auto plan = MatmulPlan::Create(lt, s, 32u << 20);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_TRUE((*plan)->configured())
+          << s.name << ": " << MatmulAlgoConfigString(s.algo_config)
+          << " refused here";
+    }
+    EXPECT_GT(pinned, 0);
+    cublasLtDestroy(lt);
+  }
+  const int steps = 3;
+  const Inputs in = MakeInputs(config, steps + 1, std::random_device{}());
+  const CudaStepTuning defaults;
+  ASSERT_TRUE(defaults.lt_configs);
+  std::vector<RunResult> runs;
+  for (const bool pins : {true, false}) {
+    CudaStepTuning tuning = defaults;
+    tuning.lt_configs = pins;
+    ASSERT_TRUE(SetCudaStepTuning(tuning).ok());
+    auto backend = CreateCudaBackend(config);
+    ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    runs.push_back(RunBackend(backend->get(), config, in, steps));
+  }
+  ExpectSameBits(runs[0], runs[1], "heuristic candidates");
 }
 
 TEST(CudaBackendTest, SplitSnapshotIsOrderedAfterEarlierSteps) {

@@ -77,6 +77,29 @@ std::vector<MatmulShape> CudaProductShapes(const ModelConfig& config) {
   if (T == 1024 && C == 512 && H == 1408) {
     s[kQkvForward].algo_index = 6;
     s[kGateUpForward].algo_index = 4;
+    // Configurations beyond the heuristic's list, found by matmul_search
+    // (H200, 2026-12-02, docs/PERFORMANCE.md run 28): the same kernel
+    // family as the heuristic's picks with other cluster shapes and custom
+    // options, K summed in the same order (the same bits). Alone, output
+    // forward 3.85 against 3.97 µs, down forward 5.29 against 5.46,
+    // gate|up forward 7.62 against 8.04; the step 2.205–2.207 against
+    // 2.218–2.219 ms (forward 0.725 against 0.739). Pins measured and left
+    // out (no gain in the step): gate|up dX, logits forward, down dW,
+    // output dX. Where cuBLASLt refuses one, the heuristic's candidate
+    // runs (MatmulShape::algo_config).
+    auto config = [](int algo_id, int tile, int stages, int custom,
+                     int cluster) {
+      MatmulAlgoConfig c;
+      c.algo_id = algo_id;
+      c.tile = tile;
+      c.stages = stages;
+      c.custom = custom;
+      c.cluster = cluster;
+      return c;
+    };
+    s[kOutputForward].algo_config = config(66, 15, 35, 2, 5);
+    s[kDownForward].algo_config = config(66, 15, 35, 2, 5);
+    s[kGateUpForward].algo_config = config(66, 200, 35, 2, 5);
   }
   return s;
 }

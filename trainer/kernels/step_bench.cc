@@ -84,6 +84,9 @@ ABSL_FLAG(int, logits_dx_sms, coppelius::CudaStepTuning().logits_dx_sms,
 ABSL_FLAG(int, output_dx_sms, coppelius::CudaStepTuning().output_dx_sms,
           "SM count target of the attention output's dX product (0: whole "
           "device)");
+ABSL_FLAG(bool, lt_configs, coppelius::CudaStepTuning().lt_configs,
+          "CudaStepTuning::lt_configs: the pinned cuBLASLt configurations "
+          "(false: the heuristic's candidates)");
 ABSL_FLAG(int, embedding_early_ctas,
           coppelius::CudaStepTuning().embedding_early_ctas,
           "CudaStepTuning::embedding_early_ctas: > 0 the embedding rows no "
@@ -297,11 +300,12 @@ int KernelBench(const CudaStepTuning& tuning) {
     // Up to 16 (matmul.cc's kMaxCandidates); Create refuses
     // (InvalidArgument) an index past the heuristic's list.
     std::string line;
-    int best = s.algo_index;
-    double best_ms = ms;
+    int best = -1;
+    double best_ms = 1e30;
     for (int i = 0; i < 16; ++i) {
       MatmulShape si = s;
       si.algo_index = i;
+      si.algo_config = MatmulAlgoConfig();  // the heuristic's candidate i
       auto pi = MatmulPlan::Create(lt, si, ws_bytes);
       if (i > 0 && absl::IsInvalidArgument(pi.status())) break;
       CHECK_OK(pi.status());
@@ -312,9 +316,16 @@ int KernelBench(const CudaStepTuning& tuning) {
         best = i;
       }
     }
-    g_candidates.push_back(s.name + " | pinned " + std::to_string(s.algo_index) +
-                           ", best index " + std::to_string(best) + " (" +
-                           std::to_string(best_ms * 1000).substr(0, 5) + " us) |" + line);
+    // What the backend runs: the pinned configuration (MatmulShape::
+    // algo_config) where cuBLASLt takes it, else the pinned candidate.
+    const std::string runs =
+        MatmulAlgoConfigString((*plan)->algo_config()) +
+        ((*plan)->configured() ? " (pinned configuration)" : "");
+    g_candidates.push_back(s.name + " | runs " + runs + " | pinned index " +
+                           std::to_string(s.algo_index) + ", best index " +
+                           std::to_string(best) + " (" +
+                           std::to_string(best_ms * 1000).substr(0, 5) +
+                           " us) |" + line);
   }
   {
     float* x = F(T * C);
@@ -809,6 +820,7 @@ int Main(int argc, char** argv) {
   tuning.output_dx_sms = absl::GetFlag(FLAGS_output_dx_sms);
   tuning.embedding_early_ctas = absl::GetFlag(FLAGS_embedding_early_ctas);
   tuning.adamw_overlap_blocks = absl::GetFlag(FLAGS_adamw_blocks);
+  tuning.lt_configs = absl::GetFlag(FLAGS_lt_configs);
   tuning.fused_qkv_config = absl::GetFlag(FLAGS_fused_qkv_config);
   tuning.fused_gate_up_config = absl::GetFlag(FLAGS_fused_gate_up_config);
   tuning.fused_down_dx_config = absl::GetFlag(FLAGS_fused_down_dx_config);
