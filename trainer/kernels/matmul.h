@@ -18,8 +18,9 @@
 //   dX       dX[T, in] = dY[T, out] · W            (plain)
 //   dW       dW[out, in] = dY[T, out]ᵀ · X[T, in]  (trans_a)
 //
-// A MatmulPlan holds the cuBLASLt descriptors and the algorithm chosen by the
-// heuristic; it is built ONCE (outside graph capture) and Run() only enqueues
+// A MatmulPlan holds the cuBLASLt descriptors and the algorithm (a fixed
+// candidate of the heuristic's list, or a configuration named outright);
+// it is built ONCE (outside graph capture) and Run() only enqueues
 // cublasLtMatmul, which is graph-capturable. The algorithm is fixed, so the
 // same inputs give bitwise identical results on the same GPU model.
 #ifndef COPPELIUS_TRAINER_KERNELS_MATMUL_H_
