@@ -59,6 +59,7 @@
 #include "absl/strings/str_split.h"
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_products.h"
+#include "trainer/kernels/graph_timing.h"
 #include "trainer/kernels/matmul.h"
 #include "trainer/model_config.h"
 
@@ -87,46 +88,13 @@ namespace {
     }                                                                    \
   } while (0)
 
-constexpr int kGraphCalls = 10;
 cudaStream_t g_stream = nullptr;
 
-// Median µs per call of `run` (kGraphCalls calls in a graph, `reps`
-// launches), or -1 if a call fails.
+// Median µs per call of `run` (graph_timing.h: 10 calls in one graph,
+// `reps` launches), or -1 if a call fails.
 double TimeCalls(const std::function<bool()>& run, int reps) {
-  if (!run()) return -1;
-  CHECK_CUDA(cudaStreamSynchronize(g_stream));
-  cudaGraph_t graph = nullptr;
-  CHECK_CUDA(
-      cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
-  bool ok = true;
-  for (int i = 0; i < kGraphCalls && ok; ++i) ok = run();
-  CHECK_CUDA(cudaStreamEndCapture(g_stream, &graph));
-  if (!ok) {
-    cudaGraphDestroy(graph);
-    return -1;
-  }
-  cudaGraphExec_t exec = nullptr;
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 2; ++i) CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(a, g_stream));
-    CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
-    CHECK_CUDA(cudaEventRecord(b, g_stream));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(1000.0 * ms / kGraphCalls);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  const double ms = GraphTimePerCallMs(g_stream, run, reps);
+  return ms < 0 ? -1 : 1000.0 * ms;
 }
 
 // A capability array attribute (tile or stages ids) of `algo`; {0} (the

@@ -43,6 +43,7 @@
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/embedding.h"
 #include "trainer/kernels/fused_matmul.h"
+#include "trainer/kernels/graph_timing.h"
 #include "trainer/kernels/kernel_trace.h"
 #include "trainer/kernels/launch.h"
 #include "trainer/kernels/layernorm.h"
@@ -219,46 +220,10 @@ void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
 // needs one other than the legacy default stream).
 cudaStream_t g_stream = nullptr;
 
-// Median over `reps` of the time per call of `fn` (which enqueues on
-// g_stream), in ms: kGraphCalls calls captured back to back into one CUDA
-// graph, as the step graph runs its nodes, so that the figure is a
-// kernel's duration plus the gap between graph nodes, not the host's
-// launch latency. -1 if fn fails.
-constexpr int kGraphCalls = 10;
+// Time per call of `fn` (which enqueues on g_stream), in ms
+// (graph_timing.h: 10 calls in one graph, median of `reps` launches).
 double TimeIt(const std::function<bool()>& fn, int reps = 30) {
-  if (!fn()) return -1;  // outside capture first: lazy module loading
-  CHECK_CUDA(cudaStreamSynchronize(g_stream));
-  cudaGraph_t graph = nullptr;
-  CHECK_CUDA(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
-  bool ok = true;
-  for (int i = 0; i < kGraphCalls && ok; ++i) ok = fn();
-  CHECK_CUDA(cudaStreamEndCapture(g_stream, &graph));
-  if (!ok) {
-    cudaGraphDestroy(graph);
-    return -1;
-  }
-  cudaGraphExec_t exec = nullptr;
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a, g_stream);
-    CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
-    cudaEventRecord(b, g_stream);
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t / kGraphCalls);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return GraphTimePerCallMs(g_stream, fn, reps);
 }
 
 int KernelBench(const CudaStepTuning& tuning) {
