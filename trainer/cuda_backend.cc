@@ -116,7 +116,7 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kRingSlots = 64;          // host windows of per-row losses
 constexpr int kMaxInFlight = 32;        // steps beyond the last polled one
-constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr size_t kWorkspaceBytes = kCudaProductWorkspaceBytes;
 constexpr int kHeadLogits = 1024;       // telemetry heads
 
 enum Kind { kForward = 0, kUpdate = 1, kFinal = 2 };

@@ -177,8 +177,8 @@ struct CudaStepTuning {
   // products (MatmulShape::algo_config); false: the heuristic's candidate
   // (algo_index) for every product. Read when the backend is created. The
   // same bits either way. Measured (docs/PERFORMANCE.md run 28, H200,
-  // 2026-12-02, two calls): 2.204–2.207 against 2.218–2.219 ms/step, the
-  // forward 0.725–0.726 against 0.739.
+  // 2026-12-02, four rounds): 2.205–2.206 against 2.219 ms/step, the
+  // forward 0.725 against 0.739.
   bool lt_configs = true;
   // The qkv / gate|up forward product as our own TMA/wgmma kernel with
   // RoPE / SwiGLU in its epilogue (kernels/fused_matmul.h), with this tile

@@ -82,8 +82,8 @@ std::vector<MatmulShape> CudaProductShapes(const ModelConfig& config) {
     // family as the heuristic's picks with other cluster shapes and custom
     // options, K summed in the same order (the same bits). Alone, output
     // forward 3.85 against 3.97 µs, down forward 5.29 against 5.46,
-    // gate|up forward 7.62 against 8.04; the step 2.205–2.207 against
-    // 2.218–2.219 ms (forward 0.725 against 0.739). Pins measured and left
+    // gate|up forward 7.62 against 8.04; the step 2.205–2.206 against
+    // 2.219 ms (forward 0.725 against 0.739). Pins measured and left
     // out (no gain in the step): gate|up dX, logits forward, down dW,
     // output dX. Where cuBLASLt refuses one, the heuristic's candidate
     // runs (MatmulShape::algo_config).

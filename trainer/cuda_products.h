@@ -18,6 +18,7 @@
 #ifndef COPPELIUS_TRAINER_CUDA_PRODUCTS_H_
 #define COPPELIUS_TRAINER_CUDA_PRODUCTS_H_
 
+#include <cstddef>
 #include <vector>
 
 #include "trainer/kernels/matmul.h"
@@ -44,11 +45,18 @@ enum CudaProduct : int {
   kNumCudaProducts
 };
 
+// The workspace each product's plan is made for and run with (the backend
+// has one for the main stream and one for the side stream).
+inline constexpr size_t kCudaProductWorkspaceBytes = size_t{32} << 20;
+
 // The shapes, indexed by CudaProduct. Some use a heuristic candidate other
 // than the first (MatmulShape::algo_index), measured faster by step_bench
 // on the H200 (2026-11-30, cuBLAS 13): logits forward #3 and logits dW #2
 // (docs/PERFORMANCE.md run 5) and, at the coppelius shapes only, qkv
-// forward #6 and gate|up forward #4 (run 7, timed inside a CUDA graph).
+// forward #6 and gate|up forward #4 (run 7, timed inside a CUDA graph);
+// and, at the coppelius shapes, the output, gate|up and down forward
+// products name a cuBLASLt configuration outright (MatmulShape::
+// algo_config, found by matmul_search; run 28).
 std::vector<MatmulShape> CudaProductShapes(const ModelConfig& config);
 
 }  // namespace coppelius

@@ -65,6 +65,7 @@ struct MatmulCase {
   int algo_index = 0;  // MatmulShape::algo_index
   int sm_count_target = 0;  // MatmulShape::sm_count_target
   MatmulAlgoConfig algo_config = {};  // MatmulShape::algo_config
+  bool expect_configured = false;  // the plan must run algo_config
 };
 
 void RunMatmulCase(const MatmulCase& c) {
@@ -112,6 +113,9 @@ void RunMatmulCase(const MatmulCase& c) {
   DeviceBuffer<char> ws(ws_bytes);
   auto plan = MatmulPlan::Create(lt, s, ws_bytes);
   ASSERT_TRUE(plan.ok()) << plan.status();
+  if (c.expect_configured) {
+    ASSERT_TRUE((*plan)->configured()) << (*plan)->refusal();
+  }
   ASSERT_TRUE((*plan)->Run(AsBf16(da), AsBf16(db), c.beta != 0 ? dc.get() : nullptr,
                            dd.get(), ws.get(), nullptr)
                   .ok());
@@ -255,8 +259,10 @@ TEST(MatmulTest, NonDefaultCandidatesAgainstDoubleReference) {
 // plan and given as a configuration, is taken (configured()) and computes
 // the same bits; a configuration cuBLASLt refuses (an algorithm id it does
 // not have; a tile id no algorithm lists) falls back to the heuristic's
-// pick, the same bits again; a split of K in two, where the algorithm
-// takes it, matches the double reference.
+// pick (refusal() says why), the same bits again; a field out of its
+// attribute's range is InvalidArgument; the first split of K (2 or 4, any
+// reduction scheme) cuBLASLt takes for the heuristic's algorithm, of which
+// there must be one, matches the double reference.
 TEST(MatmulTest, AlgoConfigurations) {
   SKIP_WITHOUT_GPU();
   const int64_t M = 256, N = 192, K = 320;
@@ -278,49 +284,101 @@ TEST(MatmulTest, AlgoConfigurations) {
   s.lda = K;
   s.ldb = K;
   s.ldc = N;
-  auto bits = [&](const MatmulShape& shape, bool* configured,
-                  MatmulAlgoConfig* config) {
+  // What a plan of `shape` runs, whether it took the configuration and why
+  // not, and its result.
+  struct Ran {
+    bool configured = true;
+    std::string refusal = "unset";
+    MatmulAlgoConfig config;
+    std::vector<float> d;
+  };
+  auto run = [&](const MatmulShape& shape) {
+    Ran r;
     auto plan = MatmulPlan::Create(lt, shape, ws_bytes);
     EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return r;
+    r.configured = (*plan)->configured();
+    r.refusal = (*plan)->refusal();
+    r.config = (*plan)->algo_config();
     DeviceBuffer<float> d(M * N);
-    if (!plan.ok()) return d.Download();
-    *configured = (*plan)->configured();
-    *config = (*plan)->algo_config();
     EXPECT_TRUE((*plan)
                     ->Run(AsBf16(da), AsBf16(db), nullptr, d.get(), ws.get(),
                           nullptr)
                     .ok());
-    return d.Download();
+    r.d = d.Download();
+    return r;
   };
-  bool configured = true;
-  MatmulAlgoConfig heuristic;
-  const std::vector<float> want = bits(s, &configured, &heuristic);
-  EXPECT_FALSE(configured);
-  ASSERT_GE(heuristic.algo_id, 0);
+  const Ran heuristic = run(s);
+  EXPECT_FALSE(heuristic.configured);
+  EXPECT_EQ(heuristic.refusal, "");
+  ASSERT_GE(heuristic.config.algo_id, 0);
   MatmulShape given = s;
-  given.algo_config = heuristic;
-  MatmulAlgoConfig used;
-  EXPECT_EQ(bits(given, &configured, &used), want);
-  EXPECT_TRUE(configured);
-  EXPECT_EQ(MatmulAlgoConfigString(used), MatmulAlgoConfigString(heuristic));
+  given.algo_config = heuristic.config;
+  const Ran same = run(given);
+  EXPECT_TRUE(same.configured) << same.refusal;
+  EXPECT_EQ(same.refusal, "");
+  EXPECT_EQ(MatmulAlgoConfigString(same.config),
+            MatmulAlgoConfigString(heuristic.config));
+  EXPECT_EQ(same.d, heuristic.d);
   for (const bool bad_id : {true, false}) {
     SCOPED_TRACE(bad_id ? "unknown algorithm id" : "unknown tile id");
     MatmulShape refused = s;
-    refused.algo_config = heuristic;
+    refused.algo_config = heuristic.config;
     if (bad_id) {
       refused.algo_config.algo_id = 1 << 20;
     } else {
       refused.algo_config.tile = 1 << 20;
     }
-    EXPECT_EQ(bits(refused, &configured, &used), want);
-    EXPECT_FALSE(configured);
-    EXPECT_EQ(MatmulAlgoConfigString(used), MatmulAlgoConfigString(heuristic));
+    const Ran fallback = run(refused);
+    EXPECT_FALSE(fallback.configured);
+    EXPECT_NE(fallback.refusal.find(MatmulAlgoConfigString(refused.algo_config)),
+              std::string::npos)
+        << fallback.refusal;
+    EXPECT_EQ(MatmulAlgoConfigString(fallback.config),
+              MatmulAlgoConfigString(heuristic.config));
+    EXPECT_EQ(fallback.d, heuristic.d);
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, int>{"split_k", 0}, {"cluster", 70000},
+        {"inner", -1}, {"tile", -2}}) {
+    SCOPED_TRACE(field);
+    MatmulShape bad = s;
+    bad.algo_config = heuristic.config;
+    if (std::string(field) == "split_k") bad.algo_config.split_k = value;
+    if (std::string(field) == "cluster") bad.algo_config.cluster = value;
+    if (std::string(field) == "inner") bad.algo_config.inner = value;
+    if (std::string(field) == "tile") bad.algo_config.tile = value;
+    EXPECT_EQ(MatmulPlan::Create(lt, bad, ws_bytes).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // A split of K the heuristic's algorithm takes.
+  MatmulAlgoConfig split;
+  bool found = false;
+  for (const int k : {2, 4}) {
+    for (const int reduction : {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                                CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE,
+                                CUBLASLT_REDUCTION_SCHEME_INPLACE}) {
+      if (found) break;
+      MatmulShape t = s;
+      t.algo_config = heuristic.config;
+      t.algo_config.split_k = k;
+      t.algo_config.reduction = reduction;
+      auto plan = MatmulPlan::Create(lt, t, ws_bytes);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      if ((*plan)->configured()) {
+        split = t.algo_config;
+        found = true;
+      }
+    }
   }
   cublasLtDestroy(lt);
-  MatmulAlgoConfig split = heuristic;
-  split.split_k = 2;
-  split.reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  RunMatmulCase({false, true, M, N, K, 1, 1.0f, 0.0f, 0, 0, split});
+  ASSERT_TRUE(found) << "no split of K taken for "
+                     << MatmulAlgoConfigString(heuristic.config);
+  SCOPED_TRACE(MatmulAlgoConfigString(split));
+  MatmulCase c{false, true, M, N, K, 1, 1.0f, 0.0f};
+  c.algo_config = split;
+  c.expect_configured = true;
+  RunMatmulCase(c);
 }
 
 // The backend plans the side stream's dW products for part of the device

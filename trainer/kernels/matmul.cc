@@ -44,9 +44,20 @@ absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols,
   return absl::OkStatus();
 }
 
-// The fixed configuration `c` of algorithm c.algo_id for the plan's
-// descriptors into *algo (MatmulShape::algo_config); InvalidArgument
-// (saying why) when cuBLASLt lacks or refuses it.
+// cuBLASLt's answers that mean "not this configuration here" (another GPU
+// or cuBLAS), as against a failure.
+bool IsRefusal(cublasStatus_t st) {
+  return st == CUBLAS_STATUS_NOT_SUPPORTED ||
+         st == CUBLAS_STATUS_INVALID_VALUE ||
+         st == CUBLAS_STATUS_ARCH_MISMATCH;
+}
+
+// Sets *algo to configuration `c` (MatmulShape::algo_config, its fields in
+// range) for the plan's descriptors. OK with *refusal empty when cuBLASLt
+// takes it; OK with *refusal saying why when it does not (no such
+// algorithm, cublasLtMatmulAlgoCheck's refusal, more workspace or operand
+// alignment than the plan has); Internal, naming the call and the status,
+// for another cuBLAS failure or an attribute cuBLASLt would not store.
 absl::Status InitConfiguredAlgo(cublasLtHandle_t handle,
                                 const MatmulAlgoConfig& c, bool d_bf16,
                                 int alignment_bytes, size_t workspace_bytes,
@@ -55,15 +66,22 @@ absl::Status InitConfiguredAlgo(cublasLtHandle_t handle,
                                 cublasLtMatrixLayout_t b,
                                 cublasLtMatrixLayout_t cd,
                                 cublasLtMatmulAlgo_t* algo,
-                                const std::string& what) {
+                                const std::string& what,
+                                std::string* refusal) {
+  refusal->clear();
   const cudaDataType_t out = d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const std::string config = MatmulAlgoConfigString(c);
-  if (cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F,
+  cublasStatus_t st =
+      cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F,
                              CUDA_R_16BF, CUDA_R_16BF, out, out, c.algo_id,
-                             algo) != CUBLAS_STATUS_SUCCESS) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": no algorithm ", c.algo_id, " for configuration ", config));
+                             algo);
+  if (IsRefusal(st)) {
+    *refusal = absl::StrCat("configuration ", config, ": no algorithm ",
+                            c.algo_id, " here");
+    return absl::OkStatus();
   }
+  CUBLAS_RETURN_IF_ERROR(
+      st, absl::StrCat(what, ": cublasLtMatmulAlgoInit(", config, ")"));
   const uint32_t tile = c.tile, stages = c.stages, reduction = c.reduction,
                  swizzle = c.swizzle, custom = c.custom;
   const int32_t split_k = c.split_k;
@@ -83,23 +101,27 @@ absl::Status InitConfiguredAlgo(cublasLtHandle_t handle,
       {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner)},
   };
   for (const auto& [attr, value, size] : attrs) {
-    if (cublasLtMatmulAlgoConfigSetAttribute(algo, attr, value, size) !=
-        CUBLAS_STATUS_SUCCESS) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": configuration ", config, " refused (attribute ",
-          static_cast<int>(attr), ")"));
-    }
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulAlgoConfigSetAttribute(algo, attr, value, size),
+        absl::StrCat(what, ": cublasLtMatmulAlgoConfigSetAttribute(",
+                     static_cast<int>(attr), ") of ", config));
   }
   cublasLtMatmulHeuristicResult_t result = {};
-  if (cublasLtMatmulAlgoCheck(handle, op, a, b, cd, cd, algo, &result) !=
-      CUBLAS_STATUS_SUCCESS) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": configuration ", config, " does not fit the product"));
+  st = cublasLtMatmulAlgoCheck(handle, op, a, b, cd, cd, algo, &result);
+  if (IsRefusal(st)) {
+    *refusal = absl::StrCat("configuration ", config,
+                            ": cublasLtMatmulAlgoCheck refuses it (status ",
+                            static_cast<int>(st), ")");
+    return absl::OkStatus();
   }
+  CUBLAS_RETURN_IF_ERROR(
+      st, absl::StrCat(what, ": cublasLtMatmulAlgoCheck(", config, ")"));
   if (result.workspaceSize > workspace_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": configuration ", config, " needs ", result.workspaceSize,
-        " bytes of workspace, the plan has ", workspace_bytes));
+    *refusal = absl::StrCat("configuration ", config, " needs ",
+                            result.workspaceSize,
+                            " bytes of workspace, the plan has ",
+                            workspace_bytes);
+    return absl::OkStatus();
   }
   for (const cublasLtMatmulAlgoCapAttributes_t cap :
        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES,
@@ -110,10 +132,12 @@ absl::Status InitConfiguredAlgo(cublasLtHandle_t handle,
     size_t written = 0;
     if (cublasLtMatmulAlgoCapGetAttribute(algo, cap, &need, sizeof(need),
                                           &written) == CUBLAS_STATUS_SUCCESS &&
-        written == sizeof(need) && need > static_cast<uint32_t>(alignment_bytes)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": configuration ", config, " needs ", need,
-          "-byte aligned operands, the plan guarantees ", alignment_bytes));
+        written == sizeof(need) &&
+        need > static_cast<uint32_t>(alignment_bytes)) {
+      *refusal = absl::StrCat("configuration ", config, " needs ", need,
+                              "-byte aligned operands, the plan guarantees ",
+                              alignment_bytes);
+      return absl::OkStatus();
     }
   }
   return absl::OkStatus();
@@ -193,6 +217,24 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": alignment_bytes must be a power of two >= 4"));
   }
+  if (s.algo_index < 0 || s.algo_index >= kMaxCandidates) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": algo_index ", s.algo_index, " outside [0, ", kMaxCandidates,
+        ")"));
+  }
+  {
+    // The configuration's fields within their cuBLASLt attributes' types.
+    const MatmulAlgoConfig& c = s.algo_config;
+    if (c.algo_id >= 0 &&
+        (c.tile < 0 || c.stages < 0 || c.split_k < 1 || c.reduction < 0 ||
+         c.swizzle < 0 || c.custom < 0 || c.cluster < 0 || c.cluster > 65535 ||
+         c.inner < 0 || c.inner > 65535)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": algo_config ", MatmulAlgoConfigString(c),
+          " has a field out of range (split_k >= 1; cluster and inner "
+          "0..65535; the others >= 0)"));
+    }
+  }
   std::unique_ptr<MatmulPlan> plan(new MatmulPlan());
   plan->shape_ = s;
   plan->handle_ = handle;
@@ -243,16 +285,16 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
   }
 
   if (s.algo_config.algo_id >= 0) {
-    // Refused (InvalidArgument): the heuristic's candidate below instead.
+    // Refused: the heuristic's candidate below instead.
     const absl::Status st = InitConfiguredAlgo(
         handle, s.algo_config, s.d_bf16, s.alignment_bytes, workspace_bytes,
         plan->op_desc_, plan->layout_a_, plan->layout_b_, plan->layout_c_,
-        &plan->algo_, what);
-    if (st.ok()) {
+        &plan->algo_, what, &plan->refusal_);
+    if (!st.ok()) return st;
+    if (plan->refusal_.empty()) {
       plan->configured_ = true;
       return plan;
     }
-    if (!absl::IsInvalidArgument(st)) return st;
   }
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref),
@@ -270,12 +312,6 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
     if (st != CUBLAS_STATUS_SUCCESS) break;
     st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
                                               sizeof(align));
-  }
-  if (s.algo_index < 0 || s.algo_index >= kMaxCandidates) {
-    cublasLtMatmulPreferenceDestroy(pref);
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": algo_index ", s.algo_index, " outside [0, ", kMaxCandidates,
-        ")"));
   }
   cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
   int found = 0;

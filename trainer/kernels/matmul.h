@@ -78,20 +78,23 @@ struct MatmulShape {
   // Which entry of cuBLASLt's heuristic list (best first) to use: a fixed
   // index, chosen offline from step_bench's per-candidate timings, keeps the
   // algorithm — and so the results — the same from run to run (timing the
-  // candidates at start-up would not). InvalidArgument if the heuristic
-  // returns fewer candidates.
+  // candidates at start-up would not). InvalidArgument outside [0, 16),
+  // or, where the heuristic's list is used, if it has fewer candidates.
   int algo_index = 0;
   // With algo_config.algo_id ≥ 0, that configuration instead of the
-  // heuristic's list (chosen offline by matmul_search, like algo_index),
-  // where cuBLASLt has the algorithm, cublasLtMatmulAlgoCheck accepts the
-  // configuration for the shape and it fits the workspace and the
-  // alignment; otherwise (another GPU, another cuBLAS) the heuristic's
-  // candidate algo_index as without it. MatmulPlan::configured() says
-  // which.
+  // heuristic's list (chosen offline by matmul_search), where cuBLASLt has
+  // the algorithm, cublasLtMatmulAlgoCheck accepts the configuration for
+  // the shape and it fits the workspace and the alignment; otherwise
+  // (another GPU, another cuBLAS) the heuristic's candidate algo_index as
+  // without it. MatmulPlan::configured() and refusal() say which and why.
+  // InvalidArgument when a field is out of its attribute's range
+  // (split_k ≥ 1, cluster and inner 0..65535, the others ≥ 0).
   MatmulAlgoConfig algo_config;
   // > 0: cuBLASLt's heuristic plans for this many SMs
   // (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), for a product that runs beside
-  // work on other streams; 0: the whole device.
+  // work on other streams; 0: the whole device. (A configuration taken
+  // from algo_config is not the heuristic's choice for the target; the
+  // target stays on the descriptor for cuBLASLt to read at run time.)
   int sm_count_target = 0;
 };
 
@@ -124,8 +127,10 @@ class MatmulPlan {
   // The configuration of the algorithm the plan runs (read back from it).
   MatmulAlgoConfig algo_config() const;
   // True if the plan runs shape().algo_config, false if the heuristic's
-  // candidate (none given, or it was refused).
+  // candidate (none given, or it was refused: refusal() says why, else
+  // it is empty).
   bool configured() const { return configured_; }
+  const std::string& refusal() const { return refusal_; }
 
  private:
   MatmulPlan() = default;
@@ -142,6 +147,7 @@ class MatmulPlan {
   cublasLtMatrixLayout_t layout_c_ = nullptr;
   cublasLtMatmulAlgo_t algo_;
   bool configured_ = false;
+  std::string refusal_;
 };
 
 }  // namespace coppelius

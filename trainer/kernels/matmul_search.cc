@@ -211,6 +211,12 @@ std::vector<float> Result(const MatmulPlan& plan, const Buffers& buf,
 int Search(const MatmulShape& base, cublasLtHandle_t lt, void* ws,
            size_t ws_bytes, std::mt19937_64* rng) {
   const MatmulShape& s = base;
+  auto pinned = MatmulPlan::Create(lt, s, ws_bytes);
+  if (!pinned.ok()) {
+    std::fprintf(stderr, "matmul_search: %s\n",
+                 pinned.status().ToString().c_str());
+    return 1;
+  }
   Buffers buf;
   buf.a = DeviceRandom((s.trans_a ? s.k : s.m) * s.lda, true, rng);
   buf.b = DeviceRandom((s.trans_b ? s.n : s.k) * s.ldb, true, rng);
@@ -236,12 +242,6 @@ int Search(const MatmulShape& base, cublasLtHandle_t lt, void* ws,
     };
   };
   const int reps = absl::GetFlag(FLAGS_reps);
-  auto pinned = MatmulPlan::Create(lt, s, ws_bytes);
-  if (!pinned.ok()) {
-    std::fprintf(stderr, "matmul_search: %s\n",
-                 pinned.status().ToString().c_str());
-    return 1;
-  }
   const double pinned_us = TimeCalls(runner(**pinned), 3 * reps);
   const MatmulAlgoConfig pinned_config = (*pinned)->algo_config();
   std::printf("\n== %s (m %ld n %ld k %ld%s%s, SM target %d): pinned %s %.3f us\n",
@@ -310,6 +310,7 @@ int Search(const MatmulShape& base, cublasLtHandle_t lt, void* ws,
   for (int i = 0; i < 16; ++i) {
     MatmulShape h = s;
     h.algo_index = i;
+    h.algo_config = MatmulAlgoConfig();  // the heuristic's candidate i
     auto plan = MatmulPlan::Create(lt, h, ws_bytes);
     if (!plan.ok()) break;
     const MatmulAlgoConfig c = (*plan)->algo_config();
@@ -448,7 +449,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaStreamCreate(&g_stream));
   cublasLtHandle_t lt = nullptr;
   if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return 1;
-  const size_t ws_bytes = 32u << 20;  // the backend's workspace size
+  const size_t ws_bytes = kCudaProductWorkspaceBytes;
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
   std::mt19937_64 rng(20261202);

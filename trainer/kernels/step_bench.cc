@@ -240,7 +240,7 @@ int KernelBench(const CudaStepTuning& tuning) {
   auto B = [&](size_t n) { return static_cast<bf*>(DevRandom(n * 2, &rng, true)); };
   cublasLtHandle_t lt;
   if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) return 1;
-  const size_t ws_bytes = 32u << 20;
+  const size_t ws_bytes = kCudaProductWorkspaceBytes;
   void* ws = nullptr;
   ws = DevAlloc(ws_bytes);
   // The backend's products (cuda_products.h), each with its pinned
@@ -285,7 +285,9 @@ int KernelBench(const CudaStepTuning& tuning) {
     // algo_config) where cuBLASLt takes it, else the pinned candidate.
     const std::string runs =
         MatmulAlgoConfigString((*plan)->algo_config()) +
-        ((*plan)->configured() ? " (pinned configuration)" : "");
+        ((*plan)->configured()         ? " (pinned configuration)"
+         : (*plan)->refusal().empty() ? ""
+                                      : " (" + (*plan)->refusal() + ")");
     g_candidates.push_back(s.name + " | runs " + runs + " | pinned index " +
                            std::to_string(s.algo_index) + ", best index " +
                            std::to_string(best) + " (" +
