@@ -116,7 +116,6 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kRingSlots = 64;          // host windows of per-row losses
 constexpr int kMaxInFlight = 32;        // steps beyond the last polled one
-constexpr size_t kWorkspaceBytes = kCudaProductWorkspaceBytes;
 constexpr int kHeadLogits = 1024;       // telemetry heads
 
 enum Kind { kForward = 0, kUpdate = 1, kFinal = 2 };
@@ -162,7 +161,7 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
   absl::Status Plan(std::unique_ptr<MatmulPlan>* plan, const MatmulShape& s) {
-    ASSIGN_OR_RETURN(*plan, MatmulPlan::Create(lt_, s, kWorkspaceBytes));
+    ASSIGN_OR_RETURN(*plan, MatmulPlan::Create(lt_, s, kCudaProductWorkspaceBytes));
     return absl::OkStatus();
   }
   // Product p (cuda_products.h) on the main stream.
@@ -575,9 +574,9 @@ absl::Status CudaBackend::Init() {
 
   {
     char* ws = nullptr;
-    RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt workspace"));
+    RETURN_IF_ERROR(Alloc(&ws, kCudaProductWorkspaceBytes, "cuBLASLt workspace"));
     workspace_ = ws;
-    RETURN_IF_ERROR(Alloc(&ws, kWorkspaceBytes, "cuBLASLt side workspace"));
+    RETURN_IF_ERROR(Alloc(&ws, kCudaProductWorkspaceBytes, "cuBLASLt side workspace"));
     side_workspace_ = ws;
   }
   RETURN_IF_ERROR(Alloc(&pmv_, 3 * N_, "P/M/V"));

@@ -8,7 +8,6 @@
 #include "trainer/kernels/matmul.h"
 
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +42,27 @@ absl::Status MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols,
   }
   return absl::OkStatus();
 }
+
+// The configuration's fields and their cuBLASLt attributes, with the
+// attribute's storage size (4: int32_t or uint32_t, 2: uint16_t; the
+// fields' values are in range for either, MatmulShape::algo_config).
+// CUBLASLT_ALGO_CONFIG_ID is read only (cublasLtMatmulAlgoInit sets it).
+struct ConfigField {
+  cublasLtMatmulAlgoConfigAttributes_t attr;
+  int MatmulAlgoConfig::*field;
+  size_t bytes;
+};
+constexpr ConfigField kConfigFields[] = {
+    {CUBLASLT_ALGO_CONFIG_ID, &MatmulAlgoConfig::algo_id, 4},
+    {CUBLASLT_ALGO_CONFIG_TILE_ID, &MatmulAlgoConfig::tile, 4},
+    {CUBLASLT_ALGO_CONFIG_STAGES_ID, &MatmulAlgoConfig::stages, 4},
+    {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &MatmulAlgoConfig::split_k, 4},
+    {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &MatmulAlgoConfig::reduction, 4},
+    {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &MatmulAlgoConfig::swizzle, 4},
+    {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &MatmulAlgoConfig::custom, 4},
+    {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &MatmulAlgoConfig::cluster, 2},
+    {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &MatmulAlgoConfig::inner, 2},
+};
 
 // cuBLASLt's answers that mean "not this configuration here" (another GPU
 // or cuBLAS), as against a failure.
@@ -82,29 +102,17 @@ absl::Status InitConfiguredAlgo(cublasLtHandle_t handle,
   }
   CUBLAS_RETURN_IF_ERROR(
       st, absl::StrCat(what, ": cublasLtMatmulAlgoInit(", config, ")"));
-  const uint32_t tile = c.tile, stages = c.stages, reduction = c.reduction,
-                 swizzle = c.swizzle, custom = c.custom;
-  const int32_t split_k = c.split_k;
-  const uint16_t cluster = c.cluster, inner = c.inner;
-  const struct {
-    cublasLtMatmulAlgoConfigAttributes_t attr;
-    const void* value;
-    size_t size;
-  } attrs[] = {
-      {CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)},
-      {CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages)},
-      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k)},
-      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction)},
-      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle)},
-      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom)},
-      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster)},
-      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner)},
-  };
-  for (const auto& [attr, value, size] : attrs) {
+  for (const ConfigField& f : kConfigFields) {
+    if (f.attr == CUBLASLT_ALGO_CONFIG_ID) continue;
+    const uint32_t wide = static_cast<uint32_t>(c.*f.field);
+    const uint16_t narrow = static_cast<uint16_t>(c.*f.field);
     CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulAlgoConfigSetAttribute(algo, attr, value, size),
+        cublasLtMatmulAlgoConfigSetAttribute(
+            algo, f.attr, f.bytes == 2 ? static_cast<const void*>(&narrow)
+                                       : static_cast<const void*>(&wide),
+            f.bytes),
         absl::StrCat(what, ": cublasLtMatmulAlgoConfigSetAttribute(",
-                     static_cast<int>(attr), ") of ", config));
+                     static_cast<int>(f.attr), ") of ", config));
   }
   cublasLtMatmulHeuristicResult_t result = {};
   st = cublasLtMatmulAlgoCheck(handle, op, a, b, cd, cd, algo, &result);
@@ -152,37 +160,25 @@ std::string MatmulAlgoConfigString(const MatmulAlgoConfig& c) {
 }
 
 MatmulAlgoConfig MatmulPlan::algo_config() const {
-  MatmulAlgoConfig c;
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto* value) {
+  MatmulAlgoConfig c;  // a field cuBLASLt does not report keeps its default
+  for (const ConfigField& f : kConfigFields) {
     size_t written = 0;
-    std::remove_pointer_t<decltype(value)> v = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, attr, &v, sizeof(v),
-                                             &written) ==
-        CUBLAS_STATUS_SUCCESS) {
-      *value = v;
+    if (f.bytes == 2) {
+      uint16_t v = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, f.attr, &v, 2,
+                                               &written) ==
+          CUBLAS_STATUS_SUCCESS) {
+        c.*f.field = v;
+      }
+    } else {
+      int32_t v = 0;  // every 4-byte field's value fits int32 and uint32
+      if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, f.attr, &v, 4,
+                                               &written) ==
+          CUBLAS_STATUS_SUCCESS) {
+        c.*f.field = v;
+      }
     }
-  };
-  int32_t id = -1, split_k = 1;
-  uint32_t tile = 0, stages = 0, reduction = 0, swizzle = 0, custom = 0;
-  uint16_t cluster = 0, inner = 0;
-  get(CUBLASLT_ALGO_CONFIG_ID, &id);
-  get(CUBLASLT_ALGO_CONFIG_TILE_ID, &tile);
-  get(CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages);
-  get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k);
-  get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction);
-  get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle);
-  get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom);
-  get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster);
-  get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner);
-  c.algo_id = id;
-  c.tile = static_cast<int>(tile);
-  c.stages = static_cast<int>(stages);
-  c.split_k = split_k;
-  c.reduction = static_cast<int>(reduction);
-  c.swizzle = static_cast<int>(swizzle);
-  c.custom = static_cast<int>(custom);
-  c.cluster = cluster;
-  c.inner = inner;
+  }
   return c;
 }
 
@@ -222,13 +218,13 @@ absl::StatusOr<std::unique_ptr<MatmulPlan>> MatmulPlan::Create(
         what, ": algo_index ", s.algo_index, " outside [0, ", kMaxCandidates,
         ")"));
   }
-  {
-    // The configuration's fields within their cuBLASLt attributes' types.
+  // The configuration's fields within their cuBLASLt attributes' types.
+  for (const ConfigField& f : kConfigFields) {
     const MatmulAlgoConfig& c = s.algo_config;
-    if (c.algo_id >= 0 &&
-        (c.tile < 0 || c.stages < 0 || c.split_k < 1 || c.reduction < 0 ||
-         c.swizzle < 0 || c.custom < 0 || c.cluster < 0 || c.cluster > 65535 ||
-         c.inner < 0 || c.inner > 65535)) {
+    if (c.algo_id < 0 || f.attr == CUBLASLT_ALGO_CONFIG_ID) continue;
+    const int v = c.*f.field;
+    const int least = f.field == &MatmulAlgoConfig::split_k ? 1 : 0;
+    if (v < least || (f.bytes == 2 && v > 65535)) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, ": algo_config ", MatmulAlgoConfigString(c),
           " has a field out of range (split_k >= 1; cluster and inner "

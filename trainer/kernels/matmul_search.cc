@@ -59,7 +59,7 @@
 #include "absl/strings/str_split.h"
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_products.h"
-#include "trainer/kernels/graph_timing.h"
+#include "trainer/kernels/bench_util.h"
 #include "trainer/kernels/matmul.h"
 #include "trainer/model_config.h"
 
@@ -90,7 +90,7 @@ namespace {
 
 cudaStream_t g_stream = nullptr;
 
-// Median µs per call of `run` (graph_timing.h: 10 calls in one graph,
+// Median µs per call of `run` (bench_util.h: 10 calls in one graph,
 // `reps` launches), or -1 if a call fails.
 double TimeCalls(const std::function<bool()>& run, int reps) {
   const double ms = GraphTimePerCallMs(g_stream, run, reps);
@@ -133,26 +133,27 @@ struct Buffers {
   size_t d_bytes = 0;
 };
 
+// A device buffer of `elements` N(0, 1) values, bf16 or fp32.
 void* DeviceRandom(size_t elements, bool bf16, std::mt19937_64* rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   void* p = nullptr;
   const size_t bytes = elements * (bf16 ? 2 : 4);
   CHECK_CUDA(cudaMalloc(&p, bytes));
-  if (bf16) {
-    std::vector<uint16_t> h(elements);
-    for (auto& x : h) {
-      const float f = dist(*rng);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      x = static_cast<uint16_t>(u >> 16);
-    }
-    CHECK_CUDA(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice));
-  } else {
-    std::vector<float> h(elements);
-    for (auto& x : h) x = dist(*rng);
-    CHECK_CUDA(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice));
-  }
+  CHECK_CUDA(FillRandomNormal(p, bytes, bf16, rng));
   return p;
+}
+
+// One call of `plan` on the buffers (D += A·B for beta ≠ 0, in place, as
+// the backend's residual products accumulate into their output).
+absl::Status RunOnce(const MatmulPlan& plan, const Buffers& buf, void* ws) {
+  const auto* a = static_cast<const __nv_bfloat16*>(buf.a);
+  const auto* b = static_cast<const __nv_bfloat16*>(buf.b);
+  if (plan.shape().d_bf16) {
+    return plan.RunBf16(a, b, static_cast<__nv_bfloat16*>(buf.d), ws,
+                        g_stream);
+  }
+  float* d = static_cast<float*>(buf.d);
+  return plan.Run(a, b, plan.shape().beta != 0.0f ? d : nullptr, d, ws,
+                  g_stream);
 }
 
 struct Timed {
@@ -178,16 +179,7 @@ std::vector<float> Result(const MatmulPlan& plan, const Buffers& buf,
     CHECK_CUDA(cudaMemcpyAsync(buf.d, buf.c, buf.d_bytes,
                                cudaMemcpyDeviceToDevice, g_stream));
   }
-  const absl::Status st =
-      s.d_bf16
-          ? plan.RunBf16(static_cast<const __nv_bfloat16*>(buf.a),
-                         static_cast<const __nv_bfloat16*>(buf.b),
-                         static_cast<__nv_bfloat16*>(buf.d), ws, g_stream)
-          : plan.Run(static_cast<const __nv_bfloat16*>(buf.a),
-                     static_cast<const __nv_bfloat16*>(buf.b),
-                     static_cast<const float*>(s.beta != 0.0f ? buf.d
-                                                               : nullptr),
-                     static_cast<float*>(buf.d), ws, g_stream);
+  const absl::Status st = RunOnce(plan, buf, ws);
   if (!st.ok()) {
     std::fprintf(stderr, "matmul_search: %s\n", st.ToString().c_str());
     std::exit(1);
@@ -224,22 +216,7 @@ int Search(const MatmulShape& base, cublasLtHandle_t lt, void* ws,
   if (s.beta != 0.0f) buf.c = DeviceRandom(s.m * s.ldc, false, rng);
   CHECK_CUDA(cudaMalloc(&buf.d, buf.d_bytes));
   auto runner = [&](const MatmulPlan& plan) {
-    return [&plan, &buf, ws]() {
-      const MatmulShape& t = plan.shape();
-      // For beta ≠ 0 the timed calls accumulate into D (as the backend's
-      // residual products do into their output).
-      return (t.d_bf16
-                  ? plan.RunBf16(static_cast<const __nv_bfloat16*>(buf.a),
-                                 static_cast<const __nv_bfloat16*>(buf.b),
-                                 static_cast<__nv_bfloat16*>(buf.d), ws,
-                                 g_stream)
-                  : plan.Run(static_cast<const __nv_bfloat16*>(buf.a),
-                             static_cast<const __nv_bfloat16*>(buf.b),
-                             static_cast<const float*>(
-                                 t.beta != 0.0f ? buf.d : nullptr),
-                             static_cast<float*>(buf.d), ws, g_stream))
-          .ok();
-    };
+    return [&plan, &buf, ws]() { return RunOnce(plan, buf, ws).ok(); };
   };
   const int reps = absl::GetFlag(FLAGS_reps);
   const double pinned_us = TimeCalls(runner(**pinned), 3 * reps);

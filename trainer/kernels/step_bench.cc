@@ -43,7 +43,7 @@
 #include "trainer/kernels/cross_entropy.h"
 #include "trainer/kernels/embedding.h"
 #include "trainer/kernels/fused_matmul.h"
-#include "trainer/kernels/graph_timing.h"
+#include "trainer/kernels/bench_util.h"
 #include "trainer/kernels/kernel_trace.h"
 #include "trainer/kernels/launch.h"
 #include "trainer/kernels/layernorm.h"
@@ -203,15 +203,11 @@ void* DevAlloc(size_t bytes) {
 
 void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
   void* p = DevAlloc(bytes);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  if (bf16) {
-    std::vector<__nv_bfloat16> h(bytes / 2);
-    for (auto& x : h) x = __float2bfloat16(d(*rng));
-    cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice);
-  } else {
-    std::vector<float> h(bytes / 4);
-    for (auto& x : h) x = d(*rng);
-    cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice);
+  const cudaError_t e = FillRandomNormal(p, bytes, bf16, rng);
+  if (e != cudaSuccess) {  // as DevAlloc: nothing to recover
+    std::fprintf(stderr, "step_bench: random inputs (%zu bytes): %s\n", bytes,
+                 cudaGetErrorString(e));
+    std::exit(1);
   }
   return p;
 }
@@ -221,7 +217,7 @@ void* DevRandom(size_t bytes, std::mt19937_64* rng, bool bf16) {
 cudaStream_t g_stream = nullptr;
 
 // Time per call of `fn` (which enqueues on g_stream), in ms
-// (graph_timing.h: 10 calls in one graph, median of `reps` launches).
+// (bench_util.h: 10 calls in one graph, median of `reps` launches).
 double TimeIt(const std::function<bool()>& fn, int reps = 30) {
   return GraphTimePerCallMs(g_stream, fn, reps);
 }

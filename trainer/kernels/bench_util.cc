@@ -1,5 +1,7 @@
-// File: trainer/kernels/graph_timing.cc
-#include "trainer/kernels/graph_timing.h"
+// File: trainer/kernels/bench_util.cc
+#include "trainer/kernels/bench_util.h"
+
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -54,6 +56,19 @@ double GraphTimePerCallMs(cudaStream_t stream, const std::function<bool()>& fn,
   if (!ok) return -1;
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+cudaError_t FillRandomNormal(void* p, size_t bytes, bool bf16,
+                             std::mt19937_64* rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  if (bf16) {
+    std::vector<__nv_bfloat16> h(bytes / 2);
+    for (auto& x : h) x = __float2bfloat16(d(*rng));
+    return cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
+  }
+  std::vector<float> h(bytes / 4);
+  for (auto& x : h) x = d(*rng);
+  return cudaMemcpy(p, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
 }
 
 }  // namespace coppelius
