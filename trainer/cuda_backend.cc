@@ -396,12 +396,14 @@ class CudaBackend final : public Backend {
   // Per step: device time at the end of the forward (after the CE) and at
   // the end of the main stream's backward (before the embedding's AdamW).
   std::vector<std::pair<uint64_t, uint64_t>> phase_times_;
+  bool phase_times_recorded_ = false;  // the captured graph's (phase_times)
 
  public:
   // For benchmarks: start, forward end, backward end, end (ns) of `step`,
   // valid after PollStep(step).
   bool PhaseTimes(int64_t step, uint64_t ns[4]) const {
-    if (step < 0 || step >= static_cast<int64_t>(step_times_.size())) {
+    if (!phase_times_recorded_ || step < 0 ||
+        step >= static_cast<int64_t>(step_times_.size())) {
       return false;
     }
     ns[0] = step_times_[step].first;
@@ -1199,15 +1201,20 @@ absl::Status CudaBackend::EnqueueStepBody() {
   // stays in the chain: on a branch it waited up to 30 µs for a slot
   // beside the tail's updates, which fill the device (docs/PERFORMANCE.md
   // run 22).
-  RETURN_IF_ERROR(
-      StreamWait(phase_stream_, stream_, phase_fork_event_, "phase fork"));
-  CUDA_RETURN_IF_ERROR(
-      Timestamp(step_counter_, kRingSlots, 0, phase_ring, phase_stream_),
-      "Timestamp(forward end)");
+  const bool phases = g_tuning.phase_times;
+  if (phases) {
+    RETURN_IF_ERROR(
+        StreamWait(phase_stream_, stream_, phase_fork_event_, "phase fork"));
+    CUDA_RETURN_IF_ERROR(
+        Timestamp(step_counter_, kRingSlots, 0, phase_ring, phase_stream_),
+        "Timestamp(forward end)");
+  }
   RETURN_IF_ERROR(BackwardPass());
-  CUDA_RETURN_IF_ERROR(
-      Timestamp(step_counter_, kRingSlots, 1, phase_ring, stream_),
-      "Timestamp(backward end)");
+  if (phases) {
+    CUDA_RETURN_IF_ERROR(
+        Timestamp(step_counter_, kRingSlots, 1, phase_ring, stream_),
+        "Timestamp(backward end)");
+  }
   // Embedding and final norm (read at the start of the backward) last; the
   // final norm's gradients come from the side stream, joined here (its last
   // products overlap the embedding backward and update).
@@ -1224,8 +1231,10 @@ absl::Status CudaBackend::EnqueueStepBody() {
   }
   RETURN_IF_ERROR(
       StreamWait(stream_, adam_stream_, adam_join_event_, "adamw join"));
-  RETURN_IF_ERROR(
-      StreamWait(stream_, phase_stream_, phase_join_event_, "phase join"));
+  if (phases) {
+    RETURN_IF_ERROR(
+        StreamWait(stream_, phase_stream_, phase_join_event_, "phase join"));
+  }
   // The losses to the host ring, the step's end time, the step counter.
   CUDA_RETURN_IF_ERROR(FinishStep(losses_, T_, step_counter_, kRingSlots,
                                   loss_ring_dev_, time_ring_dev_, stream_),
@@ -1342,6 +1351,7 @@ absl::Status CudaBackend::BuildStepGraph() {
   consumed_.assign(contexts, 0);
   step_times_.assign(contexts, {0, 0});
   phase_times_.assign(contexts, {0, 0});
+  phase_times_recorded_ = g_tuning.phase_times;
   NotePeakMemory();
   return absl::OkStatus();
 }

@@ -73,8 +73,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
 
 // For benchmarks: device times (ns) of step `step` of a CUDA backend: start,
 // end of the forward (after the cross-entropy), end of the main stream's
-// backward, end of the step graph. False if `backend` is not a CUDA backend
-// or the step was not polled yet.
+// backward, end of the step graph. False if `backend` is not a CUDA backend,
+// its step graph was captured without CudaStepTuning::phase_times, or the
+// step was not polled yet.
 bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]);
 
 // For benchmarks only (step_bench --skip=...): kinds of work that the step
@@ -234,6 +235,15 @@ struct CudaStepTuning {
   // rounds; alone, dk/dv 16.4 against 17.7 µs, dq 12.4 against 12.9.
   bool attention_pipelined_backward = true;
   bool attention_pipelined_forward = true;
+  // Diagnostics: the step graph also records the forward's and the
+  // backward's end times (CudaStepPhaseTimes; a kernel on a branch of the
+  // graph after the forward, one in the chain after the backward). Off,
+  // CudaStepPhaseTimes returns false. Read when the step graph is captured.
+  // The same bits either way. Measured (docs/PERFORMANCE.md run 29, H200,
+  // 2026-12-02, three rounds): median device time of a step 2.197–2.199 ms
+  // without them against 2.200–2.202 with them; off for `train`, on in
+  // step_bench (its phase lines).
+  bool phase_times = false;
   // Diagnostics: when not null, the captured step graph is written to this
   // file in Graphviz DOT form (cudaGraphDebugDotPrint, verbose: every
   // node's kernel, its dependencies as edges). The caller keeps the string

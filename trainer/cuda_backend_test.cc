@@ -595,6 +595,8 @@ TEST(CudaBackendTest, SplitSnapshotIsOrderedAfterEarlierSteps) {
 // 100 steps: the loss ring (64 slots) wraps; a backend polled only after all
 // enqueues (slots saved before reuse) and one polled step by step agree
 // bitwise, and the step counter / AdamW table stay in step past the ring.
+// The first records no phase times (the default), the second does
+// (CudaStepTuning::phase_times): the same bits.
 TEST(CudaBackendTest, RingWrapsAroundAndRunAheadMatchesLockstep) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
   const ModelConfig config = *ModelConfigByName("tiny");
@@ -612,9 +614,15 @@ TEST(CudaBackendTest, RingWrapsAroundAndRunAheadMatchesLockstep) {
     for (int s = 0; s < steps; ++s) ASSERT_TRUE((*b)->EnqueueStep(s).ok());
     for (int s = 0; s < steps; ++s) {
       ASSERT_TRUE((*b)->PollStep(s, ahead[s].data()).ok()) << s;
+      uint64_t phases[4] = {};
+      EXPECT_FALSE(CudaStepPhaseTimes(b->get(), s, phases)) << s;
     }
     ASSERT_TRUE((*b)->Snapshot(pa.data()).ok());
   }
+  const CudaStepTuning defaults;
+  CudaStepTuning with_phases;
+  with_phases.phase_times = true;
+  ASSERT_TRUE(SetCudaStepTuning(with_phases).ok());
   {
     auto b = CreateCudaBackend(config);
     ASSERT_TRUE(b.ok()) << b.status();
@@ -638,6 +646,7 @@ TEST(CudaBackendTest, RingWrapsAroundAndRunAheadMatchesLockstep) {
     }
     ASSERT_TRUE((*b)->Snapshot(pb.data()).ok());
   }
+  ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
   for (int s = 0; s < steps; ++s) {
     ASSERT_EQ(0, std::memcmp(ahead[s].data(), lockstep[s].data(), config.T * 4))
         << "step " << s;
