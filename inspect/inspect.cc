@@ -228,8 +228,24 @@ class DecodeInputs {
 
   // Reads both on the first call; later calls return its outcome.
   absl::Status Load() {
+    RETURN_IF_ERROR(LoadVocabulary());
     if (!loaded_) loaded_ = Read();
     return *loaded_;
+  }
+  // Reads the vocabulary alone (Load reads the source too): make-cache's
+  // rule, the vocabulary is loaded whether or not the cache is decoded, so
+  // a malformed one is reported before any staleness.
+  absl::Status LoadVocabulary() {
+    if (!vocabulary_loaded_) {
+      absl::StatusOr<Vocabulary> loaded = Vocabulary::Load(vocab_);
+      if (loaded.ok()) {
+        vocabulary_.emplace(*std::move(loaded));
+        vocabulary_loaded_ = absl::OkStatus();
+      } else {
+        vocabulary_loaded_ = Annotate(loaded.status(), "--vocab");
+      }
+    }
+    return *vocabulary_loaded_;
   }
   // After Load() succeeded.
   const Vocabulary& vocabulary() const { return *vocabulary_; }
@@ -238,9 +254,6 @@ class DecodeInputs {
 
  private:
   absl::Status Read() {
-    absl::StatusOr<Vocabulary> loaded = Vocabulary::Load(vocab_);
-    if (!loaded.ok()) return Annotate(loaded.status(), "--vocab");
-    vocabulary_.emplace(*std::move(loaded));
     absl::StatusOr<std::string> text = ReadFile(source_);
     if (!text.ok()) return Annotate(text.status(), "--source");
     source_text_ = *std::move(text);
@@ -249,6 +262,7 @@ class DecodeInputs {
 
   const std::string source_, vocab_;
   std::optional<absl::Status> loaded_;
+  std::optional<absl::Status> vocabulary_loaded_;
   std::optional<Vocabulary> vocabulary_;
   std::string source_text_;
 };
@@ -279,6 +293,7 @@ absl::StatusOr<CacheReport> AnalyzeCache(const std::string& path,
       ASSIGN_OR_RETURN(r.staleness, CacheStaleness(path, info.header, source));
     }
     if (!decode_inputs.wanted()) return absl::OkStatus();
+    RETURN_IF_ERROR(decode_inputs.LoadVocabulary());
     if (!r.header_problem.empty()) {
       r.decode_skipped = "the header cannot be a source's";
     } else if (r.staleness && r.staleness->staleness != Staleness::kFresh) {
@@ -935,6 +950,39 @@ std::vector<std::string> ResultProblems(const std::string& path,
         path, ": offset 0 (forward record): marker be ba fe ca be ba fe "
               "ca still present, expected the forward logits"));
   }
+  // The step windows hold cross-entropies (logsumexp minus a logit), never
+  // negative; step 0's agree with the forward record (the same forward).
+  // Both hold for any run's file, complete or cut short.
+  for (size_t i = 0; i < r.step_losses.size(); ++i) {
+    const float x = r.step_losses[i];
+    if (std::isfinite(x) && x < 0.0f) {
+      const int64_t step = static_cast<int64_t>(i) / r.geometry.T;
+      const int64_t row = static_cast<int64_t>(i) % r.geometry.T;
+      problems.push_back(absl::StrFormat(
+          "%s: offset %d (step %d's window, row %d): %.9g, expected a "
+          "cross-entropy (>= 0, or non-finite in a diverged run)",
+          path, layout.windows_offset + 4 * static_cast<int64_t>(i), step,
+          row, x));
+      break;
+    }
+  }
+  if (r.forward_present && !r.marker_left && r.complete_steps > 0) {
+    const absl::string_view forward(
+        reinterpret_cast<const char*>(r.forward_logits.data()),
+        r.forward_logits.size() * sizeof(float));
+    const absl::string_view window(
+        reinterpret_cast<const char*>(r.step_losses.data()),
+        static_cast<size_t>(r.geometry.T) * sizeof(float));
+    if (!StepZeroAgreesWithForwardRecord(forward, window, r.geometry)) {
+      problems.push_back(absl::StrCat(
+          path, ": offset ", layout.windows_offset,
+          " (step 0's window): its losses at rows ", r.geometry.T / 4 - 1,
+          ", ", r.geometry.T / 2 - 1, " and ", r.geometry.T - 1,
+          " are not cross-entropies of the forward record's logits of those "
+          "rows (between logsumexp - max and logsumexp - min), expected the "
+          "same forward (SPEC section 7)"));
+    }
+  }
   if (!r.complete) {
     if (!count_incomplete) return problems;
     // A file too short to tell its config is measured against the
@@ -1409,6 +1457,7 @@ struct VerifyOutcome {
   // (a cache's ids against a config's V): printed after the kind.
   std::string checked;
   std::vector<std::string> failures;  // one line each
+  std::string kind_note;              // FileDetection::kind_note
 };
 
 VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
@@ -1422,6 +1471,7 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
   }
   const FileKind kind = d->kind;
   const ModelConfig& config = d->config;
+  v.kind_note = d->kind_note;
   v.kind = FileKindName(kind);
   v.config = config.name;
   v.config_source = d->config_source;
@@ -1962,6 +2012,21 @@ absl::StatusOr<FileDetection> DetectFile(const std::string& path,
   d.kind = kind;
   if (d.kind == FileKind::kAuto) {
     ASSIGN_OR_RETURN(d.kind, DetectKind(path, p, known));
+    // A kind named by the extension, against what the content reads as.
+    for (const auto& [extension, by_name] :
+         {std::pair<const char*, FileKind>{".ckpt", FileKind::kCheckpoint},
+          {".tok", FileKind::kCache},
+          {".res", FileKind::kResult}}) {
+      if (!absl::EndsWith(path, extension) || d.kind != by_name) continue;
+      absl::StatusOr<FileKind> content =
+          DetectKind(path, p, known, /*by_extension=*/false);
+      if (content.ok() && *content != d.kind) {
+        d.kind_note = absl::StrCat(
+            "the kind comes from the extension ", extension,
+            "; the content reads as a ", FileKindName(*content),
+            ": --kind=", FileKindName(*content), " reads it as one");
+      }
+    }
   }
   std::string evidence;
   ASSIGN_OR_RETURN(std::optional<ModelConfig> file_config,
@@ -2102,8 +2167,19 @@ absl::Status RunInspect(const InspectOptions& options, std::ostream& out) {
   return status;
 }
 
+static absl::Status InspectDetected(const InspectOptions& o,
+                                    const FileDetection& d, std::ostream& out);
+
 static absl::Status InspectPath(const InspectOptions& o, std::ostream& out) {
   ASSIGN_OR_RETURN(FileDetection d, DetectFile(o.path, o.kind, o.config));
+  const absl::Status status = InspectDetected(o, d, out);
+  if (status.ok() || d.kind_note.empty()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (", d.kind_note, ")"));
+}
+
+static absl::Status InspectDetected(const InspectOptions& o,
+                                    const FileDetection& d, std::ostream& out) {
   std::ostream& warnings = WarningsOf(o);
   if (!o.source.empty() && d.kind != FileKind::kCache) {
     warnings << "inspect: warning: --source is for token caches; "
@@ -2180,6 +2256,9 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   j.BeginArray();
   for (const std::string& path : o.paths) {
     VerifyOutcome v = VerifyOne(path, o, decode_inputs);
+    if (!v.failures.empty() && !v.kind_note.empty()) {
+      absl::StrAppend(&v.failures[0], " (", v.kind_note, ")");
+    }
     failed += !v.failures.empty();
     any_cache |= v.kind == FileKindName(FileKind::kCache);
     if (o.json) {

@@ -77,6 +77,12 @@ struct FileDetection {
   // Non-empty when an explicit config contradicts the file: one line naming
   // the file, the evidence and both configs.
   std::string mismatch;
+  // Non-empty when the kind came from the file's extension (rule 2) and
+  // its content, read without the extension, is another kind: "the kind
+  // comes from the extension .res; the content reads as a token cache:
+  // --kind=cache reads it as one". inspect and verify append it to the
+  // file's first failure.
+  std::string kind_note;
 };
 
 // Detects `path` as described in the file comment; `kind` kAuto detects the

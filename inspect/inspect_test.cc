@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/publisher.h"
@@ -967,6 +968,93 @@ TEST_F(InspectTest, VerifyChecksThePredictionFlagAgainstTheFinalRecord) {
             absl::StatusCode::kDataLoss);
   EXPECT_THAT(report, HasSubstr("valid, row 63): 0, expected 1 (the final "
                                 "record's logits are all finite)"));
+}
+
+// Results no run writes, though every block's own checks pass (new-user
+// pass, session 27): a negative cross-entropy in a step window, a step 0
+// window that is no cross-entropy of the forward record's logits (complete
+// or cut short), and device memory recorded by the reference backend. Each
+// fails with one line naming its offset, the file named once.
+TEST_F(InspectTest, VerifyFailsResultsNoRunWrites) {
+  // tiny: forward record 0..6144, step s's window at 6144 + 256 s; step 2,
+  // row 5 at 6676.
+  PatchResult(Path("complete.res"), Path("negative.res"),
+              {{6676, F32(-1.0f)}});
+  std::string report;
+  EXPECT_EQ(Verify({"negative.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report, absl::StrCat("FAIL ", Path("negative.res"),
+                                 ": offset 6676 (step 2's window, row 5): -1, "
+                                 "expected a cross-entropy (>= 0, or "
+                                 "non-finite in a diverged run)\n"));
+  // Row 15 (T/4 - 1) of step 0 at 6144 + 60: its forward row's logits
+  // -|v - 100| allow losses from about 0.77 to 411.8, not 1000.
+  PatchResult(Path("complete.res"), Path("not_step_zero.res"),
+              {{6204, F32(1000.0f)}});
+  const std::string step_zero = absl::StrCat(
+      ": offset 6144 (step 0's window): its losses at rows 15, 31 and 63 are "
+      "not cross-entropies of the forward record's logits of those rows "
+      "(between logsumexp - max and logsumexp - min), expected the same "
+      "forward (SPEC section 7)");
+  EXPECT_EQ(Verify({"not_step_zero.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report,
+            absl::StrCat("FAIL ", Path("not_step_zero.res"), step_zero, "\n"));
+  // 411 is inside that range: the same file with it passes.
+  PatchResult(Path("complete.res"), Path("step_zero_ok.res"),
+              {{6204, F32(411.0f)}});
+  EXPECT_TRUE(Verify({"step_zero_ok.res"}, &report).ok()) << report;
+  // Cut short after two windows: both lines, the window's first.
+  ASSERT_TRUE(inspect_testing::CopyPrefix(Path("not_step_zero.res"),
+                                          Path("not_step_zero_cut.res"),
+                                          6144 + 2 * 256)
+                  .ok());
+  EXPECT_EQ(Verify({"not_step_zero_cut.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  std::vector<std::string> lines = absl::StrSplit(report, '\n');
+  ASSERT_EQ(lines.size(), 3u) << report;
+  EXPECT_EQ(lines[0], absl::StrCat("FAIL ", Path("not_step_zero_cut.res"),
+                                   step_zero));
+  EXPECT_THAT(lines[1], HasSubstr("incomplete: size 6656 bytes"));
+  // Host status at 26944, peak device memory at +112.
+  PatchResult(Path("complete.res"), Path("reference_memory.res"),
+              {{27056, U64(1000000000000000)}});
+  EXPECT_EQ(Verify({"reference_memory.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(report, absl::StrCat(
+      "FAIL ", Path("reference_memory.res"),
+      ": offset 27056 (host status.peak_device_memory_bytes): expected 0 for "
+      "backend reference, found 1000000000000000\n"));
+}
+
+// A kind taken from the extension that the content contradicts: the
+// failure says what the content reads as, and how to read it so (new-user
+// pass, session 27: a cache named .res had failed as an incomplete result,
+// one named .ckpt on its magic, with no hint).
+TEST_F(InspectTest, AnExtensionTheContentContradictsIsNamedInTheFailure) {
+  const std::string cache = *ReadFile(Path("cache.tok"));
+  ASSERT_TRUE(WriteFileAtomically(Path("cache_named.res"), cache).ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("cache_named.ckpt"), cache).ok());
+  const std::string note =
+      " (the kind comes from the extension .res; the content reads as a "
+      "cache: --kind=cache reads it as one)";
+  std::string report;
+  EXPECT_EQ(Verify({"cache_named.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  std::vector<std::string> lines = absl::StrSplit(report, '\n');
+  ASSERT_GE(lines.size(), 2u) << report;
+  EXPECT_THAT(lines[0], HasSubstr("FAIL " + Path("cache_named.res")));
+  EXPECT_TRUE(absl::EndsWith(lines[0], note)) << lines[0];
+  const absl::Status s = Inspect("cache_named.ckpt", &report);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("expected \"COPPCKPT\""));
+  EXPECT_THAT(s.message(),
+              HasSubstr("(the kind comes from the extension .ckpt; the content "
+                        "reads as a cache: --kind=cache reads it as one)"));
+  // What the content agrees with gets no note.
+  EXPECT_EQ(Verify({"partial.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, Not(HasSubstr("the kind comes from the extension")));
 }
 
 TEST_F(InspectTest, PlotRequiresConsecutiveRuns) {
@@ -2256,6 +2344,33 @@ TEST_F(InspectDecodeTest, AVocabularyNewerThanTheCacheIsStaleAsInMakeCache) {
                                      " is newer than the cache (make-cache "
                                      "rebuilds it)\n")));
   EXPECT_FALSE(make_cache_keeps(Path("newer.tiktoken")));
+}
+
+// A malformed vocabulary is reported whatever the cache's staleness, as
+// make-cache loads it either way (new-user pass, session 27: one newer
+// than the cache had been hidden behind "the vocabulary is newer").
+TEST_F(InspectDecodeTest, AMalformedVocabularyIsReportedBeforeStaleness) {
+  DateVocabulariesAroundTheCache("newer.tiktoken");
+  std::string vocab = *ReadFile(Path("newer.tiktoken"));
+  // Its second line given the first line's rank: a duplicate rank.
+  const size_t first_end = vocab.find('\n');
+  const size_t second_end = vocab.find('\n', first_end + 1);
+  const std::string first_rank =
+      vocab.substr(vocab.rfind(' ', first_end) + 1,
+                   first_end - vocab.rfind(' ', first_end) - 1);
+  const size_t second_space = vocab.rfind(' ', second_end);
+  vocab.replace(second_space + 1, second_end - second_space - 1, first_rank);
+  struct stat st;
+  ASSERT_EQ(stat(Path("newer.tiktoken").c_str(), &st), 0);
+  ASSERT_TRUE(WriteFileAtomically(Path("dup.tiktoken"), vocab).ok());
+  SetMtime(Path("dup.tiktoken"), st.st_mtim);  // newer than the cache
+  std::string report;
+  EXPECT_EQ(VerifyDecoding({"abab.tok"}, Path("dup.tiktoken"), &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("FAIL " + Path("abab.tok")));
+  EXPECT_THAT(report, HasSubstr("--vocab"));
+  EXPECT_THAT(report, HasSubstr(Path("dup.tiktoken")));
+  EXPECT_THAT(report, Not(HasSubstr("is newer than the cache"))) << report;
 }
 
 // The same rule with the vocabulary or the cache on standard input: a

@@ -98,9 +98,8 @@ class Checker {
       return absl::InvalidArgumentError(
           absl::StrCat("result tail field ", field, ": ", expectation));
     }
-    return absl::DataLossError(absl::StrCat("result ", name_, ": offset ",
-                                            offset, " (", field,
-                                            "): ", expectation));
+    return absl::DataLossError(absl::StrCat(name_, ": offset ", offset, " (",
+                                            field, "): ", expectation));
   }
   int64_t Off(int64_t region, int64_t field) const {
     return layout_ == nullptr ? 0 : region + field;
@@ -310,6 +309,13 @@ absl::Status CheckTail(const ResultGeometry& g, const ResultLayout& layout,
     return c.Fail(c.Off(ho, host_off::kEndUnix), "host status.end_unix_ns",
                   absl::StrCat("expected >= start_unix_ns ", h.start_unix_ns,
                                ", found ", h.end_unix_ns));
+  }
+  // The reference backend has no device memory (docs/FORMATS.md).
+  if (h.backend == "reference" && h.peak_device_memory_bytes != 0) {
+    return c.Fail(c.Off(ho, host_off::kPeakMemory),
+                  "host status.peak_device_memory_bytes",
+                  absl::StrCat("expected 0 for backend reference, found ",
+                               h.peak_device_memory_bytes));
   }
   for (int r = 0; r < 3; ++r) {
     const ResultPrediction& p = h.predictions[r];
@@ -845,9 +851,9 @@ absl::StatusOr<ResultFile> ParseResult(absl::string_view bytes,
   const int64_t size = static_cast<int64_t>(bytes.size());
   if (size > layout.complete_bytes) {
     return absl::DataLossError(absl::StrCat(
-        "result ", name, ": size ", size, " bytes, expected at most ",
-        layout.complete_bytes, " for V=", geometry.V, " T=", geometry.T,
-        " steps=", geometry.steps));
+        name, ": size ", size, " bytes, expected at most ",
+        layout.complete_bytes, " for a result of V=", geometry.V,
+        " T=", geometry.T, " steps=", geometry.steps));
   }
   ResultFile r;
   r.geometry = geometry;

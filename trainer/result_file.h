@@ -203,7 +203,8 @@ struct ResultTail {
 // update semaphore's completion value; semaphore issue counts 1, steps, 1;
 // first non-finite step -1 iff the count is 0; steps_done == steps,
 // first_context == the input's update count, update_count == first_context
-// + steps, publications <= steps; prediction tokens < V where valid; text
+// + steps, publications <= steps; peak device memory 0 for backend
+// "reference"; prediction tokens < V where valid; text
 // fields printable and short enough; timestamp order, kinds, steps and
 // contexts as documented on ResultTimestamp; end >= start wherever both
 // are set.
