@@ -35,6 +35,9 @@
 //      first 4,096 bytes read as logits as in 7 (a shorter file cannot
 //      tell: --kind=result reads it as one);
 //   otherwise DataLoss "not a token cache, checkpoint or result file".
+// A kind from the extension (2) whose content, read by the other rules,
+// is another kind is reported with the file's first failure
+// (FileDetection::kind_note).
 // The config, unless `--config` names one: a checkpoint's identity (or its
 // payload size) matched against every known config; a result's size and
 // host tag (or, incomplete, its size, unless the size could also be a
@@ -189,9 +192,12 @@ struct VerifyOptions {
 // checkpoint's identity is not checked: verify then says the file is intact,
 // not that a run would accept it (any known config's); a result file fits
 // the config, is complete, parses, its forward record was written (marker
-// gone), the error notifier's non-finite step count (and first step)
-// equal those of the step windows' means, and the row T-1 prediction's valid
-// flag equals "the final record is all finite"; a cache has a valid size,
+// gone), no step window holds a finite negative value (a cross-entropy
+// never is), step 0's window agrees with the forward record
+// (StepZeroAgreesWithForwardRecord), the error notifier's non-finite step
+// count (and first step) equal those of the step windows' means, and the
+// row T-1 prediction's valid flag equals "the final record is all finite";
+// a cache has a valid size,
 // every id < V, a header a source can have (make-cache's rule: source mtime
 // not after tomorrow, at least one source byte per id) and is fresh against
 // `source` when given (by its header's mtime and size; with `vocab` too,
