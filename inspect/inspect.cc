@@ -952,7 +952,8 @@ std::vector<std::string> ResultProblems(const std::string& path,
   }
   // The step windows hold cross-entropies (logsumexp minus a logit), never
   // negative; step 0's agree with the forward record (the same forward).
-  // Both hold for any run's file, complete or cut short.
+  // Both hold for any run's file, complete or cut short (whole windows
+  // only: a window cut short is not checked).
   for (size_t i = 0; i < r.step_losses.size(); ++i) {
     const float x = r.step_losses[i];
     if (std::isfinite(x) && x < 0.0f) {
@@ -973,14 +974,15 @@ std::vector<std::string> ResultProblems(const std::string& path,
     const absl::string_view window(
         reinterpret_cast<const char*>(r.step_losses.data()),
         static_cast<size_t>(r.geometry.T) * sizeof(float));
-    if (!StepZeroAgreesWithForwardRecord(forward, window, r.geometry)) {
-      problems.push_back(absl::StrCat(
-          path, ": offset ", layout.windows_offset,
-          " (step 0's window): its losses at rows ", r.geometry.T / 4 - 1,
-          ", ", r.geometry.T / 2 - 1, " and ", r.geometry.T - 1,
-          " are not cross-entropies of the forward record's logits of those "
-          "rows (between logsumexp - max and logsumexp - min), expected the "
-          "same forward (SPEC section 7)"));
+    StepZeroDisagreement bad;
+    if (!StepZeroAgreesWithForwardRecord(forward, window, r.geometry, &bad)) {
+      problems.push_back(absl::StrFormat(
+          "%s: offset %d (step 0's window, row %d): %.9g, expected a "
+          "cross-entropy of the forward record's logits of row %d, between "
+          "%.6g and %.6g (logsumexp - max and logsumexp - min: the same "
+          "forward, SPEC section 7)",
+          path, layout.windows_offset + 4 * bad.row, bad.row, bad.loss,
+          bad.row, bad.low, bad.high));
     }
   }
   if (!r.complete) {
@@ -2017,7 +2019,12 @@ absl::StatusOr<FileDetection> DetectFile(const std::string& path,
          {std::pair<const char*, FileKind>{".ckpt", FileKind::kCheckpoint},
           {".tok", FileKind::kCache},
           {".res", FileKind::kResult}}) {
-      if (!absl::EndsWith(path, extension) || d.kind != by_name) continue;
+      // An empty file reads as a fresh-start checkpoint by rule 3 only:
+      // no evidence against the extension.
+      if (!absl::EndsWith(path, extension) || d.kind != by_name ||
+          p.size == 0) {
+        continue;
+      }
       absl::StatusOr<FileKind> content =
           DetectKind(path, p, known, /*by_extension=*/false);
       if (content.ok() && *content != d.kind) {

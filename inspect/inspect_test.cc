@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/publisher.h"
 #include "checkpoint/reader.h"
@@ -988,14 +989,21 @@ TEST_F(InspectTest, VerifyFailsResultsNoRunWrites) {
                                  "expected a cross-entropy (>= 0, or "
                                  "non-finite in a diverged run)\n"));
   // Row 15 (T/4 - 1) of step 0 at 6144 + 60: its forward row's logits
-  // -|v - 100| allow losses from about 0.77 to 411.8, not 1000.
+  // -|v - 100|, v < 512, allow losses from logsumexp - 0 to logsumexp + 411
+  // (give or take the documented tolerance 0.01 + 1e-3 (|lse| + 411)), not
+  // 1000.
   PatchResult(Path("complete.res"), Path("not_step_zero.res"),
               {{6204, F32(1000.0f)}});
-  const std::string step_zero = absl::StrCat(
-      ": offset 6144 (step 0's window): its losses at rows 15, 31 and 63 are "
-      "not cross-entropies of the forward record's logits of those rows "
-      "(between logsumexp - max and logsumexp - min), expected the same "
-      "forward (SPEC section 7)");
+  double sum = 0;
+  for (int v = 0; v < 512; ++v) sum += std::exp(-std::fabs(v - 100.0));
+  const double lse = std::log(sum);  // the row's maximum is 0
+  const double tolerance = 0.01 + 1e-3 * (std::fabs(lse) + 411.0);
+  const std::string step_zero = absl::StrFormat(
+      ": offset 6204 (step 0's window, row 15): 1000, expected a "
+      "cross-entropy of the forward record's logits of row 15, between %.6g "
+      "and %.6g (logsumexp - max and logsumexp - min: the same forward, SPEC "
+      "section 7)",
+      lse - tolerance, lse + 411.0 + tolerance);
   EXPECT_EQ(Verify({"not_step_zero.res"}, &report).code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(report,
@@ -1051,9 +1059,15 @@ TEST_F(InspectTest, AnExtensionTheContentContradictsIsNamedInTheFailure) {
   EXPECT_THAT(s.message(),
               HasSubstr("(the kind comes from the extension .ckpt; the content "
                         "reads as a cache: --kind=cache reads it as one)"));
-  // What the content agrees with gets no note.
+  // What the content agrees with gets no note, nor does an empty file (a
+  // checkpoint only by the rule for fresh-start inputs).
   EXPECT_EQ(Verify({"partial.res"}, &report).code(),
             absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, Not(HasSubstr("the kind comes from the extension")));
+  ASSERT_TRUE(WriteFileAtomically(Path("empty.res"), "").ok());
+  EXPECT_EQ(Verify({"empty.res"}, &report).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(report, HasSubstr("FAIL " + Path("empty.res")));
   EXPECT_THAT(report, Not(HasSubstr("the kind comes from the extension")));
 }
 

@@ -403,7 +403,7 @@ class CudaBackend final : public Backend {
   // valid after PollStep(step).
   bool PhaseTimes(int64_t step, uint64_t ns[4]) const {
     if (!phase_times_recorded_ || step < 0 ||
-        step >= static_cast<int64_t>(step_times_.size())) {
+        step >= static_cast<int64_t>(step_times_.size()) || !consumed_[step]) {
       return false;
     }
     ns[0] = step_times_[step].first;

@@ -30,6 +30,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
 #include "trainer/adamw.h"
 #include "trainer/backend.h"
@@ -619,10 +620,12 @@ TEST(CudaBackendTest, RingWrapsAroundAndRunAheadMatchesLockstep) {
     }
     ASSERT_TRUE((*b)->Snapshot(pa.data()).ok());
   }
-  const CudaStepTuning defaults;
   CudaStepTuning with_phases;
   with_phases.phase_times = true;
   ASSERT_TRUE(SetCudaStepTuning(with_phases).ok());
+  // Back to the defaults however the test ends.
+  const auto restore = absl::MakeCleanup(
+      [] { EXPECT_TRUE(SetCudaStepTuning(CudaStepTuning()).ok()); });
   {
     auto b = CreateCudaBackend(config);
     ASSERT_TRUE(b.ok()) << b.status();
@@ -646,7 +649,6 @@ TEST(CudaBackendTest, RingWrapsAroundAndRunAheadMatchesLockstep) {
     }
     ASSERT_TRUE((*b)->Snapshot(pb.data()).ok());
   }
-  ASSERT_TRUE(SetCudaStepTuning(defaults).ok());
   for (int s = 0; s < steps; ++s) {
     ASSERT_EQ(0, std::memcmp(ahead[s].data(), lockstep[s].data(), config.T * 4))
         << "step " << s;

@@ -946,7 +946,8 @@ bool ReadsAsLosses(absl::string_view window) {
 
 bool StepZeroAgreesWithForwardRecord(absl::string_view forward_record,
                                      absl::string_view first_window,
-                                     const ResultGeometry& geometry) {
+                                     const ResultGeometry& geometry,
+                                     StepZeroDisagreement* disagreement) {
   const int64_t V = geometry.V, T = geometry.T;
   if (forward_record.size() < static_cast<size_t>(12 * V)) return false;
   const int64_t rows[3] = {T / 4 - 1, T / 2 - 1, T - 1};
@@ -975,8 +976,10 @@ bool StepZeroAgreesWithForwardRecord(absl::string_view forward_record,
     const double logsumexp = max + std::log(sum);
     const double tolerance =
         0.01 + 1e-3 * (std::fabs(logsumexp) + std::fabs(min));
-    if (loss < logsumexp - max - tolerance ||
-        loss > logsumexp - min + tolerance) {
+    const double low = logsumexp - max - tolerance,
+                 high = logsumexp - min + tolerance;
+    if (loss < low || loss > high) {
+      if (disagreement != nullptr) *disagreement = {r, loss, low, high};
       return false;
     }
   }

@@ -360,9 +360,18 @@ bool ReadsAsLosses(absl::string_view window);
 // checked. An fp32 array of a result's size passes this by chance with
 // odds of about 1e-4 per row for |N(0, 1)| values over V = 512.
 // `forward_record` must hold 12 V bytes.
-bool StepZeroAgreesWithForwardRecord(absl::string_view forward_record,
-                                     absl::string_view first_window,
-                                     const ResultGeometry& geometry);
+// When it returns false and `disagreement` is not null, the first row that
+// disagrees is stored there: its row, loss, and the bounds its forward row
+// allows (tolerance included).
+struct StepZeroDisagreement {
+  int64_t row = -1;
+  float loss = 0.0f;
+  double low = 0.0, high = 0.0;
+};
+bool StepZeroAgreesWithForwardRecord(
+    absl::string_view forward_record, absl::string_view first_window,
+    const ResultGeometry& geometry,
+    StepZeroDisagreement* disagreement = nullptr);
 
 // Whether the file at `path`, of `size` bytes (at least the forward
 // record's 12 V: false below), reads as a run's start: its first step
