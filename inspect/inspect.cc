@@ -954,26 +954,22 @@ std::vector<std::string> ResultProblems(const std::string& path,
   // negative; step 0's agree with the forward record (the same forward).
   // Both hold for any run's file, complete or cut short (whole windows
   // only: a window cut short is not checked).
-  for (size_t i = 0; i < r.step_losses.size(); ++i) {
-    const float x = r.step_losses[i];
-    if (std::isfinite(x) && x < 0.0f) {
-      const int64_t step = static_cast<int64_t>(i) / r.geometry.T;
-      const int64_t row = static_cast<int64_t>(i) % r.geometry.T;
-      problems.push_back(absl::StrFormat(
-          "%s: offset %d (step %d's window, row %d): %.9g, expected a "
-          "cross-entropy (>= 0, or non-finite in a diverged run)",
-          path, layout.windows_offset + 4 * static_cast<int64_t>(i), step,
-          row, x));
-      break;
-    }
+  const absl::string_view windows(
+      reinterpret_cast<const char*>(r.step_losses.data()),
+      r.step_losses.size() * sizeof(float));
+  if (int64_t i = -1; !ReadsAsLosses(windows, &i)) {
+    problems.push_back(absl::StrFormat(
+        "%s: offset %d (step %d's window, row %d): %.9g, expected a "
+        "cross-entropy (>= 0, or non-finite in a diverged run)",
+        path, layout.windows_offset + 4 * i, i / r.geometry.T,
+        i % r.geometry.T, r.step_losses[i]));
   }
   if (r.forward_present && !r.marker_left && r.complete_steps > 0) {
     const absl::string_view forward(
         reinterpret_cast<const char*>(r.forward_logits.data()),
         r.forward_logits.size() * sizeof(float));
-    const absl::string_view window(
-        reinterpret_cast<const char*>(r.step_losses.data()),
-        static_cast<size_t>(r.geometry.T) * sizeof(float));
+    const absl::string_view window =
+        windows.substr(0, static_cast<size_t>(r.geometry.T) * sizeof(float));
     StepZeroDisagreement bad;
     if (!StepZeroAgreesWithForwardRecord(forward, window, r.geometry, &bad)) {
       problems.push_back(absl::StrFormat(
@@ -1851,6 +1847,20 @@ absl::StatusOr<const KnownLayout*> HostTagConfig(
   return nullptr;
 }
 
+// The kind a file's name gives it (detection rule 2), and the extension.
+struct KindName {
+  const char* extension;
+  FileKind kind;
+};
+std::optional<KindName> KindByExtension(absl::string_view path) {
+  for (const KindName& k : {KindName{".ckpt", FileKind::kCheckpoint},
+                            KindName{".tok", FileKind::kCache},
+                            KindName{".res", FileKind::kResult}}) {
+    if (absl::EndsWith(path, k.extension)) return k;
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<FileKind> DetectKind(const std::string& path,
                                     const FileProbe& p,
                                     const std::vector<KnownLayout>& known,
@@ -1864,9 +1874,9 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
   if (tagged != nullptr) return FileKind::kResult;
   // 2. The extension (unless only the content counts: CheckOutputPath).
   if (by_extension) {
-    if (absl::EndsWith(path, ".ckpt")) return FileKind::kCheckpoint;
-    if (absl::EndsWith(path, ".tok")) return FileKind::kCache;
-    if (absl::EndsWith(path, ".res")) return FileKind::kResult;
+    if (const std::optional<KindName> by_name = KindByExtension(path)) {
+      return by_name->kind;
+    }
   }
   // 3. Empty: a fresh-start checkpoint input.
   if (p.size == 0) return FileKind::kCheckpoint;
@@ -2014,22 +2024,16 @@ absl::StatusOr<FileDetection> DetectFile(const std::string& path,
   d.kind = kind;
   if (d.kind == FileKind::kAuto) {
     ASSIGN_OR_RETURN(d.kind, DetectKind(path, p, known));
-    // A kind named by the extension, against what the content reads as.
-    for (const auto& [extension, by_name] :
-         {std::pair<const char*, FileKind>{".ckpt", FileKind::kCheckpoint},
-          {".tok", FileKind::kCache},
-          {".res", FileKind::kResult}}) {
-      // An empty file reads as a fresh-start checkpoint by rule 3 only:
-      // no evidence against the extension.
-      if (!absl::EndsWith(path, extension) || d.kind != by_name ||
-          p.size == 0) {
-        continue;
-      }
+    // A kind named by the extension, against what the content reads as
+    // (an empty file reads as a fresh-start checkpoint by rule 3 only: no
+    // evidence against the extension).
+    const std::optional<KindName> by_name = KindByExtension(path);
+    if (by_name && by_name->kind == d.kind && p.size > 0) {
       absl::StatusOr<FileKind> content =
           DetectKind(path, p, known, /*by_extension=*/false);
       if (content.ok() && *content != d.kind) {
         d.kind_note = absl::StrCat(
-            "the kind comes from the extension ", extension,
+            "the kind comes from the extension ", by_name->extension,
             "; the content reads as a ", FileKindName(*content),
             ": --kind=", FileKindName(*content), " reads it as one");
       }
@@ -2488,18 +2492,13 @@ absl::Status CheckOutputPath(const std::string& output,
         named(*kind), signed_file ? "" : " by its content",
         "; refusing to replace it (choose another output path)"));
   }
-  for (const auto& [extension, kind] :
-       {std::pair<const char*, FileKind>{".ckpt", FileKind::kCheckpoint},
-        {".tok", FileKind::kCache},
-        {".res", FileKind::kResult}}) {
-    if (absl::EndsWith(output, extension)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "-o ", output, ": exists (", p.size, " bytes",
-          LooksLikeText(p.head) ? ", text" : "",
-          ") and is named like a Coppelius ", named(kind),
-          ", though it does not hold one; refusing to replace it "
-          "(choose another output path, or remove it first)"));
-    }
+  if (const std::optional<KindName> by_name = KindByExtension(output)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "-o ", output, ": exists (", p.size, " bytes",
+        LooksLikeText(p.head) ? ", text" : "",
+        ") and is named like a Coppelius ", named(by_name->kind),
+        ", though it does not hold one; refusing to replace it "
+        "(choose another output path, or remove it first)"));
   }
   return absl::OkStatus();
 }

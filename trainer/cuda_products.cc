@@ -2,75 +2,31 @@
 #include "trainer/cuda_products.h"
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace coppelius {
-namespace {
-
-MatmulShape Forward(const char* name, int64_t T, int64_t out, int64_t in,
-                    float beta) {
-  MatmulShape s;
-  s.name = name;
-  s.trans_b = true;
-  s.m = T;
-  s.n = out;
-  s.k = in;
-  s.lda = in;
-  s.ldb = in;
-  s.ldc = out;
-  s.beta = beta;
-  return s;
-}
-
-MatmulShape Dx(const char* name, int64_t T, int64_t out, int64_t in) {
-  MatmulShape s;
-  s.name = name;
-  s.m = T;
-  s.n = in;
-  s.k = out;
-  s.lda = out;
-  s.ldb = in;
-  s.ldc = in;
-  return s;
-}
-
-MatmulShape Dw(const char* name, int64_t T, int64_t out, int64_t in) {
-  MatmulShape s;
-  s.name = name;
-  s.trans_a = true;
-  s.m = out;
-  s.n = in;
-  s.k = T;
-  s.lda = out;
-  s.ldb = in;
-  s.ldc = in;
-  return s;
-}
-
-}  // namespace
 
 std::vector<MatmulShape> CudaProductShapes(const ModelConfig& config) {
   const int64_t T = config.T, C = config.C, H = config.hidden, V = config.V;
   std::vector<MatmulShape> s(kNumCudaProducts);
-  s[kQkvForward] = Forward("qkv forward", T, 3 * C, C, 0);
-  s[kOutputForward] = Forward("output forward", T, C, C, 1);
-  s[kGateUpForward] = Forward("gate|up forward", T, 2 * H, C, 0);
-  s[kDownForward] = Forward("down forward", T, C, H, 1);
-  s[kLogitsForward] = Forward("logits forward", T, V, C, 0);
+  s[kQkvForward] = LinearForwardShape("qkv forward", T, 3 * C, C, 0);
+  s[kOutputForward] = LinearForwardShape("output forward", T, C, C, 1);
+  s[kGateUpForward] = LinearForwardShape("gate|up forward", T, 2 * H, C, 0);
+  s[kDownForward] = LinearForwardShape("down forward", T, C, H, 1);
+  s[kLogitsForward] = LinearForwardShape("logits forward", T, V, C, 0);
   s[kLogitsForward].algo_index = 3;
-  s[kLogitsDx] = Dx("logits dX", T, V, C);
-  s[kLogitsDw] = Dw("logits dW", T, V, C);
+  s[kLogitsDx] = LinearDxShape("logits dX", T, V, C);
+  s[kLogitsDw] = LinearDwShape("logits dW", T, V, C);
   s[kLogitsDw].algo_index = 2;
-  s[kDownDx] = Dx("down dX", T, C, H);
-  s[kDownDw] = Dw("down dW", T, C, H);
-  s[kGateUpDx] = Dx("gate|up dX", T, 2 * H, C);
-  s[kGateUpDw] = Dw("gate|up dW", T, 2 * H, C);
-  s[kOutputDx] = Dx("output dX", T, C, C);
+  s[kDownDx] = LinearDxShape("down dX", T, C, H);
+  s[kDownDw] = LinearDwShape("down dW", T, C, H);
+  s[kGateUpDx] = LinearDxShape("gate|up dX", T, 2 * H, C);
+  s[kGateUpDw] = LinearDwShape("gate|up dW", T, 2 * H, C);
+  s[kOutputDx] = LinearDxShape("output dX", T, C, C);
   s[kOutputDx].d_bf16 = true;
-  s[kOutputDw] = Dw("output dW", T, C, C);
-  s[kQkvDx] = Dx("qkv dX", T, 3 * C, C);
-  s[kQkvDw] = Dw("qkv dW", T, 3 * C, C);
+  s[kOutputDw] = LinearDwShape("output dW", T, C, C);
+  s[kQkvDx] = LinearDxShape("qkv dX", T, 3 * C, C);
+  s[kQkvDw] = LinearDwShape("qkv dW", T, 3 * C, C);
   // Measured at the coppelius shapes only (other shapes may have fewer
   // candidates): per call in a CUDA graph, qkv forward #6 5.28 µs against
   // #0 5.65, gate|up forward #4 7.86 against 8.27.

@@ -935,11 +935,16 @@ std::string LossText(double loss, int digits) {
              : absl::StrFormat("%.*g", digits, loss);
 }
 
-bool ReadsAsLosses(absl::string_view window) {
+bool ReadsAsLosses(absl::string_view window, int64_t* first_negative) {
   for (size_t at = 0; at + 4 <= window.size(); at += 4) {
     float value;
     std::memcpy(&value, window.data() + at, sizeof(value));
-    if (std::isfinite(value) && value < 0.0f) return false;
+    if (std::isfinite(value) && value < 0.0f) {
+      if (first_negative != nullptr) {
+        *first_negative = static_cast<int64_t>(at / 4);
+      }
+      return false;
+    }
   }
   return true;
 }

@@ -345,7 +345,10 @@ bool LooksLikeForwardRecord(absl::string_view head, uint64_t forward_bytes);
 // infinities are a diverged run's; zeros a preallocated window's). What
 // tells a result's step window from another fp32 array (ResultFileEvidence,
 // inspect's kind detection).
-bool ReadsAsLosses(absl::string_view window);
+// When it returns false and `first_negative` is not null, the index of
+// the first finite negative value (in values, not bytes) is stored there.
+bool ReadsAsLosses(absl::string_view window,
+                   int64_t* first_negative = nullptr);
 
 // Whether step 0's window agrees with the forward record, both fp32
 // little-endian as a result file holds them: the forward record's logits

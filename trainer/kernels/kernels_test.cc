@@ -165,20 +165,6 @@ TEST(MatmulTest, StridedBatch) {
   RunMatmulCase({true, false, 45, 16, 45, 3, 0.25f, 0.0f});
 }
 
-// A forward product's shape, D[M, N] = A[M, K] · B[N, K]ᵀ, dense rows.
-MatmulShape ForwardShape(const char* name, int64_t M, int64_t N, int64_t K) {
-  MatmulShape s;
-  s.name = name;
-  s.trans_b = true;
-  s.m = M;
-  s.n = N;
-  s.k = K;
-  s.lda = K;
-  s.ldb = K;
-  s.ldc = N;
-  return s;
-}
-
 // A bf16 result is the fp32 result rounded to nearest even (checked against
 // an fp32-result plan of the same shape: the two plans may sum in different
 // orders, so a few roundings may differ; truncation would differ in ~half).
@@ -195,7 +181,7 @@ TEST(MatmulTest, Bf16ResultIsRoundedFp32) {
   ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
   const size_t ws_bytes = 32u << 20;
   DeviceBuffer<char> ws(ws_bytes);
-  MatmulShape s = ForwardShape("fp32 result", M, N, K);
+  MatmulShape s = LinearForwardShape("fp32 result", M, N, K);
   auto p32 = MatmulPlan::Create(lt, s, ws_bytes);
   ASSERT_TRUE(p32.ok()) << p32.status();
   s.name = "bf16 result";
@@ -281,7 +267,7 @@ TEST(MatmulTest, AlgoConfigurations) {
   ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
   const size_t ws_bytes = 32u << 20;
   DeviceBuffer<char> ws(ws_bytes);
-  const MatmulShape s = ForwardShape("configured", M, N, K);
+  const MatmulShape s = LinearForwardShape("configured", M, N, K);
   // What a plan of `shape` runs, whether it took the configuration and why
   // not, and its result.
   struct Ran {

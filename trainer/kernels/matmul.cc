@@ -8,6 +8,7 @@
 #include "trainer/kernels/matmul.h"
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -152,6 +153,48 @@ absl::Status InitConfiguredAlgo(cublasLtHandle_t handle,
 }
 
 }  // namespace
+
+MatmulShape LinearForwardShape(std::string name, int64_t rows, int64_t out,
+                               int64_t in, float beta) {
+  MatmulShape s;
+  s.name = std::move(name);
+  s.trans_b = true;
+  s.m = rows;
+  s.n = out;
+  s.k = in;
+  s.lda = in;
+  s.ldb = in;
+  s.ldc = out;
+  s.beta = beta;
+  return s;
+}
+
+MatmulShape LinearDxShape(std::string name, int64_t rows, int64_t out,
+                          int64_t in) {
+  MatmulShape s;
+  s.name = std::move(name);
+  s.m = rows;
+  s.n = in;
+  s.k = out;
+  s.lda = out;
+  s.ldb = in;
+  s.ldc = in;
+  return s;
+}
+
+MatmulShape LinearDwShape(std::string name, int64_t rows, int64_t out,
+                          int64_t in) {
+  MatmulShape s;
+  s.name = std::move(name);
+  s.trans_a = true;
+  s.m = out;
+  s.n = in;
+  s.k = rows;
+  s.lda = out;
+  s.ldb = in;
+  s.ldc = in;
+  return s;
+}
 
 std::string MatmulAlgoConfigString(const MatmulAlgoConfig& c) {
   return absl::StrCat(c.algo_id, "/", c.tile, "/", c.stages, "/", c.split_k,

@@ -98,6 +98,17 @@ struct MatmulShape {
   int sm_count_target = 0;
 };
 
+// The three products of a Linear W [out, in] over `rows` rows (the table
+// in the file comment), dense row-major operands: forward Y[rows, out] =
+// X[rows, in] · Wᵀ (+ beta · Y: beta 1 adds into the residual), dX[rows,
+// in] = dY[rows, out] · W, dW[out, in] = dY[rows, out]ᵀ · X[rows, in].
+MatmulShape LinearForwardShape(std::string name, int64_t rows, int64_t out,
+                               int64_t in, float beta = 0.0f);
+MatmulShape LinearDxShape(std::string name, int64_t rows, int64_t out,
+                          int64_t in);
+MatmulShape LinearDwShape(std::string name, int64_t rows, int64_t out,
+                          int64_t in);
+
 class MatmulPlan {
  public:
   ~MatmulPlan();
