@@ -59,8 +59,21 @@ fi
 "$BIN/make_cache" ${threads[@]+"${threads[@]}"} --vocab="$VOCAB" "$CORPUS" -o "$CACHE"
 "$BIN/inspect" "$CACHE" --source="$CORPUS" --vocab="$VOCAB" --config=coppelius
 
+# train's kernels are built for sm_90a: they run on compute capability 9.0
+# only (H100, H200, GH200). Stops here when nvidia-smi lists GPUs and none
+# is 9.0; otherwise train checks the device it gets (CUDA's device 0, which
+# need not be nvidia-smi's first) and says why it cannot use it.
+no_gpu=""
 if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
-  log "no NVIDIA GPU on this machine: stopping before training (train never runs on the host)."
+  no_gpu="no NVIDIA GPU on this machine"
+else
+  caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' ' | sort -u | paste -sd ' ') || caps=""
+  if [[ "$caps" =~ ^[0-9]+\.[0-9]+( [0-9]+\.[0-9]+)*$ && " $caps " != *" 9.0 "* ]]; then
+    no_gpu="no GPU of compute capability 9.0 (H100, H200, GH200), which train's kernels need (this machine's: $caps)"
+  fi
+fi
+if [[ -n "$no_gpu" ]]; then
+  log "$no_gpu: stopping before training (train never runs on the host)."
   again=tools/main_job.sh
   if ((continue_run)); then
     if [[ -s "$DATA/run/coppelius.ckpt" ]]; then

@@ -1709,6 +1709,16 @@ bool CudaStepPhaseTimes(Backend* backend, int64_t step, uint64_t ns[4]) {
   return cuda != nullptr && cuda->PhaseTimes(step, ns);
 }
 
+absl::Status CheckCudaComputeCapability(const std::string& device_name,
+                                        int major, int minor) {
+  if (major == 9 && minor == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cuda backend: device 0 (", device_name, ") has compute capability ",
+      major, ".", minor,
+      "; this build's kernels run only on compute capability 9.0 (sm_90a: "
+      "H100, H200, GH200); use --backend=reference elsewhere"));
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
     const ModelConfig& config) {
   int count = 0;
@@ -1721,6 +1731,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
         "); the cuda backend needs an NVIDIA GPU (sm_90), there is no host "
         "fallback"));
   }
+  cudaDeviceProp properties;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, 0),
+                       "cudaGetDeviceProperties(0)");
+  RETURN_IF_ERROR(CheckCudaComputeCapability(
+      properties.name, properties.major, properties.minor));
   auto backend = std::make_unique<CudaBackend>(config);
   RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));

@@ -54,6 +54,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -65,11 +66,23 @@ namespace coppelius {
 
 // Creates the backend on device 0: allocates every buffer and builds the
 // cuBLASLt plans. Errors: FailedPrecondition when no CUDA device is usable
-// (the message says so and names the CUDA error); InvalidArgument for an
+// (the message says so and names the CUDA error) or when device 0 is not
+// of compute capability 9.0 (CheckCudaComputeCapability); InvalidArgument for an
 // invalid config; ResourceExhausted when device memory runs out; Internal for
 // other CUDA/cuBLAS failures (naming the call and the code).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
     const ModelConfig& config);
+
+// OK when a device of compute capability major.minor can run this build's
+// kernels: 9.0 only (H100, H200, GH200). They are compiled for sm_90a
+// (build_defs/cuda.bzl: machine code for sm_90a and compute_90a PTX, which
+// no other architecture can compile, as the "a" features are specific to
+// it; CUDA C++ Programming Guide, "Feature Availability"); the attention and
+// fused products use wgmma and the tensor memory accelerator. Otherwise
+// FailedPrecondition naming `device_name`, its capability and the one
+// needed, instead of the first kernel launch failing with "no kernel image".
+absl::Status CheckCudaComputeCapability(const std::string& device_name,
+                                        int major, int minor);
 
 // For benchmarks: device times (ns) of step `step` of a CUDA backend: start,
 // end of the forward (after the cross-entropy), end of the main stream's

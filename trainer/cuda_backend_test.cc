@@ -212,6 +212,38 @@ TEST(CudaBackendNoDeviceTest, FailedPreconditionWithoutDevice) {
       << backend.status();
 }
 
+// Runs everywhere: only compute capability 9.0 is accepted. The known
+// answers are NVIDIA's published capabilities (CUDA C++ Programming Guide,
+// "Compute Capabilities"): A100 8.0, RTX 4090 8.9, H100/H200 9.0, B200 10.0,
+// RTX 5090 12.0.
+TEST(CudaBackendNoDeviceTest, OnlyComputeCapability90IsAccepted) {
+  EXPECT_TRUE(CheckCudaComputeCapability("NVIDIA H200", 9, 0).ok());
+  EXPECT_TRUE(CheckCudaComputeCapability("NVIDIA H100 PCIe", 9, 0).ok());
+  const struct {
+    const char* name;
+    int major, minor;
+    const char* capability;
+  } kOthers[] = {{"NVIDIA A100-SXM4-80GB", 8, 0, "8.0"},
+                 {"NVIDIA GeForce RTX 4090", 8, 9, "8.9"},
+                 {"NVIDIA B200", 10, 0, "10.0"},
+                 {"NVIDIA GeForce RTX 5090", 12, 0, "12.0"}};
+  for (const auto& other : kOthers) {
+    const absl::Status status =
+        CheckCudaComputeCapability(other.name, other.major, other.minor);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition)
+        << other.name;
+    const std::string message(status.message());
+    EXPECT_NE(message.find(other.name), std::string::npos) << message;
+    EXPECT_NE(message.find(std::string("compute capability ") +
+                           other.capability + ";"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("9.0"), std::string::npos) << message;
+    EXPECT_NE(message.find("--backend=reference"), std::string::npos)
+        << message;
+  }
+}
+
 // Runs everywhere: RequestCudaWorkQueues sets CUDA_DEVICE_MAX_CONNECTIONS
 // only where the environment does not, and leaves a user's value alone.
 TEST(CudaBackendNoDeviceTest, WorkQueuesRequestedUnlessTheUserSetThem) {
