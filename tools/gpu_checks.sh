@@ -14,6 +14,8 @@
 #      two alternating rounds (SKIP_AB=1 skips), P/M/V digests side by side
 #      4c. with TRACE=1: the step's kernel timeline (CUPTI), summarized
 #      by tools/trace_table.py into trace_table.txt
+#      4d. with ABLATE=1: ms/step with each part of the step left out, one
+#      step alone and two backends side by side, into ablate.txt
 #   5. tools/bench_torch.py: the same model in PyTorch (eager, compile,
 #      reduce-overhead), ms/step side by side (SKIP_TORCH=1 skips it)
 #   6. with PROFILE=1: ncu's duration of every kernel of one step graph,
@@ -195,6 +197,29 @@ if [ "${TRACE:-0}" = 1 ] && [ -x stage/bin/step_bench ]; then
   else
     note "kernel trace" "rc=$rc (see trace_run.log)"
   fi
+fi
+
+# 4d. with ABLATE=1: what each part of the step costs, one step alone and
+# with the chip full. For "none" and each step_bench --skip part: ms/step of
+# one backend, and ms per step of two backends side by side (each step's
+# gaps open to the other's work: the kernels' throughput floor), two
+# rounds, into ablate.txt. A skipped part leaves its outputs stale, so the
+# numbers are wrong and a kernel fed stale values may run slower:
+# benchmark-only.
+if [ "${ABLATE:-0}" = 1 ] && [ -x stage/bin/step_bench ]; then
+  echo "== ablation (round part one-step-ms two-backends-ms-per-step)" | tee -a "$log"
+  for round in 1 2; do
+    for part in none dw normreduce adamw attnbwd attnq attnkv attnfwd swiglu \
+        rope normfwd normrows dx fwdproducts ce logits; do
+      skip=(); [ "$part" != none ] && skip=(--skip="$part")
+      one=$(timeout 60 stage/bin/step_bench --kernels=false --phase_times=false \
+        "${skip[@]}" 2>&1 | awk '/host wall/ {print $NF}')
+      two=$(timeout 60 stage/bin/step_bench --kernels=false --phase_times=false \
+        --concurrent_backends=2 "${skip[@]}" 2>&1 | awk '/ms\/round/ {printf "%.3f", $NF / 2}')
+      echo "$round $part ${one:-?} ${two:-?}" | tee -a "$out/ablate.txt" "$log"
+    done
+  done
+  note "ablation" "$out/ablate.txt"
 fi
 
 # 5. the PyTorch baseline on the same model (tools/bench_torch.py), side by side
