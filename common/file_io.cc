@@ -376,7 +376,16 @@ absl::Status ReadInPieces(
                             "or a pipe"
                           : ": is a directory, expected a file"));
   }
-  if (path != "-") RETURN_IF_ERROR(CheckNamedInputKind(path, st));
+  if (path != "-") {
+    RETURN_IF_ERROR(CheckNamedInputKind(path, st));
+  } else if (S_ISCHR(st.st_mode) && !IsDevNull(st) && !isatty(fd)) {
+    // `< /dev/zero`, `< /dev/urandom`: a stream with no end, refused as its
+    // name is. (A terminal stays readable here: text typed until end of
+    // file; CopyStream's readers, of binary files, refuse it too.)
+    return absl::InvalidArgumentError(
+        "-: standard input is a character device (such as /dev/zero) and "
+        "not a terminal, expected a file, a pipe or a terminal");
+  }
   RETURN_IF_ERROR(opened(st));
   char buffer[1 << 16];
   uint64_t total = 0;

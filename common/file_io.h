@@ -175,8 +175,10 @@ inline constexpr uint64_t kMaxStreamBytes = uint64_t{8} << 30;
 // `st` (the input's stat) is a character device other than /dev/null, which
 // reads as empty. /dev/zero has no end (it was read until memory ran out), a
 // terminal holds no file. Standard input ("-") is not a named input: it is
-// whatever the user gives it (a terminal included); CopyStream refuses a
-// device there too.
+// whatever the user gives it, a terminal included, but ReadFile refuses a
+// character device there that is neither /dev/null nor a terminal
+// (InvalidArgument "-: standard input is a character device ...": `<
+// /dev/zero` has no end either), and CopyStream any device there.
 absl::Status CheckNamedInputKind(absl::string_view path,
                                  const struct stat& st);
 
@@ -194,7 +196,8 @@ absl::Status CatchOutOfMemory(const std::function<void()>& allocate,
                               const std::function<std::string()>& what);
 
 // Reads the whole file (or stdin for "-") into a string. A named character
-// device is refused before it is opened (CheckNamedInputKind). An input
+// device is refused before it is opened (CheckNamedInputKind), and one on
+// standard input unless it is a terminal or /dev/null. An input
 // that is not a regular file (a pipe, a FIFO, "-" on either or on a
 // terminal) is read up to `max_stream_bytes`: InvalidArgument "PATH: more
 // than N bytes from a stream; ..." beyond that, rather than reading until

@@ -421,6 +421,37 @@ TEST(ReadFileDeathTest, FileLargerThanMemoryIsResourceExhaustedNamingIt) {
   unlink(big.c_str());
 }
 
+// ReadFile("-"): standard input on /dev/zero (no end, not a terminal) is
+// refused before anything is read, as the device's name is; on /dev/null it
+// reads as empty; on a regular file it reads the file.
+TEST(ReadFile, RefusesANonTerminalCharacterDeviceOnStandardInput) {
+  const int saved = dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  auto read_with_stdin = [&](const char* path) {
+    const int fd = open(path, O_RDONLY);
+    EXPECT_GE(fd, 0) << path;
+    EXPECT_EQ(dup2(fd, STDIN_FILENO), STDIN_FILENO);
+    close(fd);
+    absl::StatusOr<std::string> r = ReadFile("-");
+    dup2(saved, STDIN_FILENO);
+    return r;
+  };
+  absl::StatusOr<std::string> r = read_with_stdin("/dev/zero");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "-: standard input is a character device (such as /dev/zero) and "
+            "not a terminal, expected a file, a pipe or a terminal");
+  r = read_with_stdin("/dev/null");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "");
+  const std::string file = TestDir() + "/stdin-file";
+  ASSERT_TRUE(WriteFileAtomically(file, "text on standard input").ok());
+  r = read_with_stdin(file.c_str());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "text on standard input");
+  close(saved);
+}
+
 // ReadFile: a named character device other than /dev/null is refused
 // before it is read (it was read until memory ran out); /dev/null is empty;
 // a stream (here a FIFO) is read up to the limit and refused by name past
