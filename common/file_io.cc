@@ -673,6 +673,11 @@ bool SameFile(const std::string& a, const std::string& b) {
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+bool IsStreamPath(const std::string& path, struct stat* st) {
+  return stat(path.c_str(), st) == 0 && !S_ISREG(st->st_mode) &&
+         !S_ISDIR(st->st_mode);
+}
+
 absl::Status CheckRegularFileOrAbsent(const std::string& path,
                                       absl::string_view what) {
   struct stat st;
@@ -774,11 +779,11 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
   if (path == "-") return WriteAll(STDOUT_FILENO, contents.data(),
                                    contents.size(), "<stdout>");
   struct stat st;
-  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    if (S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": is a directory, expected a file path"));
-    }
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, expected a file path"));
+  }
+  if (IsStreamPath(path, &st)) {
     // A device or FIFO: write to it; renaming over it would replace it.
     int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoStatus(errno, "opening", path);

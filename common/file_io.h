@@ -359,9 +359,15 @@ absl::Status WriteFileAtomically(const std::string& path,
 // inode); false when either does not exist.
 bool SameFile(const std::string& a, const std::string& b);
 
+// True when `path` exists and is neither a regular file nor a directory: a
+// FIFO (`-o >(...)`, a named pipe), a socket or a character device
+// (/dev/null). Such an output is written to, not replaced by a rename
+// (WriteFileAtomically, TokenCacheWriter). `st` receives its stat.
+bool IsStreamPath(const std::string& path, struct stat* st);
+
 // OK when `path` does not exist or is a regular file; InvalidArgument
 // naming `what` and the path otherwise (outputs that are published by
-// rename, such as checkpoints and caches, must be regular files).
+// rename, such as checkpoints, must be regular files).
 absl::Status CheckRegularFileOrAbsent(const std::string& path,
                                       absl::string_view what);
 

@@ -161,6 +161,12 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   RETURN_IF_ERROR(CheckThreadsFlag(options.threads));
   const bool from_stdin = options.source_path == "-";
   const bool to_stdout = options.output_path == "-";
+  // -o naming a FIFO, socket or character device (`-o >(...)`, a named
+  // pipe, /dev/null) is written to as standard output is: nothing to
+  // replace, nothing to keep fresh, ids that cannot be taken back.
+  struct stat stream_st;
+  const bool to_stream =
+      to_stdout || IsStreamPath(options.output_path, &stream_st);
   RETURN_IF_ERROR(CheckStandardInputReadOnce(
       {{"--vocab=", options.vocab_path}, {"SOURCE ", options.source_path}}));
   // The output may not be the source or the vocabulary, by name or, with
@@ -171,8 +177,8 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   RETURN_IF_ERROR(CheckOutputIsNotInput(options.output_path,
                                         "vocabulary --vocab",
                                         options.vocab_path));
-  if (!to_stdout) {
-    // The cache is published by rename: a device or FIFO would be replaced.
+  if (!to_stream) {
+    // The cache is published by rename (a directory is refused here).
     RETURN_IF_ERROR(CheckRegularFileOrAbsent(options.output_path, "-o"));
     RETURN_IF_ERROR(CheckOutputPathUsable(options.output_path, "-o"));
   }
@@ -185,7 +191,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // again right before the cache replaces it (CheckCacheOutputAgain).
   struct stat output_at_start;
   const bool output_existed =
-      !to_stdout && stat(options.output_path.c_str(), &output_at_start) == 0;
+      !to_stream && stat(options.output_path.c_str(), &output_at_start) == 0;
   if (to_stdout) {
     // `-o - >> FILE` with FILE not empty: a cache begins with its header,
     // so one appended to FILE is never a cache, and FILE (another cache, a
@@ -240,7 +246,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // An existing output: a cache of this source that is still fresh is kept;
   // a file that is not a token cache is never replaced without --force.
   struct stat out_st;
-  if (!to_stdout && !options.force &&
+  if (!to_stream && !options.force &&
       stat(options.output_path.c_str(), &out_st) == 0 && out_st.st_size > 0) {
     absl::StatusOr<TokenCache> existing = TokenCache::Open(options.output_path);
     std::string not_a_cache;
@@ -314,10 +320,10 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
 
   // With tokens longer than kMaxSourceBytesPerToken the source may encode
   // to fewer ids than a cache must hold, which is known only at the end:
-  // ids for standard output (which cannot be taken back) are then held
-  // until the count is checked.
+  // ids for standard output or another stream (which cannot be taken back)
+  // are then held until the count is checked.
   const bool hold_ids =
-      to_stdout && vocabulary->longest_token_bytes() > kMaxSourceBytesPerToken;
+      to_stream && vocabulary->longest_token_bytes() > kMaxSourceBytesPerToken;
   std::vector<uint32_t> held;
   const Encoder encoder(*std::move(vocabulary));
   if (!source_text.has_value()) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -694,9 +695,15 @@ TEST(RunMakeCache, DirectorySourceIsNamedAsADirectory) {
   EXPECT_NE(access((TestDir() + "/dir.tok").c_str(), F_OK), 0);
 }
 
-TEST(RunMakeCache, RefusesToReplaceTheVocabularyOrADevice) {
+// The vocabulary and a directory are refused as -o; a device or a named
+// pipe (what `-o >(...)` names) is written to, as `-o -` writes standard
+// output, not replaced: /dev/null stays a device, and the pipe's reader
+// gets the cache an independent writer would produce.
+TEST(RunMakeCache, RefusesTheVocabularyAndADirectoryWritesIntoAPipe) {
   const std::string source = TestDir() + "/src_refuse.txt";
   WriteFile(source, "hello world");
+  auto st = StatSource(source);
+  ASSERT_TRUE(st.ok());
   MakeCacheOptions o = Options(source, "");
   o.output_path = o.vocab_path;
   const std::string vocab_before = ReadBytes(o.vocab_path);
@@ -704,10 +711,44 @@ TEST(RunMakeCache, RefusesToReplaceTheVocabularyOrADevice) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("vocabulary"), std::string::npos) << s;
   EXPECT_EQ(ReadBytes(o.vocab_path), vocab_before);
-  o.output_path = "/dev/null";
+
+  const std::string dir = TestDir() + "/out_dir.tok";
+  mkdir(dir.c_str(), 0755);
+  o.output_path = dir;
   s = RunMakeCache(o, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s;
+  EXPECT_EQ(s.message(), "-o " + dir +
+                             ": exists and is not a regular file (a "
+                             "directory); expected a regular file path");
+
+  o.output_path = "/dev/null";
+  s = RunMakeCache(o, nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  struct stat null_st;
+  ASSERT_EQ(stat("/dev/null", &null_st), 0);
+  EXPECT_TRUE(S_ISCHR(null_st.st_mode));
+
+  const std::string fifo = TestDir() + "/out_fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    const int fd = open(fifo.c_str(), O_RDONLY);
+    if (fd < 0) return;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) got.append(buffer, n);
+    close(fd);
+  });
+  o.output_path = fifo;
+  s = RunMakeCache(o, nullptr);
+  reader.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, ExpectedCache("hello world", st->mtime_ns, 11));
+  struct stat fifo_st;
+  ASSERT_EQ(stat(fifo.c_str(), &fifo_st), 0);
+  EXPECT_TRUE(S_ISFIFO(fifo_st.st_mode));
+  unlink(fifo.c_str());
 }
 
 }  // namespace

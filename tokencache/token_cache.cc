@@ -284,9 +284,14 @@ absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
   TokenCacheWriter w;
   w.path_ = path;
   w.buffer_.reserve(kWriteBufferBytes);
+  struct stat st;
   if (path == "-") {
-    w.to_stdout_ = true;
+    w.stream_ = true;
     w.fd_ = STDOUT_FILENO;
+  } else if (IsStreamPath(path, &st)) {
+    w.stream_ = true;
+    w.fd_ = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (w.fd_ < 0) return ErrnoStatus(errno, "opening", path);
   } else {
     w.tmp_path_ = NewTemporaryPath(path);
     // Registered before it exists: an interrupt in between leaves nothing.
@@ -317,7 +322,7 @@ TokenCacheWriter& TokenCacheWriter::operator=(
     path_ = std::move(other.path_);
     tmp_path_ = std::move(other.tmp_path_);
     fd_ = std::exchange(other.fd_, -1);
-    to_stdout_ = std::exchange(other.to_stdout_, false);
+    stream_ = std::exchange(other.stream_, false);
     buffer_ = std::move(other.buffer_);
     written_bytes_ = std::exchange(other.written_bytes_, 0);
     num_tokens_ = std::exchange(other.num_tokens_, 0);
@@ -328,8 +333,8 @@ TokenCacheWriter& TokenCacheWriter::operator=(
 TokenCacheWriter::~TokenCacheWriter() { Abandon(); }
 
 void TokenCacheWriter::Abandon() {
-  if (fd_ >= 0 && !to_stdout_) {
-    close(fd_);
+  if (fd_ >= 0 && fd_ != STDOUT_FILENO) close(fd_);
+  if (fd_ >= 0 && !stream_) {
     unlink(tmp_path_.c_str());
     KeepOnInterrupt(tmp_path_);
   }
@@ -338,7 +343,8 @@ void TokenCacheWriter::Abandon() {
 
 absl::Status TokenCacheWriter::Flush() {
   if (buffer_.empty()) return absl::OkStatus();
-  const std::string& name = to_stdout_ ? std::string("<stdout>") : tmp_path_;
+  const std::string& name =
+      !stream_ ? tmp_path_ : path_ == "-" ? std::string("<stdout>") : path_;
   RETURN_IF_ERROR(Annotate(
       WriteAll(fd_, buffer_.data(), buffer_.size(), name),
       absl::StrFormat("writing token cache at offset %d", written_bytes_)));
@@ -375,7 +381,10 @@ absl::Status TokenCacheWriter::Commit(const BeforeReplace& before_replace) {
         absl::StrCat(path_, ": token cache writer already closed"));
   }
   absl::Status status = Flush();
-  if (to_stdout_) {
+  if (stream_) {
+    if (fd_ != STDOUT_FILENO && close(fd_) != 0 && status.ok()) {
+      status = ErrnoStatus(errno, "closing", path_);
+    }
     fd_ = -1;
     return status;
   }

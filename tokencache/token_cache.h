@@ -218,9 +218,12 @@ class TokenCache {
 // Writes a token cache: header first, then ids appended in order, to
 // "<path>.tmp-<pid>-<random>" in the output directory; Commit() fsyncs,
 // renames over `path` and fsyncs the directory. Destroying an uncommitted
-// writer removes the temporary. `path` "-" writes straight to stdout (no
-// atomicity). Create() also removes stale temporaries of `path` left by dead
-// processes (kill -9 during a previous run).
+// writer removes the temporary. `path` "-" writes straight to stdout, and a
+// `path` that exists and is a FIFO, socket or character device (`-o
+// >(...)`, a named pipe, /dev/null) straight to it, as WriteFileAtomically
+// (common/file_io.h) writes one: no atomicity (a rename would replace it).
+// Create() also removes stale temporaries of `path` left by dead processes
+// (kill -9 during a previous run).
 class TokenCacheWriter {
  public:
   static absl::StatusOr<TokenCacheWriter> Create(const std::string& path,
@@ -242,8 +245,10 @@ class TokenCacheWriter {
   absl::Status Commit(const BeforeReplace& before_replace = {});
 
   uint64_t num_tokens() const { return num_tokens_; }
-  // The temporary's path ("" for stdout).
+  // The temporary's path ("" for stdout or another stream).
   const std::string& temporary_path() const { return tmp_path_; }
+  // Whether the ids go straight to standard output or another stream.
+  bool streams() const { return stream_; }
 
  private:
   TokenCacheWriter() = default;
@@ -253,7 +258,7 @@ class TokenCacheWriter {
   std::string path_;
   std::string tmp_path_;
   int fd_ = -1;
-  bool to_stdout_ = false;
+  bool stream_ = false;  // stdout or a stream path: no temporary, no rename
   std::vector<char> buffer_;
   uint64_t written_bytes_ = 0;
   uint64_t num_tokens_ = 0;
