@@ -1448,6 +1448,9 @@ absl::Status InspectResult(const InspectOptions& o, const FileDetection& d,
 
 // ---------------------------------------------------------------- verify
 
+// VerifyOutcome::kind of a file whose kind could not be detected.
+constexpr char kUnknownKind[] = "unknown";
+
 struct VerifyOutcome {
   std::string kind;
   std::string config, config_source;  // as detected ("" when not)
@@ -1463,7 +1466,7 @@ VerifyOutcome VerifyOne(const std::string& path, const VerifyOptions& o,
   VerifyOutcome v;
   absl::StatusOr<FileDetection> d = DetectFile(path, o.kind, o.config);
   if (!d.ok()) {
-    v.kind = "unknown";
+    v.kind = kUnknownKind;
     v.failures.push_back(std::string(d.status().message()));
     return v;
   }
@@ -2261,6 +2264,9 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   DecodeInputs decode_inputs(o.source, o.vocab);
   int failed = 0;
   bool any_cache = false;
+  // A FILE whose kind is not known (missing, unreadable) may be the cache
+  // the flags were meant for: no warning that they were ignored then.
+  bool any_unknown = false;
   JsonWriter j;
   j.BeginObject();
   j.Key("files");
@@ -2272,6 +2278,7 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
     }
     failed += !v.failures.empty();
     any_cache |= v.kind == FileKindName(FileKind::kCache);
+    any_unknown |= v.kind == kUnknownKind;
     if (o.json) {
       j.BeginObject();
       j.Field("path", path);
@@ -2306,13 +2313,13 @@ absl::Status RunVerify(const VerifyOptions& o, std::ostream& out) {
   j.FieldInt("checked", static_cast<int64_t>(o.paths.size()));
   j.EndObject();
   if (o.json) out << j.str() << "\n";
-  if (!o.source.empty() && !any_cache) {
+  if (!o.source.empty() && !any_cache && !any_unknown) {
     WarningsOf(o)
         << "inspect: warning: --source is for token caches; no FILE is one: "
            "--source ignored"
         << std::endl;
   }
-  if (!o.vocab.empty() && (o.source.empty() || !any_cache)) {
+  if (!o.vocab.empty() && (o.source.empty() || (!any_cache && !any_unknown))) {
     WarningsOf(o)
         << "inspect: warning: verify uses --vocab only for a token cache "
            "with --source (its ids decoded against the source): --vocab "

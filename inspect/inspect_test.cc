@@ -1333,6 +1333,31 @@ TEST_F(InspectTest, WarnsAboutFlagsTheKindDoesNotUse) {
   }
 }
 
+// verify warns that --source and --vocab were ignored when every FILE is of
+// a kind that does not use them, not when a FILE's kind is unknown (a
+// missing cache path): that file may be the cache they were meant for.
+TEST_F(InspectTest, VerifyWarnsOfIgnoredSourceOnlyForKnownKinds) {
+  const struct {
+    std::string file;
+    bool warned;
+  } cases[] = {{"model.ckpt", true}, {"no-such-cache.tok", false}};
+  for (const auto& c : cases) {
+    VerifyOptions v;
+    v.paths = {Path(c.file)};
+    v.source = Path("source.txt");
+    v.vocab = Path("vocab.tiktoken");
+    std::ostringstream out, warnings;
+    v.warnings = &warnings;
+    (void)RunVerify(v, out);
+    const std::string w = warnings.str();
+    EXPECT_EQ(w.find("--source is for token caches") != std::string::npos,
+              c.warned)
+        << c.file << ": " << w;
+    EXPECT_EQ(w.find("--vocab ignored") != std::string::npos, c.warned)
+        << c.file << ": " << w;
+  }
+}
+
 TEST_F(InspectTest, VerifyFailuresOneLineEach) {
   ASSERT_TRUE(WriteFileAtomically(Path("corrupt.ckpt"),
                                   *ReadFile(Path("multi.ckpt")))
