@@ -6,6 +6,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "absl/flags/commandlineflag.h"
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/file_io.h"
+#include "common/status_line.h"
 #include "common/status_macros.h"
 
 namespace coppelius {
@@ -245,6 +247,26 @@ void WarnUnusedFlags(absl::string_view program, absl::string_view mode,
           << " is not used by " << mode << ": ignored" << std::endl;
     }
   }
+}
+
+std::string DescribePositionalArguments(const std::vector<std::string>& args) {
+  constexpr size_t kShown = 6;
+  std::string out = absl::StrCat(args.size());
+  bool flag_like = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    flag_like |= args[i].size() > 1 && args[i][0] == '-';
+    if (i < kShown) {
+      absl::StrAppend(&out, i == 0 ? ": " : " ", "\"",
+                      EscapeControlCharacters(args[i]), "\"");
+    } else if (i == kShown) {
+      absl::StrAppend(&out, " ...");
+    }
+  }
+  if (flag_like) {
+    absl::StrAppend(&out,
+                    " (after \"--\" every word is an argument, flags too)");
+  }
+  return out;
 }
 
 }  // namespace coppelius

@@ -87,6 +87,14 @@ void WarnUnusedFlags(absl::string_view program, absl::string_view mode,
 
 class NormalizedCommandLine;
 
+// For a usage error about positional arguments (ParsedFlags::args after
+// argv[0], or a mode's rest): their count, then the arguments themselves,
+// quoted and with control characters escaped (the first 6, then "..."),
+// and, when one looks like a flag ("-o", "--vocab=V"; "-" is standard
+// input), that every word after "--" is an argument. E.g. `3: "c.txt" "-o"
+// "a.u32" (after "--" every word is an argument, flags too)`; `0`.
+std::string DescribePositionalArguments(const std::vector<std::string>& args);
+
 // What ParseFlags leaves a main: the positional arguments, argv[0] first;
 // or, when the command line asked for usage (FindUsageRequest) and the text
 // was written, `usage_answered` (the main then exits 0, args empty).

@@ -281,5 +281,19 @@ TEST(NormalizedCommandLine, NothingChangesAfterDoubleDash) {
             (std::vector<std::string>{"x", "--", "--weird-name"}));
 }
 
+// The usage errors' description of positional arguments: the count, the
+// arguments quoted and escaped, at most six, and the "--" note only when
+// one looks like a flag ("-" is standard input, not a flag).
+TEST(DescribePositionalArguments, CountsQuotesAndExplainsDoubleDash) {
+  EXPECT_EQ(DescribePositionalArguments({}), "0");
+  EXPECT_EQ(DescribePositionalArguments({"a.txt", "-"}), "2: \"a.txt\" \"-\"");
+  EXPECT_EQ(DescribePositionalArguments({"encode", "c.txt", "-o", "a.u32"}),
+            "4: \"encode\" \"c.txt\" \"-o\" \"a.u32\" (after \"--\" every "
+            "word is an argument, flags too)");
+  EXPECT_EQ(DescribePositionalArguments({"tab\there"}), "1: \"tab\\there\"");
+  EXPECT_EQ(DescribePositionalArguments({"1", "2", "3", "4", "5", "6", "7", "8"}),
+            "8: \"1\" \"2\" \"3\" \"4\" \"5\" \"6\" ...");
+}
+
 }  // namespace
 }  // namespace coppelius

@@ -376,16 +376,7 @@ absl::Status ReadInPieces(
                             "or a pipe"
                           : ": is a directory, expected a file"));
   }
-  if (path != "-") {
-    RETURN_IF_ERROR(CheckNamedInputKind(path, st));
-  } else if (S_ISCHR(st.st_mode) && !IsDevNull(st) && !isatty(fd)) {
-    // `< /dev/zero`, `< /dev/urandom`: a stream with no end, refused as its
-    // name is. (A terminal stays readable here: text typed until end of
-    // file; CopyStream's readers, of binary files, refuse it too.)
-    return absl::InvalidArgumentError(
-        "-: standard input is a character device (such as /dev/zero) and "
-        "not a terminal, expected a file, a pipe or a terminal");
-  }
+  if (path != "-") RETURN_IF_ERROR(CheckNamedInputKind(path, st));
   RETURN_IF_ERROR(opened(st));
   char buffer[1 << 16];
   uint64_t total = 0;
@@ -487,6 +478,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
         read = ReadInPieces(
             path,
             [&](const struct stat& st) {
+              if (path == "-" && S_ISCHR(st.st_mode) && !IsDevNull(st) &&
+                  !isatty(STDIN_FILENO)) {
+                // `< /dev/zero`, `< /dev/urandom`: a stream with no end,
+                // refused as its name is. (A terminal stays readable: text
+                // typed until end of file. CopyStream, whose readers read
+                // binary files, refuses it too.)
+                return absl::InvalidArgumentError(
+                    "-: standard input is a character device (such as "
+                    "/dev/zero) and not a terminal, expected a file, a pipe "
+                    "or a terminal");
+              }
               stream = !S_ISREG(st.st_mode);
               if (!stream) {
                 size = static_cast<uint64_t>(st.st_size);

@@ -147,7 +147,8 @@ absl::Status CheckModeUsage(const std::string& mode,
     }
     if (rest.size() != 1) {
       return coppelius::UsageError(absl::StrCat(
-          "expected exactly one FILE, got ", rest.size(),
+          "expected exactly one FILE, got ",
+          coppelius::DescribePositionalArguments(rest),
           " (inspect --help lists the usage and the flags)"));
     }
   }

@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
   // common/threads.h CheckThreadsFlag.)
   if (args.size() != 2) {
     status = coppelius::UsageError(absl::StrCat(
-        "expected exactly one SOURCE path (or -), got ", args.size() - 1,
-        "; see --help"));
+        "expected exactly one SOURCE path (or -), got ",
+        coppelius::DescribePositionalArguments(
+            std::vector<std::string>(args.begin() + 1, args.end())), "; see --help"));
   } else {
     coppelius::MakeCacheOptions options;
     options.vocab_path = absl::GetFlag(FLAGS_vocab);

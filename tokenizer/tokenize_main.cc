@@ -81,9 +81,11 @@ void WarnUnusedFlags(absl::string_view command,
 absl::Status Run(const std::vector<char*>& args,
                  const std::set<std::string>& given_flags) {
   if (args.size() != 3) {
-    return coppelius::UsageError(
-        "expected a subcommand (encode, decode, train) and one input path; "
-        "see --help");
+    return coppelius::UsageError(absl::StrCat(
+        "expected a subcommand (encode, decode, train) and one input path, "
+        "got ", coppelius::DescribePositionalArguments(
+            std::vector<std::string>(args.begin() + 1, args.end())),
+        "; see --help"));
   }
   const std::string command = args[1], input = args[2];
   if (command != "encode" && command != "decode" && command != "train") {
