@@ -10,16 +10,30 @@
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace coppelius {
 
 std::string EscapeControlCharacters(absl::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char ch : text) {
-    const unsigned char c = static_cast<unsigned char>(ch);
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      // A well-formed sequence is kept (a path in any script prints as
+      // itself); a byte that begins none is escaped like a control byte.
+      const size_t n = Utf8SequenceLength(text, i);
+      if (n > 0) {
+        out.append(text.data() + i, n);
+        i += n;
+      } else {
+        out += absl::StrFormat("\\x%02x", c);
+        ++i;
+      }
+      continue;
+    }
     if (c >= 0x20 && c != 0x7f) {
-      out.push_back(ch);
+      out.push_back(static_cast<char>(c));
     } else if (c == '\n') {
       out += "\\n";
     } else if (c == '\r') {
@@ -29,6 +43,7 @@ std::string EscapeControlCharacters(absl::string_view text) {
     } else {
       out += absl::StrFormat("\\x%02x", c);
     }
+    ++i;
   }
   return out;
 }

@@ -14,8 +14,10 @@
 
 namespace coppelius {
 
-// `text` with bytes below 0x20 and 0x7f escaped (\n, \r, \t, else \xNN);
-// everything else (UTF-8 included) unchanged.
+// `text` with bytes below 0x20 and 0x7f escaped (\n, \r, \t, else \xNN),
+// and every byte that begins no well-formed UTF-8 sequence (common/utf8.h)
+// as \xNN; well-formed UTF-8 and the rest unchanged. (A file name's raw
+// 0xff byte sent to a terminal is not a character.)
 std::string EscapeControlCharacters(absl::string_view text);
 
 // "<program>: " + status.ToString() without payloads ("CODE: message"),

@@ -21,6 +21,10 @@ TEST(StatusLineTest, ControlCharactersAreEscapedOthersKept) {
   EXPECT_EQ(EscapeControlCharacters("caf\xc3\xa9 \xe2\x9c\x93"),
             "caf\xc3\xa9 \xe2\x9c\x93");  // UTF-8 unchanged
   EXPECT_EQ(EscapeControlCharacters(std::string("n\0l", 3)), "n\\x00l");
+  // Bytes that begin no well-formed UTF-8 sequence: a lone 0xff, a lone
+  // continuation byte, an overlong "/" (c0 af), a cut-off sequence.
+  EXPECT_EQ(EscapeControlCharacters("a\xff\x80" "b\xc0\xaf\xe2\x9c"),
+            "a\\xff\\x80b\\xc0\\xaf\\xe2\\x9c");
 }
 
 TEST(StatusLineTest, OneLineForAPathWithANewline) {
