@@ -742,6 +742,23 @@ absl::Status ProbeTemporaryInDirectory(const std::string& path,
                                 ? PublicationTemporaryPath(path)
                                 : FileTemporaryName(path);
   const std::string dir = DirName(path);
+  // The temporary's name holds this process's id: judged with the longest
+  // id Linux gives (7 digits: PID_MAX_LIMIT is 4,194,304), so that whether
+  // a name is taken does not depend on the run's pid.
+  constexpr size_t kMaxPidDigits = 7;
+  const size_t pid_digits = absl::StrCat(getpid()).size();
+  const size_t longest =
+      BaseName(probe).size() - pid_digits + kMaxPidDigits;
+  const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 && longest > static_cast<size_t>(name_max)) {
+    const size_t added = longest - BaseName(path).size();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s %s: too long a name for its temporary (%s, up to %d bytes with "
+        "a %d-digit process id; the directory allows %d): give a name of at "
+        "most %d bytes",
+        what, path, BaseName(probe), longest, kMaxPidDigits, name_max,
+        name_max - static_cast<long>(added)));
+  }
   int fd = -1, err = 0;
   {
     const RemoveOnInterruptScope remove_on_interrupt(probe);
@@ -754,7 +771,6 @@ absl::Status ProbeTemporaryInDirectory(const std::string& path,
   }
   if (fd >= 0) return absl::OkStatus();
   if (err == ENAMETOOLONG) {
-    const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s %s: too long a name for its temporary (%s: %d bytes; the "
         "directory allows %d)",

@@ -823,6 +823,30 @@ TEST(CheckOutputPathUsable, ProbesTheTemporaryItsWriterMakes) {
   unlink(name.c_str());
 }
 
+// Whether a name is taken does not depend on the pid: the temporaries are
+// judged with a 7-digit process id. The tools' "NAME.tmp-PID-<8 hex>" adds
+// 21 bytes then, the publisher's "NAME.tmp.PID.<16 hex>" 29: at a limit of
+// 255, names of 234 and 226 bytes are the longest taken, whatever the pid.
+TEST(CheckOutputPathUsable, TheLongestNameTakenDoesNotDependOnThePid) {
+  ASSERT_EQ(pathconf(TestDir().c_str(), _PC_NAME_MAX), 255);
+  const std::string dir = TestDir() + "/";
+  EXPECT_TRUE(CheckOutputPathUsable(dir + std::string(234, 'f'), "-o").ok());
+  absl::Status s = CheckOutputPathUsable(dir + std::string(235, 'f'), "-o");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), testing::HasSubstr(
+                               "up to 256 bytes with a 7-digit process id; "
+                               "the directory allows 255): give a name of "
+                               "at most 234 bytes"));
+  EXPECT_TRUE(ProbeTemporaryInDirectory(dir + std::string(226, 'p'),
+                                        "--checkpoint-out")
+                  .ok());
+  s = ProbeTemporaryInDirectory(dir + std::string(227, 'p'),
+                                "--checkpoint-out");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), testing::HasSubstr("give a name of at most 226 "
+                                              "bytes"));
+}
+
 // A link's temporaries go beside its target: the target's directory is the
 // one checked (here its name is too long for a temporary beside it).
 TEST(CheckOutputPathUsable, ChecksALinksTarget) {
