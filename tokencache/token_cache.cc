@@ -333,7 +333,9 @@ TokenCacheWriter& TokenCacheWriter::operator=(
 TokenCacheWriter::~TokenCacheWriter() { Abandon(); }
 
 void TokenCacheWriter::Abandon() {
-  if (fd_ >= 0 && fd_ != STDOUT_FILENO) close(fd_);
+  // Standard output stays open; a stream path's or the temporary's
+  // descriptor is closed, and the temporary removed.
+  if (fd_ >= 0 && path_ != "-") close(fd_);
   if (fd_ >= 0 && !stream_) {
     unlink(tmp_path_.c_str());
     KeepOnInterrupt(tmp_path_);
@@ -382,7 +384,7 @@ absl::Status TokenCacheWriter::Commit(const BeforeReplace& before_replace) {
   }
   absl::Status status = Flush();
   if (stream_) {
-    if (fd_ != STDOUT_FILENO && close(fd_) != 0 && status.ok()) {
+    if (path_ != "-" && close(fd_) != 0 && status.ok()) {
       status = ErrnoStatus(errno, "closing", path_);
     }
     fd_ = -1;
