@@ -284,6 +284,11 @@ bool ProcessMayBeRunning(int64_t pid) {
 
 namespace {
 
+// Neither a regular file nor a directory (IsStreamPath).
+bool IsStreamFile(const struct stat& st) {
+  return !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
 bool IsDevNull(const struct stat& st) {
   return S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
 }
@@ -440,6 +445,17 @@ absl::Status CheckStandardInputReadOnce(const std::vector<NamedInput>& inputs) {
   return absl::OkStatus();
 }
 
+absl::Status CheckStandardInputKind(const struct stat& st) {
+  if (!S_ISCHR(st.st_mode) || IsDevNull(st) || isatty(STDIN_FILENO)) {
+    return absl::OkStatus();
+  }
+  // `< /dev/zero`, `< /dev/urandom`: no end, refused as their names are. A
+  // terminal stays readable: text typed until end of file.
+  return absl::InvalidArgumentError(
+      "-: standard input is a character device (such as /dev/zero) and not "
+      "a terminal, expected a file, a pipe or a terminal");
+}
+
 absl::Status CheckNamedInputKind(absl::string_view path,
                                  const struct stat& st) {
   if (!S_ISCHR(st.st_mode) || IsDevNull(st)) return absl::OkStatus();
@@ -478,17 +494,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
         read = ReadInPieces(
             path,
             [&](const struct stat& st) {
-              if (path == "-" && S_ISCHR(st.st_mode) && !IsDevNull(st) &&
-                  !isatty(STDIN_FILENO)) {
-                // `< /dev/zero`, `< /dev/urandom`: a stream with no end,
-                // refused as its name is. (A terminal stays readable: text
-                // typed until end of file. CopyStream, whose readers read
-                // binary files, refuses it too.)
-                return absl::InvalidArgumentError(
-                    "-: standard input is a character device (such as "
-                    "/dev/zero) and not a terminal, expected a file, a pipe "
-                    "or a terminal");
-              }
+              if (path == "-") RETURN_IF_ERROR(CheckStandardInputKind(st));
               stream = !S_ISREG(st.st_mode);
               if (!stream) {
                 size = static_cast<uint64_t>(st.st_size);
@@ -675,9 +681,9 @@ bool SameFile(const std::string& a, const std::string& b) {
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-bool IsStreamPath(const std::string& path, struct stat* st) {
-  return stat(path.c_str(), st) == 0 && !S_ISREG(st->st_mode) &&
-         !S_ISDIR(st->st_mode);
+bool IsStreamPath(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && IsStreamFile(st);
 }
 
 absl::Status CheckRegularFileOrAbsent(const std::string& path,
@@ -797,11 +803,12 @@ absl::Status WriteFileAtomically(const std::string& path_or_link,
   if (path == "-") return WriteAll(STDOUT_FILENO, contents.data(),
                                    contents.size(), "<stdout>");
   struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  const bool exists = stat(path.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": is a directory, expected a file path"));
   }
-  if (IsStreamPath(path, &st)) {
+  if (exists && IsStreamFile(st)) {
     // A device or FIFO: write to it; renaming over it would replace it.
     int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoStatus(errno, "opening", path);

@@ -182,6 +182,12 @@ inline constexpr uint64_t kMaxStreamBytes = uint64_t{8} << 30;
 absl::Status CheckNamedInputKind(absl::string_view path,
                                  const struct stat& st);
 
+// ReadFile's rule for standard input ("-") of stat `st`: InvalidArgument
+// "-: standard input is a character device ..." for a character device
+// that is neither /dev/null nor a terminal (`< /dev/zero` has no end);
+// OK otherwise, a terminal included (text typed until end of file).
+absl::Status CheckStandardInputKind(const struct stat& st);
+
 // Runs `allocate`, single-threaded code whose memory grows with an input (a
 // file's bytes, its ids), so that memory running out there is an error
 // naming that input rather than the end of the process: while it runs, the
@@ -362,8 +368,8 @@ bool SameFile(const std::string& a, const std::string& b);
 // True when `path` exists and is neither a regular file nor a directory: a
 // FIFO (`-o >(...)`, a named pipe), a socket or a character device
 // (/dev/null). Such an output is written to, not replaced by a rename
-// (WriteFileAtomically, TokenCacheWriter). `st` receives its stat.
-bool IsStreamPath(const std::string& path, struct stat* st);
+// (WriteFileAtomically, TokenCacheWriter).
+bool IsStreamPath(const std::string& path);
 
 // OK when `path` does not exist or is a regular file; InvalidArgument
 // naming `what` and the path otherwise (outputs that are published by

@@ -1864,23 +1864,27 @@ std::optional<KindName> KindByExtension(absl::string_view path) {
   return std::nullopt;
 }
 
-absl::StatusOr<FileKind> DetectKind(const std::string& path,
-                                    const FileProbe& p,
-                                    const std::vector<KnownLayout>& known,
-                                    bool by_extension = true) {
-  const absl::string_view head = p.head;
-  // 1. Exact signatures.
-  if (ByteDistance8(head, kCheckpointMagic) == 0) return FileKind::kCheckpoint;
-  if (ByteDistance8(head, kResultMarker) == 0) return FileKind::kResult;
+// Rule 1: the exact signatures (the checkpoint magic, the result marker, a
+// result's host tag); nullopt when the file has none.
+absl::StatusOr<std::optional<FileKind>> KindBySignature(
+    const std::string& path, const FileProbe& p,
+    const std::vector<KnownLayout>& known) {
+  if (ByteDistance8(p.head, kCheckpointMagic) == 0) {
+    return FileKind::kCheckpoint;
+  }
+  if (ByteDistance8(p.head, kResultMarker) == 0) return FileKind::kResult;
   ASSIGN_OR_RETURN(const KnownLayout* tagged,
                    HostTagConfig(path, p.size, known));
   if (tagged != nullptr) return FileKind::kResult;
-  // 2. The extension (unless only the content counts: CheckOutputPath).
-  if (by_extension) {
-    if (const std::optional<KindName> by_name = KindByExtension(path)) {
-      return by_name->kind;
-    }
-  }
+  return std::nullopt;
+}
+
+// Rules 3-8: what a file without a signature reads as by its content alone
+// (not its name); DataLoss when it reads as none.
+absl::StatusOr<FileKind> KindByContent(const std::string& path,
+                                       const FileProbe& p,
+                                       const std::vector<KnownLayout>& known) {
+  const absl::string_view head = p.head;
   // 3. Empty: a fresh-start checkpoint input.
   if (p.size == 0) return FileKind::kCheckpoint;
   // 4. A checkpoint near miss.
@@ -1941,6 +1945,23 @@ absl::StatusOr<FileKind> DetectKind(const std::string& path,
       "; no checkpoint magic, result marker or host tag, not a plausible "
       "cache header or forward record of logits); pass --kind to read it as "
       "one"));
+}
+
+// Rules 1-8 in order (the file comment's): a signature, else the extension,
+// else the content. When rule 2 decides and `decided_by_name` is not null,
+// the extension's kind is stored there.
+absl::StatusOr<FileKind> DetectKind(
+    const std::string& path, const FileProbe& p,
+    const std::vector<KnownLayout>& known,
+    std::optional<KindName>* decided_by_name = nullptr) {
+  ASSIGN_OR_RETURN(const std::optional<FileKind> signed_kind,
+                   KindBySignature(path, p, known));
+  if (signed_kind) return *signed_kind;
+  if (const std::optional<KindName> by_name = KindByExtension(path)) {
+    if (decided_by_name != nullptr) *decided_by_name = by_name;
+    return by_name->kind;
+  }
+  return KindByContent(path, p, known);
 }
 
 // Whether a result of `size` bytes, by its size one of `k`'s, has step
@@ -2026,14 +2047,13 @@ absl::StatusOr<FileDetection> DetectFile(const std::string& path,
   FileDetection d;
   d.kind = kind;
   if (d.kind == FileKind::kAuto) {
-    ASSIGN_OR_RETURN(d.kind, DetectKind(path, p, known));
+    std::optional<KindName> by_name;
+    ASSIGN_OR_RETURN(d.kind, DetectKind(path, p, known, &by_name));
     // A kind named by the extension, against what the content reads as
     // (an empty file reads as a fresh-start checkpoint by rule 3 only: no
-    // evidence against the extension).
-    const std::optional<KindName> by_name = KindByExtension(path);
-    if (by_name && by_name->kind == d.kind && p.size > 0) {
-      absl::StatusOr<FileKind> content =
-          DetectKind(path, p, known, /*by_extension=*/false);
+    // evidence against the extension). Rule 1 found no signature already.
+    if (by_name && p.size > 0) {
+      absl::StatusOr<FileKind> content = KindByContent(path, p, known);
       if (content.ok() && *content != d.kind) {
         d.kind_note = absl::StrCat(
             "the kind comes from the extension ", by_name->extension,
@@ -2483,16 +2503,22 @@ absl::Status CheckOutputPath(const std::string& output,
            : kind == FileKind::kResult   ? "result file"
                                          : "checkpoint";
   };
-  if (absl::StatusOr<FileKind> kind =
-          DetectKind(output, p, known, /*by_extension=*/false);
-      kind.ok()) {
-    // Its signature (the magic, the marker, a host tag) says so for
-    // certain; the other rules (a cache's shape, a result's size) guess.
-    ASSIGN_OR_RETURN(const KnownLayout* tagged,
-                     HostTagConfig(output, p.size, known));
-    const bool signed_file = ByteDistance8(p.head, kCheckpointMagic) == 0 ||
-                             ByteDistance8(p.head, kResultMarker) == 0 ||
-                             tagged != nullptr;
+  // What the file holds, by its content only (not its name): its signature
+  // (the magic, the marker, a host tag) says so for certain; the other
+  // rules (a cache's shape, a result's size) guess.
+  const absl::StatusOr<std::optional<FileKind>> signed_kind =
+      KindBySignature(output, p, known);
+  std::optional<FileKind> kind;
+  if (signed_kind.ok() && signed_kind->has_value()) {
+    kind = **signed_kind;
+  } else if (signed_kind.ok()) {
+    if (absl::StatusOr<FileKind> content = KindByContent(output, p, known);
+        content.ok()) {
+      kind = *content;
+    }
+  }
+  if (kind) {
+    const bool signed_file = signed_kind->has_value();
     return absl::FailedPreconditionError(absl::StrCat(
         "-o ", output, ": exists (", p.size, " bytes) and ",
         signed_file ? "is a Coppelius " : "looks like a Coppelius ",

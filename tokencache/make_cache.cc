@@ -164,9 +164,7 @@ absl::Status RunMakeCache(const MakeCacheOptions& given,
   // -o naming a FIFO, socket or character device (`-o >(...)`, a named
   // pipe, /dev/null) is written to as standard output is: nothing to
   // replace, nothing to keep fresh, ids that cannot be taken back.
-  struct stat stream_st;
-  const bool to_stream =
-      to_stdout || IsStreamPath(options.output_path, &stream_st);
+  const bool to_stream = to_stdout || IsStreamPath(options.output_path);
   RETURN_IF_ERROR(CheckStandardInputReadOnce(
       {{"--vocab=", options.vocab_path}, {"SOURCE ", options.source_path}}));
   // The output may not be the source or the vocabulary, by name or, with

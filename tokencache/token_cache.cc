@@ -284,11 +284,10 @@ absl::StatusOr<TokenCacheWriter> TokenCacheWriter::Create(
   TokenCacheWriter w;
   w.path_ = path;
   w.buffer_.reserve(kWriteBufferBytes);
-  struct stat st;
   if (path == "-") {
     w.stream_ = true;
     w.fd_ = STDOUT_FILENO;
-  } else if (IsStreamPath(path, &st)) {
+  } else if (IsStreamPath(path)) {
     w.stream_ = true;
     w.fd_ = open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (w.fd_ < 0) return ErrnoStatus(errno, "opening", path);

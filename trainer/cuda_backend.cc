@@ -161,7 +161,8 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
   absl::Status Plan(std::unique_ptr<MatmulPlan>* plan, const MatmulShape& s) {
-    ASSIGN_OR_RETURN(*plan, MatmulPlan::Create(lt_, s, kCudaProductWorkspaceBytes));
+    ASSIGN_OR_RETURN(*plan,
+                     MatmulPlan::Create(lt_, s, kCudaProductWorkspaceBytes));
     return absl::OkStatus();
   }
   // Product p (cuda_products.h) on the main stream.
@@ -576,9 +577,11 @@ absl::Status CudaBackend::Init() {
 
   {
     char* ws = nullptr;
-    RETURN_IF_ERROR(Alloc(&ws, kCudaProductWorkspaceBytes, "cuBLASLt workspace"));
+    RETURN_IF_ERROR(
+        Alloc(&ws, kCudaProductWorkspaceBytes, "cuBLASLt workspace"));
     workspace_ = ws;
-    RETURN_IF_ERROR(Alloc(&ws, kCudaProductWorkspaceBytes, "cuBLASLt side workspace"));
+    RETURN_IF_ERROR(
+        Alloc(&ws, kCudaProductWorkspaceBytes, "cuBLASLt side workspace"));
     side_workspace_ = ws;
   }
   RETURN_IF_ERROR(Alloc(&pmv_, 3 * N_, "P/M/V"));

@@ -42,20 +42,11 @@ std::vector<MatmulShape> CudaProductShapes(const ModelConfig& config) {
     // 2.219 ms (forward 0.725 against 0.739). Pins measured and left
     // out (no gain in the step): gate|up dX, logits forward, down dW,
     // output dX. Where cuBLASLt refuses one, the heuristic's candidate
-    // runs (MatmulShape::algo_config).
-    auto config = [](int algo_id, int tile, int stages, int custom,
-                     int cluster) {
-      MatmulAlgoConfig c;
-      c.algo_id = algo_id;
-      c.tile = tile;
-      c.stages = stages;
-      c.custom = custom;
-      c.cluster = cluster;
-      return c;
-    };
-    s[kOutputForward].algo_config = config(66, 15, 35, 2, 5);
-    s[kDownForward].algo_config = config(66, 15, 35, 2, 5);
-    s[kGateUpForward].algo_config = config(66, 200, 35, 2, 5);
+    // runs (MatmulShape::algo_config). In MatmulAlgoConfig's field order,
+    // as matmul_search prints them (MatmulAlgoConfigString).
+    s[kOutputForward].algo_config = {66, 15, 35, 1, 0, 0, 2, 5, 0};
+    s[kDownForward].algo_config = {66, 15, 35, 1, 0, 0, 2, 5, 0};
+    s[kGateUpForward].algo_config = {66, 200, 35, 1, 0, 0, 2, 5, 0};
   }
   return s;
 }
